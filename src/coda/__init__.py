@@ -1,0 +1,42 @@
+"""CODA: GEMM + epilogue programs for the memory-bound operators of Transformer training.
+
+    prog = coda.compile("EPILOGUE { output = gelu(input + bias); }")
+    outs = prog(a, b, bias=bias)            # {"output": gelu(a @ b + bias)}
+
+    @coda.epilogue
+    def bias_gelu(acc, bias: coda.col):
+        return coda.gelu(acc + bias)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .dsl.lower import lower
+from .dsl.parser import parse
+from .dsl.tracer import FUNCTIONS, trace
+from .errors import CodaError, DslError, LaunchError
+from .runtime.program import Program
+
+__version__ = "0.1.0"
+
+#: Operand kinds, for annotations in `@coda.epilogue` functions (`bias: coda.col`).
+tile, row, col, scalar, head = "tile", "row", "col", "scalar", "head"
+
+globals().update(FUNCTIONS)  # coda.gelu, coda.row_sum, coda.unpack, ... (from the primitive table)
+
+
+def compile(source: str) -> Program:  # noqa: A001 - the contract's name
+    """Parse and check DSL text now; kernels are built at the first launch."""
+    if not isinstance(source, str):
+        raise CodaError(f"coda.compile takes the program text, got {type(source).__name__}")
+    return Program(lower(parse(source), source))
+
+
+def epilogue(fn: Callable) -> Program:
+    """Decorator: trace a Python function into the same IR as the text DSL."""
+    return Program(trace(fn))
+
+
+__all__ = ["CodaError", "DslError", "LaunchError", "Program", "col", "compile", "epilogue",
+           "head", "row", "scalar", "tile", *FUNCTIONS]

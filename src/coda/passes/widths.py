@@ -1,0 +1,60 @@
+"""Which column domain each value lives in: the full [M, N] tile or the [M, N/2] pair domain.
+
+`unpack` moves from the full domain to the pair domain; everything computed from its results
+lives there too. Operands, constants and the prior output adapt to the domain of the values they
+meet. A value that meets both domains must not depend on columns (a constant, a scalar or a row
+operand): `Widths.operands` lists every domain an operand meets, and binding checks its kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import DslError
+from ..ir import Epilogue, Node
+
+FULL, HALF = "full", "half"
+
+
+@dataclass(frozen=True)
+class Widths:
+    nodes: dict[Node, str]                # each node's domain (the narrower-named one if both)
+    outputs: dict[str, str]               # each output's domain (a reduction's: the one it reduces)
+    operands: dict[str, frozenset[str]]   # the domains each operand is broadcast into
+
+
+def widths(epi: Epilogue) -> Widths:
+    """Assign domains; raise DslError where a computed value would mix the two."""
+    order = epi.nodes()
+    own: dict[Node, str | None] = {}
+    for node in order:
+        if node.op == "input":
+            own[node] = FULL
+        elif node.op == "unpack":
+            if own[node.args[0]] == HALF:
+                raise DslError("unpack needs an [M, N] value; this one is already unpacked",
+                               node.loc)
+            own[node] = HALF
+        else:
+            found = {own[a] for a in node.args} - {None}
+            if len(found) > 1:
+                raise DslError(f"`{node.op}` mixes an [M, N] value with an [M, N/2] value from "
+                               f"unpack", node.loc)
+            own[node] = found.pop() if found else None
+    # Push domains down to adaptive nodes: operands, constants, prior, and what only they feed.
+    context: dict[Node, set[str]] = {}
+    for out in epi.outputs:
+        context.setdefault(out.value, set()).add(own[out.value] or FULL)
+    for node in reversed(order):
+        mine = {own[node]} if own[node] else context.get(node, {FULL})
+        for arg in node.args:
+            if own[arg] is None:
+                context.setdefault(arg, set()).update({FULL} if node.op == "unpack" else mine)
+    final = {n: ({own[n]} if own[n] else context.get(n, {FULL})) for n in order}
+    outputs = {o.name: min(final[o.value]) for o in epi.outputs}
+    for node in order:
+        if node.op == "prior" and final[node] != {outputs["output"]}:
+            raise DslError("the prior `output` is used in another column domain than the new "
+                           "one", node.loc)
+    operands = {n.arg: frozenset(final[n]) for n in order if n.op == "operand"}
+    return Widths({n: min(w) for n, w in final.items()}, outputs, operands)

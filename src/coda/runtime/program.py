@@ -1,0 +1,99 @@
+"""`Program`: a checked, optimized epilogue that launches as GEMM + epilogue on any backend."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..errors import LaunchError
+from ..ir import Epilogue, format_epilogue
+from ..passes import optimize, widths
+from .binding import Launch, bind
+from .reference import run_reference
+
+BACKENDS = ("auto", "triton", "reference")
+
+
+def interpreter_enabled() -> bool:
+    """True when TRITON_INTERPRET=1: Triton kernels then run on CPU tensors."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+class Program:
+    """A compiled epilogue: `prog(a, b, **operands)` returns a dict of output tensors.
+
+    Built by `coda.compile(text)` or `@coda.epilogue`. The IR is checked and optimized once,
+    here; kernels are generated and compiled at the first launch of each configuration.
+    """
+
+    def __init__(self, epi: Epilogue):
+        self.ir = optimize(epi)
+        self.widths = widths(self.ir)
+        nodes = self.ir.nodes()
+        self.has_unpack = any(n.op == "unpack" for n in nodes)
+        self.rope_domains = {self.widths.nodes[n] for n in nodes if n.op == "rope"}
+        self._triton = None
+
+    @property
+    def name(self) -> str:
+        return self.ir.name
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.ir.outputs]
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{p.name}: {p.kind or '?'}" for p in self.ir.params.values())
+        return f"<coda.Program {self.name}({params}) -> {', '.join(self.output_names)}>"
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto",
+                 out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+                 seed: int | None = None, **operands) -> dict[str, torch.Tensor]:
+        """Run `A @ B` and the epilogue; returns {output name: tensor}."""
+        launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed)
+        if self._pick_backend(backend, a) == "reference":
+            return run_reference(launch)
+        return self.triton.launch(launch)
+
+    def reference(self, a: torch.Tensor, b: torch.Tensor, **kwargs) -> dict[str, torch.Tensor]:
+        """The same launch on the reference backend (eager PyTorch): the ground truth."""
+        return self(a, b, backend="reference", **kwargs)
+
+    def bind(self, a: torch.Tensor, b: torch.Tensor, **kwargs) -> Launch:
+        """Validate a launch without running it (what `__call__` does first)."""
+        options = {k: kwargs.pop(k) for k in ("out", "out_dtype", "seed") if k in kwargs}
+        return bind(self, a, b, kwargs, **options)
+
+    @property
+    def triton(self):
+        """The Triton backend of this program (kernels generated on first use)."""
+        if self._triton is None:
+            from ..codegen.kernel import TritonProgram
+            self._triton = TritonProgram(self)
+        return self._triton
+
+    def explain(self, a: torch.Tensor | None = None, b: torch.Tensor | None = None, **kwargs) -> str:
+        """The IR after passes, operand kinds and outputs; with example tensors also the
+        generated Triton kernel and the configuration it would launch with."""
+        lines = ["# IR after passes", format_epilogue(self.ir), "", "# outputs"]
+        for o in self.ir.outputs:
+            width = "N/2" if self.widths.outputs[o.name] == "half" else "N"
+            shape = {None: f"[M, {width}]", "row": "[M]", "col": f"[{width}]"}[o.axis]
+            lines.append(f"  {o.name}: {o.reduction or 'tile'} {shape}")
+        if a is not None:
+            launch = self.bind(a, b, **kwargs)
+            lines += ["", "# operand kinds"]
+            lines += [f"  {name}: {kind}" for name, kind in launch.kinds.items()]
+            lines += ["", self.triton.explain(launch)]
+        return "\n".join(lines)
+
+    def _pick_backend(self, backend: str, a: torch.Tensor) -> str:
+        if backend not in BACKENDS:
+            raise LaunchError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+        if backend == "auto":
+            return "triton" if a.is_cuda or interpreter_enabled() else "reference"
+        if backend == "triton" and not (a.is_cuda or interpreter_enabled()):
+            raise LaunchError("backend='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run "
+                              "the kernels on the CPU")
+        return backend

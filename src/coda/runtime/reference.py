@@ -1,0 +1,82 @@
+"""The reference backend: eager PyTorch evaluation of the IR, the ground truth and the CPU path.
+
+It computes in float32, or in float64 when A is float64, on whole [M, N] tensors: no tiles.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ir import Node
+from ..passes.widths import HALF
+from ..primitives import PRIMITIVES
+from . import rng
+from .binding import Launch
+
+
+def run_reference(launch: Launch) -> dict[str, torch.Tensor]:
+    """Evaluate the bound program and write its outputs (into `out=` when given)."""
+    results = evaluate(launch)
+    outputs = launch.allocate_outputs()
+    for name, tensor in outputs.items():
+        tensor.copy_(results[name])
+    return outputs
+
+
+def evaluate(launch: Launch) -> dict[str, torch.Tensor]:
+    """Every output of the program in the compute dtype, full size."""
+    program, m, n = launch.program, launch.m, launch.n
+    ct = torch.float64 if launch.a.dtype == torch.float64 else torch.float32
+    cols = {w: n // 2 if w == HALF else n for w in ("full", HALF)}
+    domains = program.widths.nodes
+    env: dict[Node, torch.Tensor] = {}
+
+    def tile(node: Node) -> torch.Tensor:
+        return env[node].expand(m, cols[domains[node]])
+
+    for node in program.ir.nodes():
+        op, args = node.op, [env[a] for a in node.args]
+        if op == "input":
+            value = launch.a.to(ct) @ launch.b.to(ct)
+        elif op == "operand":
+            value = _broadcastable(launch.values[node.arg], launch.kinds[node.arg], ct)
+        elif op == "const":
+            value = torch.tensor(node.arg, dtype=ct, device=launch.a.device)
+        elif op == "prior":
+            value = launch.out.to(ct)
+        elif op == "unpack":
+            value = tile(node.args[0])[:, node.arg::2]
+        elif op == "dropout":
+            x, p = tile(node.args[0]), args[1]
+            keep = rng.dropout_mask(launch.seed, p.float(), m, x.shape[1], x.device)
+            value = torch.where(keep, x / (1 - p), torch.zeros((), dtype=ct, device=x.device))
+        elif op == "rope":
+            value = _rope(tile(node.args[0]), args[1], args[2])
+        else:
+            value = PRIMITIVES[op].ref(*args)
+        env[node] = value
+    return {o.name: _finish(o.reduction, tile(o.value)) for o in program.ir.outputs}
+
+
+def _broadcastable(value, kind: str, ct: torch.dtype) -> torch.Tensor:
+    if kind == "scalar":
+        return torch.as_tensor(value, dtype=ct)
+    value = value.to(ct)
+    return {"row": lambda: value[:, None], "col": lambda: value[None, :]}.get(kind, lambda: value)()
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    pair = torch.arange(x.shape[1] // 2, device=x.device) % cos.shape[1]
+    c, s = cos[:, pair], sin[:, pair]
+    first, second = x[:, 0::2], x[:, 1::2]
+    return torch.stack((first * c - second * s, second * c + first * s), dim=2).flatten(1)
+
+
+def _finish(reduction: str | None, x: torch.Tensor) -> torch.Tensor:
+    if reduction is None:
+        return x
+    return {
+        "row_sum": lambda: x.sum(1), "col_sum": lambda: x.sum(0),
+        "row_max": lambda: x.amax(1), "col_max": lambda: x.amax(0),
+        "row_logsumexp": lambda: torch.logsumexp(x, 1),
+    }[reduction]()

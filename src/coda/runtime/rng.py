@@ -1,0 +1,45 @@
+"""The counter-based dropout RNG, in PyTorch: Philox-2x32 with 10 rounds.
+
+The random number of an element depends only on (seed, global row, global column): counter
+(column, row), key = seed mod 2**32. The Triton backend runs the same rounds on uint32 values
+(`coda.codegen.tl_math.uniform`), so the reference and the kernels draw identical masks, and
+a backward pass regenerates its forward mask from the seed, whatever the tiling.
+"""
+
+from __future__ import annotations
+
+import torch
+
+PHILOX_MULTIPLIER = 0xD256D193
+PHILOX_WEYL = 0x9E3779B9
+PHILOX_ROUNDS = 10
+_MASK32 = 0xFFFFFFFF
+
+
+def _mulhilo(a: int, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """High and low 32 bits of a * b for 32-bit a and b, without overflowing int64."""
+    b_hi, b_lo = b >> 16, b & 0xFFFF
+    low_part = a * b_lo          # < 2**48
+    high_part = a * b_hi         # < 2**48
+    lo = (((high_part & 0xFFFF) << 16) + low_part) & _MASK32
+    hi = (high_part + (low_part >> 16)) >> 16
+    return hi & _MASK32, lo
+
+
+def uniform(seed: int, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """Uniform float32 numbers in [0, 1) for each (row, col) pair (broadcast together)."""
+    rows, cols = torch.broadcast_tensors(rows.to(torch.int64), cols.to(torch.int64))
+    c0, c1 = cols & _MASK32, rows & _MASK32
+    key = seed & _MASK32
+    for _ in range(PHILOX_ROUNDS):
+        hi, lo = _mulhilo(PHILOX_MULTIPLIER, c0)
+        c0, c1 = hi ^ c1 ^ key, lo
+        key = (key + PHILOX_WEYL) & _MASK32
+    return (c0 >> 8).to(torch.float32) * 2.0**-24
+
+
+def dropout_mask(seed: int, p: float | torch.Tensor, m: int, n: int, device=None) -> torch.Tensor:
+    """The keep-mask of dropout with probability p over an [m, n] domain (True = kept)."""
+    rows = torch.arange(m, device=device)[:, None]
+    cols = torch.arange(n, device=device)[None, :]
+    return uniform(seed, rows, cols) >= p
