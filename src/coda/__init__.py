@@ -30,12 +30,22 @@ def compile(source: str) -> Program:  # noqa: A001 - the contract's name
     """Parse and check DSL text now; kernels are built at the first launch."""
     if not isinstance(source, str):
         raise CodaError(f"coda.compile takes the program text, got {type(source).__name__}")
-    return Program(lower(parse(source), source))
+    try:
+        return Program(lower(parse(source), source))
+    except RecursionError:
+        raise DslError(_TOO_DEEP) from None
 
 
 def epilogue(fn: Callable) -> Program:
     """Decorator: trace a Python function into the same IR as the text DSL."""
-    return Program(trace(fn))
+    try:
+        return Program(trace(fn))
+    except RecursionError:
+        raise DslError(_TOO_DEEP) from None
+
+
+_TOO_DEEP = ("the program nests expressions too deeply for the compiler (hundreds of levels); "
+             "split long expressions into several statements")
 
 
 __all__ = ["CodaError", "DslError", "LaunchError", "Program", "col", "compile", "epilogue",

@@ -6,7 +6,7 @@ generator formats `triton`, and `coda.ops` reads `grad` to build backward progra
 the package keeps a list of operations.
 
 `triton` is a format string over the generated names of the arguments (`{0}`, `{1}`, ...); the
-generated kernel imports `coda.codegen.tl_math` as `M` for functions longer than an expression.
+generated kernel imports `coda.codegen.tl_math` as `cm` for functions longer than an expression.
 All arithmetic is float32 (float64 in the reference when asked); comparisons give 1.0 or 0.0.
 """
 
@@ -105,21 +105,21 @@ PRIMITIVES: dict[str, Primitive] = _rows(
     _e("rsqrt", 1, torch.rsqrt, "tl.rsqrt({0})"),
     _e("square", 1, torch.square, "({0} * {0})"),
     # activations and their derivatives (d act / d x, evaluated at the pre-activation x)
-    _e("tanh", 1, torch.tanh, "M.tanh({0})", grad="tanh_grad"),
+    _e("tanh", 1, torch.tanh, "cm.tanh({0})", grad="tanh_grad"),
     _e("sigmoid", 1, torch.sigmoid, "tl.sigmoid({0})", grad="sigmoid_grad"),
     _e("relu", 1, torch.relu, "tl.maximum({0}, 0.0)", grad="relu_grad"),
-    _e("gelu", 1, lambda x: F.gelu(x, approximate="tanh"), "M.gelu({0})", grad="gelu_grad",
+    _e("gelu", 1, lambda x: F.gelu(x, approximate="tanh"), "cm.gelu({0})", grad="gelu_grad",
        doc="GELU, tanh approximation"),
-    _e("gelu_erf", 1, F.gelu, "M.gelu_erf({0})", grad="gelu_erf_grad", doc="GELU, exact (erf)"),
-    _e("silu", 1, F.silu, "M.silu({0})", grad="silu_grad"),
-    _e("tanh_grad", 1, lambda x: 1 - torch.tanh(x) ** 2, "M.tanh_grad({0})"),
-    _e("sigmoid_grad", 1, _sigmoid_grad, "M.sigmoid_grad({0})"),
+    _e("gelu_erf", 1, F.gelu, "cm.gelu_erf({0})", grad="gelu_erf_grad", doc="GELU, exact (erf)"),
+    _e("silu", 1, F.silu, "cm.silu({0})", grad="silu_grad"),
+    _e("tanh_grad", 1, lambda x: 1 - torch.tanh(x) ** 2, "cm.tanh_grad({0})"),
+    _e("sigmoid_grad", 1, _sigmoid_grad, "cm.sigmoid_grad({0})"),
     _e("relu_grad", 1, lambda x: _as_float(x > 0, x), "({0} > 0).to(tl.float32)"),
-    _e("gelu_grad", 1, _gelu_grad, "M.gelu_grad({0})"),
-    _e("gelu_erf_grad", 1, _gelu_erf_grad, "M.gelu_erf_grad({0})"),
-    _e("silu_grad", 1, _silu_grad, "M.silu_grad({0})"),
+    _e("gelu_grad", 1, _gelu_grad, "cm.gelu_grad({0})"),
+    _e("gelu_erf_grad", 1, _gelu_erf_grad, "cm.gelu_erf_grad({0})"),
+    _e("silu_grad", 1, _silu_grad, "cm.silu_grad({0})"),
     # forms that need more than their arguments
-    Primitive("dropout", 2, "dropout", None, "M.dropout({0}, {1}, seed, {row}, {col})",
+    Primitive("dropout", 2, "dropout", None, "cm.dropout({0}, {1}, seed, {row}, {col})",
               doc="dropout(x, p): zero with probability p, scale the rest by 1/(1-p); "
                   "the mask is a counter-based hash of (seed, row, column)"),
     Primitive("rope", 3, "rope", None, "",

@@ -76,8 +76,9 @@ class _Lowering:
                 raise DslError(f"`output` is a tile; give the {value.func} output its own name, "
                                f"as in `s = {value.func}(...);`", target.loc)
             self.declare_output(target)
+            reduced = self.expr(value.args[0])
             self.reductions[target.name] = value.func
-            self.outputs.append(Output(target.name, self.expr(value.args[0]), value.func, stmt.loc))
+            self.outputs.append(Output(target.name, reduced, value.func, stmt.loc))
             return
         node = self.expr(value)
         if stmt.op == "+=":
@@ -93,6 +94,9 @@ class _Lowering:
         if target.name in self.env:
             raise DslError(f"{target.name!r} already names a value; an output needs a new name",
                            target.loc)
+        _check_name(target.name, target.loc, "an output")
+        if target.name in self.params:
+            raise DslError(f"cannot assign to operand {target.name!r}", target.loc)
 
     def bind(self, target: ast.Name, node: Node) -> None:
         name = target.name
@@ -126,6 +130,8 @@ class _Lowering:
             return Node("prior", (), None, e.loc)
         if name in PRIMITIVES:
             raise DslError(f"{name!r} is a function; call it as {name}(...)", e.loc)
+        if name in self.params and self.params[name].declared:
+            return Node("operand", (), name, e.loc)
         if name in self.assigned:
             raise DslError(f"{name!r} is read before it is assigned", e.loc)
         if name not in self.params:

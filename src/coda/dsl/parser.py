@@ -117,6 +117,9 @@ class _Parser:
             self.expect("{", "'{' to open the program body")
             body = self.statements(closing="}")
             end = self.expect("}", "'}' to close the program body").loc
+        elif self.accept("{"):
+            body = self.statements(closing="}")
+            end = self.expect("}", "'}' to close the program body").loc
         else:
             body = self.statements(closing=None)
             end = self.tok.loc

@@ -64,7 +64,9 @@ class Reduced:
                        f"return it in the result dict instead of computing with it")
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
-    __truediv__ = __rtruediv__ = __neg__ = __bool__ = _refuse
+    __truediv__ = __rtruediv__ = __neg__ = __pos__ = __bool__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _refuse
+    __hash__ = None
 
 
 def _node(x, where: str) -> Node:
@@ -77,11 +79,16 @@ def _node(x, where: str) -> Node:
     raise DslError(f"{where}: expected an epilogue value or a number, got {type(x).__name__}")
 
 
+def _check_arity(name: str, args: tuple) -> None:
+    arity = PRIMITIVES[name].arity
+    if len(args) != arity:
+        plural = "s" if arity != 1 else ""
+        raise DslError(f"{name} takes {arity} argument{plural}, got {len(args)}")
+
+
 def _apply(name: str, *args) -> Value:
     prim = PRIMITIVES[name]
-    if len(args) != prim.arity:
-        plural = "s" if prim.arity != 1 else ""
-        raise DslError(f"{name} takes {prim.arity} argument{plural}, got {len(args)}")
+    _check_arity(name, args)
     nodes = tuple(_node(a, name) for a in args)
     if prim.form == "rope" and any(n.op != "operand" for n in nodes[1:]):
         raise DslError("rope's cos and sin must be operands (kind `head`)")
@@ -91,11 +98,13 @@ def _apply(name: str, *args) -> Value:
 def _make_function(name: str) -> Callable:
     prim = PRIMITIVES[name]
     if prim.form == "reduction":
-        def fn(x):
-            return Reduced(name, _node(x, name))
+        def fn(*args):
+            _check_arity(name, args)
+            return Reduced(name, _node(args[0], name))
     elif prim.form == "unpack":
-        def fn(x):
-            pair = _node(x, name)
+        def fn(*args):
+            _check_arity(name, args)
+            pair = _node(args[0], name)
             return Value(Node("unpack", (pair,), 0)), Value(Node("unpack", (pair,), 1))
     else:
         def fn(*args):
@@ -128,7 +137,7 @@ def trace(fn: Callable) -> Epilogue:
             continue
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise DslError(f"{fn.__name__}: *args and **kwargs cannot be epilogue operands")
-        kind = None if p.annotation is p.empty else p.annotation
+        kind = None if p.annotation is p.empty else _annotation_kind(fn, p.annotation)
         if kind is not None and kind not in KINDS:
             raise DslError(f"{fn.__name__}: parameter {p.name!r} has kind {kind!r}; expected one "
                            f"of {', '.join(KINDS)}")
@@ -143,6 +152,19 @@ def trace(fn: Callable) -> Epilogue:
                for n in names[1:]}
     result = fn(Value(Node("input")), **symbols)
     return Epilogue(fn.__name__, params, _collect_outputs(fn.__name__, result))
+
+
+def _annotation_kind(fn: Callable, annotation):
+    """The kind an annotation names. Under `from __future__ import annotations` the annotation
+    `coda.col` arrives as the string "coda.col": evaluate it in the function's globals."""
+    if isinstance(annotation, str) and annotation not in KINDS:
+        try:
+            value = eval(annotation, getattr(fn, "__globals__", {}))
+        except Exception:
+            return annotation
+        if isinstance(value, str):
+            return value
+    return annotation
 
 
 def _collect_outputs(name: str, result) -> tuple[Output, ...]:

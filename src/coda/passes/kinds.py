@@ -54,6 +54,8 @@ def _fits(kind: str, value, m: int, n: int, width: str) -> bool:
     if kind == "scalar":
         return (isinstance(value, numbers.Real) and not isinstance(value, bool)) or (
             isinstance(value, torch.Tensor) and value.dim() == 0)
+    if not isinstance(value, torch.Tensor):
+        return False
     cols = n // 2 if width == HALF else n
     shape = tuple(value.shape)
     return {"tile": shape == (m, cols), "row": shape == (m,), "col": shape == (cols,),

@@ -85,9 +85,10 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     elif epi.accumulates:
         raise LaunchError("the program accumulates into `output` (it reads the prior output, as "
                           "`output += ...` does): pass the tensor to accumulate into as out=")
-    if epi.uses_dropout:
-        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
-            raise LaunchError(f"the program uses dropout: pass an integer seed= (got {seed!r})")
+    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
+        raise LaunchError(f"seed= must be an integer, got {seed!r}")
+    if epi.uses_dropout and seed is None:
+        raise LaunchError("the program uses dropout: pass an integer seed= (got None)")
     seed = int(seed or 0) & 0xFFFFFFFF
     return Launch(program, a, b, m, n, k, kinds, values, outputs, out, seed)
 

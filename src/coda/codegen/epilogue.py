@@ -1,0 +1,199 @@
+"""IR -> the source of one `@triton.jit def epilogue(...)`, called by every mainloop template.
+
+The epilogue receives the fp32 accumulator of one [BLOCK_M, BLOCK_N] output tile, the tile's
+row-block index `pid_m` and column-block index `tile_n` (in units of BLOCK_N), and the operand and
+output pointers. It is straight-line code: one SSA variable per IR node, loads where operands
+are read, then one masked store per tile output and one partial per reduction output.
+
+Reductions are deterministic: each tile writes its partial (row partials into a
+[column tiles, M] buffer, column partials into a [row tiles, N] buffer) and the host finishes
+them with a fixed-order reduction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..ir import Node
+from ..passes.widths import HALF
+from ..primitives import PRIMITIVES
+
+if TYPE_CHECKING:
+    from ..runtime.program import Program
+
+#: Per column domain: the column-index variable, its mask, the tile width and the domain size.
+_DOMAIN = {
+    "full": ("cols", "mask_n", "BLOCK_N", "N"),
+    HALF: ("hcols", "mask_h", "(BLOCK_N // 2)", "(N // 2)"),
+}
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What the generated source depends on besides the program: each operand's kind, and
+    whether a scalar operand arrives as a number or as a 0-d tensor (loaded through a pointer)."""
+
+    kinds: tuple[tuple[str, str], ...]
+    scalar_tensors: frozenset[str]
+
+
+def kernel_params(program: Program, sig: Signature) -> list[str]:
+    """The epilogue's operand and output parameters, in the order the launcher passes them."""
+    params = []
+    for name, kind in sig.kinds:
+        base = f"op_{name}"
+        if kind == "scalar":
+            params.append(f"{base}_ptr" if name in sig.scalar_tensors else base)
+        else:
+            params += {"tile": [f"{base}_ptr", f"{base}_s0", f"{base}_s1"],
+                       "row": [f"{base}_ptr", f"{base}_s0"],
+                       "col": [f"{base}_ptr", f"{base}_s0"],
+                       "head": [f"{base}_ptr", f"{base}_s0", f"{base}_s1", f"{base}_h"]}[kind]
+    for out in program.ir.outputs:
+        if out.reduction is None:
+            params += [f"out_{out.name}_ptr", f"out_{out.name}_s0", f"out_{out.name}_s1"]
+        elif out.reduction == "row_logsumexp":
+            params += [f"red_{out.name}_max", f"red_{out.name}_sum"]
+        else:
+            params.append(f"red_{out.name}_ptr")
+    return params
+
+
+def generate_epilogue(program: Program, sig: Signature) -> str:
+    """The source of `epilogue(acc, pid_m, tile_n, M, N, seed, ..., BLOCK_M, BLOCK_N)`."""
+    return _Emitter(program, dict(sig.kinds), sig).run()
+
+
+class _Emitter:
+    def __init__(self, program: Program, kinds: dict[str, str], sig: Signature):
+        self.program = program
+        self.kinds = kinds
+        self.sig = sig
+        self.domains = program.widths.nodes
+        self.lines: list[str] = []
+        self.names: dict[Node, str] = {}
+        self.unpacked: dict[Node, tuple[str, str]] = {}
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " + line)
+
+    def tile_shape(self, width: str) -> str:
+        return f"(BLOCK_M, {_DOMAIN[width][2]})"
+
+    def mask2d(self, width: str) -> str:
+        return f"mask_m[:, None] & {_DOMAIN[width][1]}[None, :]"
+
+    def broadcast(self, node: Node) -> str:
+        return f"tl.broadcast_to({self.names[node]}, {self.tile_shape(self.domains[node])})"
+
+    def run(self) -> str:
+        params = ", ".join(["acc", "pid_m", "tile_n", "M", "N", "seed",
+                            *kernel_params(self.program, self.sig), "BLOCK_M: tl.constexpr",
+                            "BLOCK_N: tl.constexpr"])
+        self.emit("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
+        self.emit("cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)")
+        self.emit("mask_m = rows < M")
+        self.emit("mask_n = cols < N")
+        if any(w == HALF for w in self.domains.values()):
+            self.emit("hcols = tile_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)")
+            self.emit("mask_h = hcols < N // 2")
+        for index, node in enumerate(self.program.ir.nodes()):
+            if node.op == "operand" and self.kinds[node.arg] == "head":
+                self.names[node] = f"op_{node.arg}"  # read by rope, which knows its pair indices
+                continue
+            self.names[node] = f"v{index}"
+            self.emit(f"v{index} = {self.value(node)}")
+        for out in self.program.ir.outputs:
+            self.store(out)
+        body = "\n".join(self.lines)
+        return f"@triton.jit\ndef epilogue({params}):\n{body}\n"
+
+    # values -----------------------------------------------------------------------------------
+    def value(self, node: Node) -> str:
+        op, args = node.op, [self.names[a] for a in node.args]
+        width = self.domains[node]
+        cols, mask_c, _, _ = _DOMAIN[width]
+        if op == "input":
+            return "acc"
+        if op == "const":
+            return f"tl.full((1, 1), {float(node.arg)!r}, tl.float32)"
+        if op == "operand":
+            return self.load_operand(node.arg, width)
+        if op == "prior":
+            ptr = f"out_output_ptr + rows[:, None] * out_output_s0 + {cols}[None, :] * out_output_s1"
+            return f"tl.load({ptr}, mask={self.mask2d(width)}, other=0.0).to(tl.float32)"
+        if op == "unpack":
+            return self.unpack(node)
+        if op == "dropout":
+            return PRIMITIVES["dropout"].triton.format(
+                self.broadcast(node.args[0]), args[1], row="rows[:, None]", col=f"{cols}[None, :]")
+        if op == "rope":
+            return self.rope(node)
+        return PRIMITIVES[op].triton.format(*args)
+
+    def load_operand(self, name: str, width: str) -> str:
+        kind, base = self.kinds[name], f"op_{name}"
+        cols, mask_c, _, _ = _DOMAIN[width]
+        if kind == "scalar":
+            value = f"tl.load({base}_ptr)" if name in self.sig.scalar_tensors else base
+            return f"tl.zeros((1, 1), tl.float32) + {value}"
+        if kind == "row":
+            return f"tl.load({base}_ptr + rows * {base}_s0, mask=mask_m, other=0.0).to(tl.float32)[:, None]"
+        if kind == "col":
+            return f"tl.load({base}_ptr + {cols} * {base}_s0, mask={mask_c}, other=0.0).to(tl.float32)[None, :]"
+        ptr = f"{base}_ptr + rows[:, None] * {base}_s0 + {cols}[None, :] * {base}_s1"
+        return f"tl.load({ptr}, mask={self.mask2d(width)}, other=0.0).to(tl.float32)"
+
+    def unpack(self, node: Node) -> str:
+        source = node.args[0]
+        if source not in self.unpacked:
+            pair = (f"{self.names[source]}_first", f"{self.names[source]}_second")
+            self.emit(f"{pair[0]}, {pair[1]} = tl.split(tl.reshape({self.broadcast(source)}, "
+                      f"(BLOCK_M, BLOCK_N // 2, 2)))")
+            self.unpacked[source] = pair
+        return self.unpacked[source][node.arg]
+
+    def rope(self, node: Node) -> str:
+        x, cos, sin = node.args
+        v = self.names[node]
+        _, _, block, _ = _DOMAIN[self.domains[node]]
+        self.emit(f"{v}_x0, {v}_x1 = tl.split(tl.reshape({self.broadcast(x)}, (BLOCK_M, {block} // 2, 2)))")
+        self.emit(f"{v}_pair = tile_n * ({block} // 2) + tl.arange(0, {block} // 2)")
+        for table, short in ((cos, "cos"), (sin, "sin")):
+            base = f"op_{table.arg}"
+            ptr = f"{base}_ptr + rows[:, None] * {base}_s0 + ({v}_pair % {base}_h)[None, :] * {base}_s1"
+            self.emit(f"{v}_{short} = tl.load({ptr}, mask=mask_m[:, None], other=0.0).to(tl.float32)")
+        rotated = (f"tl.join({v}_x0 * {v}_cos - {v}_x1 * {v}_sin, "
+                   f"{v}_x1 * {v}_cos + {v}_x0 * {v}_sin)")
+        return f"tl.reshape({rotated}, (BLOCK_M, {block}))"
+
+    # outputs ----------------------------------------------------------------------------------
+    def store(self, out) -> None:
+        width = self.program.widths.outputs[out.name]
+        cols, mask_c, _, size = _DOMAIN[width]
+        value = f"tl.broadcast_to({self.names[out.value]}, {self.tile_shape(width)})"
+        if out.reduction is None:
+            base = f"out_{out.name}"
+            ptr = f"{base}_ptr + rows[:, None] * {base}_s0 + {cols}[None, :] * {base}_s1"
+            self.emit(f"tl.store({ptr}, {value}.to({base}_ptr.dtype.element_ty), "
+                      f"mask={self.mask2d(width)})")
+            return
+        is_max = out.reduction in ("row_max", "col_max", "row_logsumexp")
+        fill = "float('-inf')" if is_max else "0.0"
+        part = f"{out.name}_tile"
+        self.emit(f"{part} = tl.where({self.mask2d(width)}, {value}, {fill})")
+        if out.axis == "col":
+            combine = "tl.max" if is_max else "tl.sum"
+            self.emit(f"tl.store(red_{out.name}_ptr + pid_m * {size} + {cols}, "
+                      f"{combine}({part}, axis=0), mask={mask_c})")
+        elif out.reduction == "row_logsumexp":
+            self.emit(f"{part}_max = tl.max({part}, axis=1)")
+            self.emit(f"{part}_shift = tl.where(mask_m, {part}_max, 0.0)")  # rows past M: all -inf
+            self.emit(f"tl.store(red_{out.name}_max + tile_n * M + rows, {part}_max, mask=mask_m)")
+            self.emit(f"tl.store(red_{out.name}_sum + tile_n * M + rows, "
+                      f"tl.sum(tl.exp({part} - {part}_shift[:, None]), axis=1), mask=mask_m)")
+        else:
+            combine = "tl.max" if is_max else "tl.sum"
+            self.emit(f"tl.store(red_{out.name}_ptr + tile_n * M + rows, "
+                      f"{combine}({part}, axis=1), mask=mask_m)")

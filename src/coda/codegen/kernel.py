@@ -1,0 +1,246 @@
+"""The Triton backend of one Program: generate, cache, configure and launch its kernels.
+
+Source is generated once per (operand signature, mainloop) and imported from a file in the cache
+directory (Triton reads kernel source from files); Triton caches the compiled binaries per dtype
+and configuration in memory and on disk. Launching a cached kernel is: bind (checks), look up
+kernel and configuration in dicts, allocate outputs, one kernel launch, one small finishing
+reduction per reduction output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import LaunchError
+from ..ir import format_epilogue
+from ..runtime.binding import Launch
+from ..runtime.program import Program, interpreter_enabled
+from . import tuning
+from .epilogue import Signature, generate_epilogue, kernel_params
+from .mainloops import HEADER, MAINLOOPS
+from .tuning import Config
+
+_TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_allocator_ready = False
+
+
+@dataclass(frozen=True)
+class Kernel:
+    variant: str
+    source: str
+    fn: Callable
+
+
+class TritonProgram:
+    """Kernels of one Program, keyed by operand signature and mainloop variant."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.fingerprint = hashlib.sha256(format_epilogue(program.ir).encode()).hexdigest()[:16]
+        self._kernels: dict[tuple[Signature, str], Kernel] = {}
+        self._configs: dict[tuple, Config] = {}
+        self._lock = threading.Lock()
+
+    # public -----------------------------------------------------------------------------------
+    def launch(self, launch: Launch, config: Config | None = None) -> dict[str, torch.Tensor]:
+        """Run the bound launch; `config` overrides tuning (tests, benchmarks)."""
+        _check_dtypes(launch)
+        kernel = self.kernel(launch)
+        config = config or self.config(launch, kernel)
+        return self._run(kernel, launch, config, launch.allocate_outputs())
+
+    def kernel(self, launch: Launch) -> Kernel:
+        sig = _signature(launch)
+        variant = _variant(launch)
+        key = (sig, variant)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            with self._lock:
+                kernel = self._kernels.get(key) or self._build(sig, variant)
+                self._kernels[key] = kernel
+        return kernel
+
+    def config(self, launch: Launch, kernel: Kernel) -> Config:
+        """The configuration for this launch's shape: tuned, cached, or the heuristic."""
+        m, n, k, a = launch.m, launch.n, launch.k, launch.a
+        if interpreter_enabled() and not a.is_cuda:
+            return tuning.INTERPRETER_CONFIG
+        bucket = (kernel.variant, str(a.dtype), 1 << max(m - 1, 0).bit_length(), n, k,
+                  _layout(launch))
+        config = self._configs.get(bucket)
+        if config is None:
+            if os.environ.get("CODA_AUTOTUNE", "1") == "0":
+                config = tuning.heuristic(kernel.variant, m, n, k)
+            else:
+                key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
+                                         *bucket)))
+                config = tuning.autotune(key, kernel.variant, lambda c: self._tuning_run(
+                    kernel, launch, c), f"{self.program.name} {m}x{n}x{k}")
+            self._configs[bucket] = config
+        return config
+
+    def explain(self, launch: Launch) -> str:
+        kernel = self.kernel(launch)
+        config = self.config(launch, kernel)
+        return (f"# Triton kernel ({kernel.variant} mainloop), config {config}\n"
+                f"{kernel.source}")
+
+    # building ---------------------------------------------------------------------------------
+    def _build(self, sig: Signature, variant: str) -> Kernel:
+        params = kernel_params(self.program, sig)
+        joined = "".join(f", {p}" for p in params)
+        source = (HEADER.format(NAME=self.program.name, VARIANT=variant)
+                  + generate_epilogue(self.program, sig)
+                  + MAINLOOPS[variant].replace("{EPILOGUE_PARAMS}", joined)
+                                      .replace("{EPILOGUE_ARGS}", joined))
+        digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+        path = tuning.cache_dir() / "kernels" / f"{self.program.name}_{digest}.py"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(f"coda_generated_{digest}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return Kernel(variant, source, module.coda_gemm)
+
+    # launching --------------------------------------------------------------------------------
+    def _run(self, kernel: Kernel, launch: Launch, config: Config,
+             outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        a, b, m, n, k = launch.a, launch.b, launch.m, launch.n, launch.k
+        epilogue_n = config.epilogue_block_n if kernel.variant == "hopper" else config.block_n
+        row_tiles, col_tiles = math.ceil(m / config.block_m), math.ceil(n / epilogue_n)
+        args: list = [a, b, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                      launch.seed]
+        for name, kind in launch.kinds.items():
+            args += _operand_args(launch.values[name], kind)
+        partials: dict[str, tuple[torch.Tensor, ...]] = {}
+        for spec in launch.outputs:
+            tensor = outputs[spec.name]
+            if spec.reduction is None:
+                args += [tensor, tensor.stride(0), tensor.stride(1)]
+                continue
+            rows = col_tiles if spec.reduction.startswith("row") else row_tiles
+            count = 2 if spec.reduction == "row_logsumexp" else 1
+            bufs = tuple(torch.empty((rows, spec.shape[0]), dtype=torch.float32, device=a.device)
+                         for _ in range(count))
+            partials[spec.name] = bufs
+            args += bufs
+        tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
+        if kernel.variant == "hopper":
+            _ensure_allocator()
+            grid = (min(tiles, _num_sms(a.device)),)
+            meta = config.meta("hopper") | dict(
+                NUM_SMS=grid[0], A_K_CONTIGUOUS=a.stride(1) == 1, B_N_CONTIGUOUS=b.stride(1) == 1)
+        else:
+            grid, meta = (tiles,), config.meta("portable")
+        kernel.fn[grid](*args, **meta)
+        for name, bufs in partials.items():
+            _finish(launch.program.ir, name, bufs, outputs[name])
+        return outputs
+
+    def _tuning_run(self, kernel: Kernel, launch: Launch, config: Config) -> None:
+        """One launch into scratch outputs, so tuning never changes the user's tensors."""
+        scratch = {s.name: torch.empty(s.shape, dtype=s.dtype, device=launch.a.device)
+                   for s in launch.outputs}
+        if launch.out is not None:
+            scratch["output"].copy_(launch.out)
+        self._run(kernel, launch, config, scratch)
+
+
+def _finish(ir, name: str, bufs: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+    """Combine per-tile partials in a fixed order (deterministic, no atomics)."""
+    reduction = next(o.reduction for o in ir.outputs if o.name == name)
+    if reduction.endswith("_sum"):
+        torch.sum(bufs[0], 0, out=out)
+    elif reduction.endswith("_max"):
+        torch.amax(bufs[0], 0, out=out)
+    else:
+        maxima, sums = bufs
+        top = maxima.amax(0)
+        out.copy_(top + torch.log((sums * torch.exp(maxima - top)).sum(0)))
+
+
+def _operand_args(value, kind: str) -> list:
+    if kind == "scalar":
+        return [value if isinstance(value, torch.Tensor) else float(value)]
+    if kind in ("row", "col"):
+        return [value, value.stride(0)]
+    if kind == "tile":
+        return [value, value.stride(0), value.stride(1)]
+    return [value, value.stride(0), value.stride(1), value.shape[1]]  # head table
+
+
+def _signature(launch: Launch) -> Signature:
+    tensors = frozenset(name for name, kind in launch.kinds.items()
+                        if kind == "scalar" and isinstance(launch.values[name], torch.Tensor))
+    return Signature(tuple(launch.kinds.items()), tensors)
+
+
+def _check_dtypes(launch: Launch) -> None:
+    for name, x in (("A", launch.a), ("B", launch.b)):
+        if x.dtype not in _TRITON_DTYPES:
+            raise LaunchError(f"{name} has dtype {x.dtype}: the Triton backend takes float16, "
+                              f"bfloat16 or float32 (tf32 tensor cores); use backend='reference' "
+                              f"for float64")
+    if launch.a.dtype != launch.b.dtype:
+        raise LaunchError(f"A is {launch.a.dtype} but B is {launch.b.dtype}: the Triton backend "
+                          f"needs one input dtype")
+    if any(s.dtype == torch.float64 for s in launch.outputs):
+        raise LaunchError("out_dtype float64 is not supported by the Triton backend")
+
+
+def _layout(launch: Launch) -> str:
+    return f"a{int(launch.a.stride(1) == 1)}b{int(launch.b.stride(1) == 1)}"
+
+
+def _variant(launch: Launch) -> str:
+    """`hopper` where TMA descriptors can describe A and B, else `portable`."""
+    a, b = launch.a, launch.b
+    if not a.is_cuda or torch.cuda.get_device_capability(a.device)[0] != 9:
+        return "portable"
+    if a.dtype not in (torch.float16, torch.bfloat16):
+        return "portable"
+    return "hopper" if _tma_ok(a) and _tma_ok(b) else "portable"
+
+
+def _tma_ok(x: torch.Tensor) -> bool:
+    """A 2-D tensor TMA can read: one unit stride, the other a multiple of 16 bytes."""
+    size = x.element_size()
+    if x.data_ptr() % 16:
+        return False
+    if x.stride(1) == 1:
+        return (x.stride(0) * size) % 16 == 0
+    return x.stride(0) == 1 and (x.stride(1) * size) % 16 == 0
+
+
+_sm_counts: dict[int, int] = {}
+
+
+def _num_sms(device: torch.device) -> int:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _sm_counts:
+        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _sm_counts[index]
+
+
+def _ensure_allocator() -> None:
+    """Device-side tensor descriptors need scratch memory from a Triton allocator."""
+    global _allocator_ready
+    if not _allocator_ready:
+        import triton
+
+        def alloc(size: int, alignment: int, stream):
+            return torch.empty(size, device="cuda", dtype=torch.int8)
+
+        triton.set_allocator(alloc)
+        _allocator_ready = True

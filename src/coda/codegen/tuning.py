@@ -1,0 +1,154 @@
+"""Launch configurations: the candidates, a heuristic default, autotuning and its on-disk cache.
+
+The chosen configuration of each (program, mainloop, dtype, shape bucket, GPU) is stored in
+`$CODA_CACHE_DIR/tuning.json` (default `~/.cache/coda`), so a second process does not tune again.
+`CODA_AUTOTUNE=0` skips tuning and uses the heuristic. The store is guarded by a lock, written
+atomically, and a corrupt file is treated as empty.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Config:
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+    num_stages: int = 3
+    group_m: int = 8
+    split_epilogue: bool = False   # hopper: run the epilogue on two [BLOCK_M, BLOCK_N/2] halves
+    flatten: bool = True           # hopper: flatten the tile loop with the K loop
+
+    def meta(self, variant: str) -> dict:
+        """The kernel's compile-time arguments for this configuration."""
+        meta = dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, BLOCK_K=self.block_k,
+                    GROUP_M=self.group_m, num_warps=self.num_warps, num_stages=self.num_stages)
+        if variant == "hopper":
+            meta.update(SPLIT_EPILOGUE=self.split_epilogue, FLATTEN=self.flatten)
+        return meta
+
+    @property
+    def epilogue_block_n(self) -> int:
+        return self.block_n // 2 if self.split_epilogue else self.block_n
+
+
+CANDIDATES = {
+    "hopper": [
+        Config(128, 256, 64, 8, 3, split_epilogue=True),
+        Config(128, 256, 64, 8, 4, split_epilogue=True),
+        Config(128, 256, 64, 8, 3),
+        Config(128, 128, 64, 8, 4),
+        Config(128, 128, 64, 4, 4),
+        Config(128, 128, 64, 8, 4, split_epilogue=True),
+        Config(128, 128, 64, 4, 3, flatten=False),
+        Config(128, 256, 64, 8, 3, split_epilogue=True, flatten=False),
+    ],
+    "portable": [
+        Config(128, 128, 32, 4, 4),
+        Config(128, 256, 64, 8, 3),
+        Config(128, 128, 64, 8, 3),
+        Config(64, 128, 32, 4, 4),
+        Config(128, 64, 32, 4, 4),
+        Config(64, 64, 32, 4, 4),
+    ],
+}
+
+#: Under the Triton interpreter every program is numpy work: small tiles keep it quick.
+INTERPRETER_CONFIG = Config(32, 32, 32, group_m=4)
+
+
+def heuristic(variant: str, m: int, n: int, k: int) -> Config:
+    """A sound default without timing: big tiles when there are enough of them for the GPU."""
+    if variant == "hopper":
+        many_tiles = (m // 128) * (n // 256) >= 132
+        return CANDIDATES["hopper"][0] if many_tiles else CANDIDATES["hopper"][3]
+    return CANDIDATES["portable"][0] if m * n >= 2048 * 2048 else CANDIDATES["portable"][3]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("CODA_CACHE_DIR") or Path.home() / ".cache" / "coda")
+
+
+class TuningStore:
+    """The on-disk map from a tuning key to the configuration that won."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = path or cache_dir() / "tuning.json"
+        self._lock = threading.Lock()
+        self._entries: dict[str, dict] | None = None
+
+    def _load(self) -> dict[str, dict]:
+        if self._entries is None:
+            try:
+                entries = json.loads(self.path.read_text())
+                self._entries = entries if isinstance(entries, dict) else {}
+            except (OSError, ValueError):
+                self._entries = {}
+        return self._entries
+
+    def get(self, key: str) -> Config | None:
+        with self._lock:
+            entry = self._load().get(key)
+        try:
+            return Config(**entry) if isinstance(entry, dict) else None
+        except TypeError:
+            return None
+
+    def put(self, key: str, config: Config) -> None:
+        with self._lock:
+            entries = self._load()
+            entries[key] = asdict(config)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+                tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
+                os.replace(tmp, self.path)
+            except OSError:
+                pass  # a read-only cache only costs a re-tune in the next process
+
+
+STORE = TuningStore()
+
+
+def autotune(key: str, variant: str, run: Callable[[Config], None], describe: str) -> Config:
+    """Time every candidate with `run(config)` (median of CUDA-event timings), keep the fastest.
+
+    Candidates that fail to compile (e.g. too much shared memory) are skipped. Progress goes to
+    stderr once tuning has taken more than a second.
+    """
+    import triton.testing
+
+    cached = STORE.get(key)
+    if cached is not None:
+        return cached
+    start, best, best_ms = time.perf_counter(), None, float("inf")
+    candidates = CANDIDATES[variant]
+    for index, config in enumerate(candidates):
+        try:
+            ms = triton.testing.do_bench(lambda c=config: run(c), warmup=5, rep=20,
+                                         return_mode="median")
+        except Exception as err:  # noqa: BLE001 - a config that cannot build is just skipped
+            ms, note = float("inf"), f"skipped ({type(err).__name__})"
+        else:
+            note = f"{ms * 1e3:.1f} us"
+        if ms < best_ms:
+            best, best_ms = config, ms
+        elapsed = time.perf_counter() - start
+        if elapsed > 1.0:
+            print(f"coda: tuning {describe}: config {index + 1}/{len(candidates)} "
+                  f"{config.block_m}x{config.block_n}x{config.block_k} w{config.num_warps} "
+                  f"s{config.num_stages}: {note} ({elapsed:.1f} s so far)", file=sys.stderr)
+    if best is None:
+        raise RuntimeError(f"no kernel configuration could be built for {describe}")
+    STORE.put(key, best)
+    return best
