@@ -23,10 +23,11 @@ def run_reference(launch: Launch) -> dict[str, torch.Tensor]:
     return outputs
 
 
-def evaluate(launch: Launch) -> dict[str, torch.Tensor]:
-    """Every output of the program in the compute dtype, full size."""
+def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """Every output of the program, full size, computed in `compute_dtype` (default float32, or
+    float64 when A is float64; tests pass A's own dtype to mimic eager PyTorch at that dtype)."""
     program, m, n = launch.program, launch.m, launch.n
-    ct = torch.float64 if launch.a.dtype == torch.float64 else torch.float32
+    ct = compute_dtype or (torch.float64 if launch.a.dtype == torch.float64 else torch.float32)
     cols = {w: n // 2 if w == HALF else n for w in ("full", HALF)}
     domains = program.widths.nodes
     env: dict[Node, torch.Tensor] = {}

@@ -1,0 +1,122 @@
+"""GEMM + epilogue benchmark: CODA against cuBLAS, cuBLASLt, eager PyTorch and torch.compile.
+
+    python benchmarks/gemm.py [--shapes 16384x3072x768,...] [--cases plain,bias_gelu,...]
+                              [--no-compile] [--json benchmarks/results/gemm.json]
+
+Runs every competitor side by side in one process on one GPU, bf16 operands, B given as an
+nn.Linear weight (W [N, K], B = W.T). Times are medians of `triton.testing.do_bench`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.testing
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import coda  # noqa: E402
+
+SHAPES = [(16384, 3072, 768), (16384, 768, 3072), (8192, 11008, 4096), (8192, 4096, 11008),
+          (16384, 8192, 2048), (4096, 4096, 4096), (8192, 8192, 8192)]
+P = 0.1
+
+CASES = {
+    "plain": dict(
+        coda="output = input;",
+        eager=lambda a, w, o: a @ w.T,
+        lt=None),
+    "bias_gelu": dict(
+        coda="EPILOGUE(bias: col) { output = gelu(input + bias); }",
+        eager=lambda a, w, o: F.gelu(a @ w.T + o["bias"], approximate="tanh"),
+        lt=lambda a, w, o: torch._addmm_activation(o["bias"], a, w.T, use_gelu=True)),
+    "bias_gelu_dropout_residual": dict(
+        coda="EPILOGUE(bias: col, residual: tile, p: scalar) "
+             "{ output = dropout(gelu(input + bias), p) + residual; }",
+        eager=lambda a, w, o: F.dropout(F.gelu(a @ w.T + o["bias"], approximate="tanh"), P)
+        + o["residual"],
+        lt=None),
+    "residual_rowsumsq": dict(
+        coda="EPILOGUE(residual: tile) { output = input + residual; ss = row_sum(output * output); }",
+        eager=lambda a, w, o: _residual_rms(a @ w.T + o["residual"]),
+        lt=None),
+    "rowscale_swiglu": dict(
+        coda="EPILOGUE(rstd: row) { gate, up = unpack(input * rstd); output = silu(gate) * up; }",
+        eager=lambda a, w, o: _swiglu((a @ w.T) * o["rstd"][:, None]),
+        lt=None),
+}
+
+
+def _residual_rms(y):
+    return y, y.float().square().sum(1)
+
+
+def _swiglu(h):
+    return F.silu(h[:, 0::2]) * h[:, 1::2]
+
+
+def operands(m: int, n: int) -> dict:
+    dev, dt = "cuda", torch.bfloat16
+    return {"bias": torch.randn(n, device=dev, dtype=dt), "residual": torch.randn(m, n, device=dev, dtype=dt),
+            "rstd": torch.rand(m, device=dev, dtype=dt) + 0.5, "p": P}
+
+
+def bench(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--json", default="benchmarks/results/gemm.json")
+    args = parser.parse_args()
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    cases = args.cases.split(",")
+    programs = {c: coda.compile(CASES[c]["coda"]) for c in cases}
+    rows = []
+    for m, n, k in shapes:
+        torch.manual_seed(0)
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+        ops = operands(m, n)
+        cublas = bench(lambda a=a, w=w: a @ w.T)
+        flops = 2 * m * n * k
+        for case in cases:
+            spec, prog = CASES[case], programs[case]
+            used = {k_: v for k_, v in ops.items() if k_ in prog.ir.params}
+            timings = {"coda": bench(lambda: prog(a, w.T, seed=1, **used)),
+                       "eager": bench(lambda: spec["eager"](a, w, ops))}
+            if spec["lt"] is not None:
+                timings["cublaslt"] = bench(lambda: spec["lt"](a, w, ops))
+            if not args.no_compile:
+                compiled = torch.compile(spec["eager"], dynamic=False)
+                compiled(a, w, ops)
+                timings["torch_compile"] = bench(lambda: compiled(a, w, ops))
+            for impl, ms in timings.items():
+                rows.append(dict(shape=[m, n, k], case=case, impl=impl, ms=ms,
+                                 tflops=flops / ms / 1e9, over_cublas=ms / cublas))
+            line = "  ".join(f"{impl} {ms * 1e3:7.1f}us ({ms / cublas:4.2f}x)"
+                             for impl, ms in timings.items())
+            print(f"{m}x{n}x{k} {case:28s} cublas {cublas * 1e3:7.1f}us  {line}", flush=True)
+        rows.append(dict(shape=[m, n, k], case="plain", impl="cublas", ms=cublas,
+                         tflops=flops / cublas / 1e9, over_cublas=1.0))
+    result = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                  triton=triton.__version__, python=platform.python_version(),
+                  date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  command="python " + " ".join(sys.argv), results=rows)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""GPU checks of the Triton backend (run on the device: `python -m pytest tests/gpu`).
+
+bf16 and fp16 at real shapes: CODA's error against a float64 reference must be at most twice
+the error of the same computation in eager PyTorch at that dtype; two runs must be bit-identical.
+"""
+
+import pytest
+import torch
+
+import coda
+from coda.runtime.reference import evaluate
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+PROGRAMS = {
+    "identity": ("output = input;", {}),
+    "bias_gelu": ("EPILOGUE(bias: col) { output = gelu(input + bias); }", {"bias": "col"}),
+    "bias_gelu_dropout_residual": (
+        "EPILOGUE(bias: col, residual: tile, p: scalar) { h = input + bias; save preact = h;"
+        " output = dropout(gelu(h), p) + residual; }", {"bias": "col", "residual": "tile", "p": 0.1}),
+    "residual_rms": ("EPILOGUE(residual: tile) { output = input + residual;"
+                     " ss = row_sum(output * output); }", {"residual": "tile"}),
+    "swiglu": ("EPILOGUE(rstd: row) { gate, up = unpack(input * rstd); output = silu(gate) * up; }",
+               {"rstd": "row"}),
+    "dgelu_bias_grad": ("EPILOGUE(preact: tile) { output = input * gelu_grad(preact);"
+                        " db = col_sum(output); }", {"preact": "tile"}),
+    "rope": ("EPILOGUE(cos: head, sin: head) { output = rope(input, cos, sin); }",
+             {"cos": "head", "sin": "head"}),
+    "lse_max": ("rm = row_max(input); cm = col_max(input); lse = row_logsumexp(input);"
+                " output = input * 0.5;", {}),
+}
+SHAPES = [(4096, 3072, 768), (1000, 1030, 520), (2048, 4096, 2048)]
+
+
+def make_operands(spec: dict, m: int, n: int, dtype, half: bool) -> dict:
+    cols = n // 2 if half else n
+    make = {"col": lambda: torch.randn(n, device="cuda", dtype=dtype),
+            "row": lambda: torch.rand(m, device="cuda", dtype=dtype) + 0.5,
+            "tile": lambda: torch.randn(m, cols if half else n, device="cuda", dtype=dtype),
+            "head": lambda: torch.randn(m, 32, device="cuda", dtype=dtype)}
+    return {k: (make[v]() if isinstance(v, str) else v) for k, v in spec.items()}
+
+
+def rel(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((x.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("transposed", [False, True])
+def test_error_within_twice_eager(name, dtype, shape, transposed):
+    torch.manual_seed(hash((name, shape)) % 2**31)
+    m, n, k = shape
+    src, spec = PROGRAMS[name]
+    prog = coda.compile(src)
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    w = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5   # an nn.Linear weight: B = W.T
+    b = w.T if not transposed else w.T.contiguous()
+    if transposed:
+        a = a.T.contiguous().T
+    ops = make_operands(spec, m, n, dtype, half=name == "swiglu")
+    out = prog(a, b, seed=7, **ops)
+    again = prog(a, b, seed=7, **ops)
+    launch = prog.bind(a.double(), b.double(), seed=7,
+                       **{k: v.double() if torch.is_tensor(v) else v for k, v in ops.items()})
+    exact = evaluate(launch)
+    eager = evaluate(prog.bind(a, b, seed=7, **ops), compute_dtype=dtype)
+    for key, value in out.items():
+        assert torch.equal(value, again[key]), f"{key}: two runs differ"
+        assert torch.isfinite(value.float()).all(), key
+        err, err_eager = rel(value, exact[key]), rel(eager[key], exact[key])
+        assert err <= 2 * err_eager + 1e-6, f"{key}: error {err:.3e} vs eager {err_eager:.3e}"
+
+
+def test_hopper_mainloop_is_used_for_linear_layouts():
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Hopper only")
+    prog = coda.compile("output = input;")
+    a = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(384, 256, device="cuda", dtype=torch.bfloat16)
+    launch = prog.bind(a, w.T)
+    assert prog.triton.kernel(launch).variant == "hopper"
+
+
+def test_cuda_graph_capture_and_replay():
+    prog = coda.compile("EPILOGUE(bias: col) { output = gelu(input + bias); s = row_sum(output); }")
+    a = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(384, 256, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(384, device="cuda", dtype=torch.bfloat16)
+    expected = prog(a, w.T, bias=bias)  # compiles and tunes outside the capture
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        prog(a, w.T, bias=bias)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        captured = prog(a, w.T, bias=bias)
+    a.copy_(torch.randn_like(a))
+    graph.replay()
+    fresh = prog(a, w.T, bias=bias)
+    for key in expected:
+        assert torch.equal(captured[key], fresh[key]), key
