@@ -34,6 +34,10 @@ def compile(source: str) -> Program:  # noqa: A001 - the contract's name
         return Program(lower(parse(source), source))
     except RecursionError:
         raise DslError(_TOO_DEEP) from None
+    except DslError as err:  # from the passes: show the offending line too
+        if err.source is not None:
+            raise
+        raise err.with_source(source) from None
 
 
 def epilogue(fn: Callable) -> Program:

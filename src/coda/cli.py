@@ -310,15 +310,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
     options = {"out": out} if out is not None else {}
     if prog.ir.uses_dropout:
         options["seed"] = 0
+    launch = prog.bind(a, b, **options, **operands)  # a launch that does not fit: exit 2
     try:
         print(prog.explain(a, b, **options, **operands))
-    except (ImportError, NotImplementedError) as err:
-        launch = prog.bind(a, b, **options, **operands)
+    except CodaError:
+        raise
+    except Exception as err:  # no Triton backend here, or it cannot build this kernel
         print(prog.explain())
         print("\n# operand kinds")
         print("\n".join(f"  {name}: {kind}" for name, kind in launch.kinds.items()))
+        first_line = (str(err).strip().splitlines() or [""])[0]
         note(f"the generated kernel is not shown: the Triton backend is not available "
-             f"({type(err).__name__}: {err})")
+             f"({type(err).__name__}: {first_line})")
     return 0
 
 
@@ -402,7 +405,9 @@ def describe_backends(backends: Sequence[str]) -> None:
 
 
 def prepare_interpreter() -> None:
-    """On a machine without CUDA, run Triton kernels in the interpreter unless the user chose.
+    """On a machine without CUDA, run Triton kernels in the interpreter unless the user chose
+    (TRITON_INTERPRET already set, to 0 or 1). Used by `demo`, `explain --shape` and
+    `check --backend triton`; a plain `check` leaves the choice to the environment.
 
     Must run before anything imports triton (the interpreter is picked when kernels are made).
     """
@@ -451,7 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help, or a usage error argparse already printed
         return int(exit_.code or 0)
-    if args.command == "demo":
+    if args.command == "demo" or (args.command == "explain" and args.shape is not None) or (
+            args.command == "check" and args.backend == "triton"):
         prepare_interpreter()
     try:
         return args.func(args)

@@ -126,8 +126,9 @@ class _Emitter:
         if op == "unpack":
             return self.unpack(node)
         if op == "dropout":
+            block = _DOMAIN[width][2]
             return PRIMITIVES["dropout"].triton.format(
-                self.broadcast(node.args[0]), args[1], row="rows[:, None]", col=f"{cols}[None, :]")
+                self.broadcast(node.args[0]), args[1], first_col=f"tile_n * {block}", block=block)
         if op == "rope":
             return self.rope(node)
         return PRIMITIVES[op].triton.format(*args)

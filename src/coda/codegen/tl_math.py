@@ -76,10 +76,10 @@ def silu_grad(x):
 
 
 @triton.jit
-def uniform(seed, rows, cols):
-    """Philox-2x32-10 of counter (col, row) under key seed: the same numbers as runtime/rng.py."""
-    c0 = cols.to(tl.uint32)
-    c1 = rows.to(tl.uint32)
+def philox(seed, c0, c1):
+    """Philox-2x32-10 of counter (c0, c1) under key seed, as in runtime/rng.py."""
+    c0 = c0.to(tl.uint32)
+    c1 = c1.to(tl.uint32)
     key = seed.to(tl.uint32)
     for _ in tl.static_range(ROUNDS):
         hi = tl.umulhi(c0, MULTIPLIER)
@@ -87,10 +87,23 @@ def uniform(seed, rows, cols):
         c0 = hi ^ c1 ^ key
         c1 = lo
         key = key + WEYL
-    return (c0 >> 8).to(tl.float32) * (1.0 / 16777216.0)
+    return c0, c1
 
 
 @triton.jit
-def dropout(x, p, seed, rows, cols):
-    keep = uniform(seed, rows, cols) >= p
+def uniform4(seed, rows, first_col, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] uniforms in [0, 1) for columns first_col.. (first_col % 4 == 0):
+    one Philox call per four columns, split into four 16-bit numbers (runtime/rng.py)."""
+    quads = first_col // 4 + tl.arange(0, BLOCK_N // 4)
+    first, second = philox(seed, quads[None, :], rows[:, None])
+    # join stacks on a new minor axis, so join(join(a, b), join(c, d)) flattens to a, c, b, d.
+    low = tl.join(first & 0xFFFF, second & 0xFFFF)
+    high = tl.join(first >> 16, second >> 16)
+    bits = tl.reshape(tl.join(low, high), (BLOCK_M, BLOCK_N))
+    return bits.to(tl.float32) * (1.0 / 65536.0)
+
+
+@triton.jit
+def dropout(x, p, seed, rows, first_col, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    keep = uniform4(seed, rows, first_col, BLOCK_M, BLOCK_N) >= p
     return tl.where(keep, x / (1.0 - p), 0.0)

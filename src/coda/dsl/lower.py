@@ -23,7 +23,7 @@ from . import parser as ast
 def lower(program: ast.Program, source: str | None = None) -> Epilogue:
     """Turn a parsed program into an Epilogue; DslErrors are rendered against `source`."""
     try:
-        return _Lowering(program).run()
+        return _Lowering(program).run().replace(source=source)
     except DslError as err:
         raise (err.with_source(source) if source else err) from None
 

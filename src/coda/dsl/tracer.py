@@ -156,14 +156,18 @@ def trace(fn: Callable) -> Epilogue:
 
 def _annotation_kind(fn: Callable, annotation):
     """The kind an annotation names. Under `from __future__ import annotations` the annotation
-    `coda.col` arrives as the string "coda.col": evaluate it in the function's globals."""
-    if isinstance(annotation, str) and annotation not in KINDS:
+    `coda.col` arrives as the string "coda.col" (and `"col"` as "'col'"): evaluate it in the
+    function's globals."""
+    for _ in range(2):
+        if not isinstance(annotation, str) or annotation in KINDS:
+            break
         try:
             value = eval(annotation, getattr(fn, "__globals__", {}))
         except Exception:
-            return annotation
-        if isinstance(value, str):
-            return value
+            break
+        if not isinstance(value, str):
+            break
+        annotation = value
     return annotation
 
 

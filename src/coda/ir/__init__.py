@@ -45,7 +45,11 @@ class Node:
         return f"Node({self.op!r}, {len(self.args)} args, arg={self.arg!r})"
 
     def with_args(self, args: tuple[Node, ...]) -> Node:
-        return self if args == self.args else Node(self.op, args, self.arg, self.loc)
+        """This node with `args`; the same object only when `args` are the very same objects
+        (structurally equal but distinct arguments give a new node, so `cse` can share them)."""
+        if len(args) == len(self.args) and all(a is b for a, b in zip(args, self.args, strict=True)):
+            return self
+        return Node(self.op, args, self.arg, self.loc)
 
 
 @dataclass(frozen=True)

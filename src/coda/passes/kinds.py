@@ -35,7 +35,7 @@ def infer_kinds(epi: Epilogue, domains: Widths, m: int, n: int, values: dict) ->
                               f"{type(value).__name__}")
         if kind in ("tile", "col", "head") and len(seen) > 1:
             raise DslError(f"operand {name!r} of kind {kind} is used with both [M, N] values and "
-                           f"[M, N/2] values from unpack", param.loc)
+                           f"[M, N/2] values from unpack", param.loc, epi.source)
         if not _fits(kind, value, m, n, width):
             got = _describe(value)
             raise LaunchError(f"operand {name!r} (kind {kind}): expected shape "

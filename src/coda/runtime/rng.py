@@ -1,9 +1,12 @@
 """The counter-based dropout RNG, in PyTorch: Philox-2x32 with 10 rounds.
 
-The random number of an element depends only on (seed, global row, global column): counter
-(column, row), key = seed mod 2**32. The Triton backend runs the same rounds on uint32 values
-(`coda.codegen.tl_math.uniform`), so the reference and the kernels draw identical masks, and
-a backward pass regenerates its forward mask from the seed, whatever the tiling.
+The random number of an element depends only on (seed, global row, global column). One Philox
+call, on counter (column // 4, row) under key seed mod 2**32, gives 64 random bits: four 16-bit
+uniforms, for columns 4j .. 4j+3 (low half of the first word, high half, then the second word).
+So a dropout probability acts with a resolution of 2**-16. The Triton backend runs the same
+rounds on uint32 values (`coda.codegen.tl_math.uniform4`), so the reference and the kernels draw
+identical masks, and a backward pass regenerates its forward mask from the seed, whatever the
+tiling.
 """
 
 from __future__ import annotations
@@ -26,16 +29,24 @@ def _mulhilo(a: int, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return hi & _MASK32, lo
 
 
-def uniform(seed: int, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
-    """Uniform float32 numbers in [0, 1) for each (row, col) pair (broadcast together)."""
-    rows, cols = torch.broadcast_tensors(rows.to(torch.int64), cols.to(torch.int64))
-    c0, c1 = cols & _MASK32, rows & _MASK32
+def philox(seed: int, c0: torch.Tensor, c1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Philox-2x32-10 of the counter (c0, c1) under key `seed`: two uint32 words (as int64)."""
+    c0, c1 = c0 & _MASK32, c1 & _MASK32
     key = seed & _MASK32
     for _ in range(PHILOX_ROUNDS):
         hi, lo = _mulhilo(PHILOX_MULTIPLIER, c0)
         c0, c1 = hi ^ c1 ^ key, lo
         key = (key + PHILOX_WEYL) & _MASK32
-    return (c0 >> 8).to(torch.float32) * 2.0**-24
+    return c0, c1
+
+
+def uniform(seed: int, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """Uniform float32 numbers in [0, 1), multiples of 2**-16, for each (row, col) pair."""
+    rows, cols = torch.broadcast_tensors(rows.to(torch.int64), cols.to(torch.int64))
+    first, second = philox(seed, cols >> 2, rows)
+    word = torch.where((cols & 2) == 0, first, second)
+    bits = torch.where((cols & 1) == 0, word & 0xFFFF, word >> 16)
+    return bits.to(torch.float32) * 2.0**-16
 
 
 def dropout_mask(seed: int, p: float | torch.Tensor, m: int, n: int, device=None) -> torch.Tensor:
