@@ -36,6 +36,8 @@ class Signature:
 
     kinds: tuple[tuple[str, str], ...]
     scalar_tensors: frozenset[str]
+    tma: frozenset[str] = frozenset()   # tile operands (`op_x`) and outputs (`out_y`) read or
+                                        # written through TMA descriptors (Hopper mainloop)
 
 
 def kernel_params(program: Program, sig: Signature) -> list[str]:
@@ -58,6 +60,32 @@ def kernel_params(program: Program, sig: Signature) -> list[str]:
         else:
             params.append(f"red_{out.name}_ptr")
     return params
+
+
+def epilogue_args(program: Program, sig: Signature) -> list[str]:
+    """What the mainloop passes to the epilogue: the kernel parameters, with a descriptor in
+    place of pointer and strides for every tile in `sig.tma`."""
+    args = []
+    for param in kernel_params(program, sig):
+        base, _, field = param.rpartition("_")
+        if base in sig.tma:
+            if field == "ptr":
+                args.append(f"{base}_desc")
+        else:
+            args.append(param)
+    return args
+
+
+def descriptor_prologue(program: Program, sig: Signature) -> str:
+    """Kernel-prologue lines that make the TMA descriptors of `sig.tma` (one per program)."""
+    lines = []
+    for base in sorted(sig.tma):
+        half = program.widths.operands.get(base[3:]) == {HALF} if base.startswith("op_") else (
+            program.widths.outputs[base[4:]] == HALF)
+        cols, block = ("N // 2", "EPILOGUE_N // 2") if half else ("N", "EPILOGUE_N")
+        lines.append(f"    {base}_desc = tl.make_tensor_descriptor({base}_ptr, shape=[M, {cols}], "
+                     f"strides=[{base}_s0, 1], block_shape=[BLOCK_M, {block}])")
+    return "\n".join(lines)
 
 
 def generate_epilogue(program: Program, sig: Signature) -> str:
@@ -89,7 +117,7 @@ class _Emitter:
 
     def run(self) -> str:
         params = ", ".join(["acc", "pid_m", "tile_n", "M", "N", "seed",
-                            *kernel_params(self.program, self.sig), "BLOCK_M: tl.constexpr",
+                            *epilogue_args(self.program, self.sig), "BLOCK_M: tl.constexpr",
                             "BLOCK_N: tl.constexpr"])
         self.emit("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
         self.emit("cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)")
@@ -121,8 +149,7 @@ class _Emitter:
         if op == "operand":
             return self.load_operand(node.arg, width)
         if op == "prior":
-            ptr = f"out_output_ptr + rows[:, None] * out_output_s0 + {cols}[None, :] * out_output_s1"
-            return f"tl.load({ptr}, mask={self.mask2d(width)}, other=0.0).to(tl.float32)"
+            return self.load_tile("out_output", width)
         if op == "unpack":
             return self.unpack(node)
         if op == "dropout":
@@ -143,6 +170,12 @@ class _Emitter:
             return f"tl.load({base}_ptr + rows * {base}_s0, mask=mask_m, other=0.0).to(tl.float32)[:, None]"
         if kind == "col":
             return f"tl.load({base}_ptr + {cols} * {base}_s0, mask={mask_c}, other=0.0).to(tl.float32)[None, :]"
+        return self.load_tile(base, width)
+
+    def load_tile(self, base: str, width: str) -> str:
+        cols, _, block, _ = _DOMAIN[width]
+        if base in self.sig.tma:
+            return f"{base}_desc.load([pid_m * BLOCK_M, tile_n * {block}]).to(tl.float32)"
         ptr = f"{base}_ptr + rows[:, None] * {base}_s0 + {cols}[None, :] * {base}_s1"
         return f"tl.load({ptr}, mask={self.mask2d(width)}, other=0.0).to(tl.float32)"
 
@@ -176,6 +209,11 @@ class _Emitter:
         value = f"tl.broadcast_to({self.names[out.value]}, {self.tile_shape(width)})"
         if out.reduction is None:
             base = f"out_{out.name}"
+            if base in self.sig.tma:
+                block = _DOMAIN[width][2]
+                self.emit(f"{base}_desc.store([pid_m * BLOCK_M, tile_n * {block}], "
+                          f"{value}.to({base}_desc.dtype))")
+                return
             ptr = f"{base}_ptr + rows[:, None] * {base}_s0 + {cols}[None, :] * {base}_s1"
             self.emit(f"tl.store({ptr}, {value}.to({base}_ptr.dtype.element_ty), "
                       f"mask={self.mask2d(width)})")

@@ -24,7 +24,8 @@ from ..ir import format_epilogue
 from ..runtime.binding import Launch
 from ..runtime.program import Program, interpreter_enabled
 from . import tuning
-from .epilogue import Signature, generate_epilogue, kernel_params
+from .epilogue import (Signature, descriptor_prologue, epilogue_args, generate_epilogue,
+                       kernel_params)
 from .mainloops import HEADER, MAINLOOPS
 from .tuning import Config
 
@@ -52,14 +53,20 @@ class TritonProgram:
     # public -----------------------------------------------------------------------------------
     def launch(self, launch: Launch, config: Config | None = None) -> dict[str, torch.Tensor]:
         """Run the bound launch; `config` overrides tuning (tests, benchmarks)."""
+        return self.plan(launch, config).run(launch.a, launch.b, launch.values, launch.out,
+                                             launch.seed)
+
+    def plan(self, launch: Launch, config: Config | None = None) -> Plan:
+        """Everything about this launch that does not change while shapes, strides and dtypes
+        stay the same: the kernel, its configuration, grid and compile-time arguments."""
         _check_dtypes(launch)
         kernel = self.kernel(launch)
         config = config or self.config(launch, kernel)
-        return self._run(kernel, launch, config, launch.allocate_outputs())
+        return Plan(kernel, config, launch)
 
     def kernel(self, launch: Launch) -> Kernel:
-        sig = _signature(launch)
         variant = _variant(launch)
+        sig = _signature(launch, variant)
         key = (sig, variant)
         kernel = self._kernels.get(key)
         if kernel is None:
@@ -82,8 +89,9 @@ class TritonProgram:
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))
-                config = tuning.autotune(key, kernel.variant, lambda c: self._tuning_run(
-                    kernel, launch, c), f"{self.program.name} {m}x{n}x{k}")
+                config = tuning.autotune(key, kernel.variant, lambda c: Plan(kernel, c, launch).run(
+                    launch.a, launch.b, launch.values, _scratch_copy(launch.out), launch.seed),
+                    f"{self.program.name} {m}x{n}x{k}")
             self._configs[bucket] = config
         return config
 
@@ -95,12 +103,13 @@ class TritonProgram:
 
     # building ---------------------------------------------------------------------------------
     def _build(self, sig: Signature, variant: str) -> Kernel:
-        params = kernel_params(self.program, sig)
-        joined = "".join(f", {p}" for p in params)
+        params = "".join(f", {p}" for p in kernel_params(self.program, sig))
+        args = "".join(f", {p}" for p in epilogue_args(self.program, sig))
         source = (HEADER.format(NAME=self.program.name, VARIANT=variant)
                   + generate_epilogue(self.program, sig)
-                  + MAINLOOPS[variant].replace("{EPILOGUE_PARAMS}", joined)
-                                      .replace("{EPILOGUE_ARGS}", joined))
+                  + MAINLOOPS[variant].replace("{EPILOGUE_PARAMS}", params)
+                                      .replace("{EPILOGUE_ARGS}", args)
+                                      .replace("{PROLOGUE}", descriptor_prologue(self.program, sig)))
         digest = hashlib.sha256(source.encode()).hexdigest()[:20]
         path = tuning.cache_dir() / "kernels" / f"{self.program.name}_{digest}.py"
         if not path.exists():
@@ -113,53 +122,73 @@ class TritonProgram:
         spec.loader.exec_module(module)
         return Kernel(variant, source, module.coda_gemm)
 
-    # launching --------------------------------------------------------------------------------
-    def _run(self, kernel: Kernel, launch: Launch, config: Config,
-             outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        a, b, m, n, k = launch.a, launch.b, launch.m, launch.n, launch.k
+
+class Plan:
+    """A ready launch for fixed shapes, strides and dtypes. The first `run` goes through Triton's
+    JIT (which compiles or finds the binary); later runs call the compiled kernel directly, with
+    the arguments in its signature order, skipping the per-call specialization work."""
+
+    def __init__(self, kernel: Kernel, config: Config, launch: Launch):
+        a, b, m, n = launch.a, launch.b, launch.m, launch.n
+        self.kernel, self.config = kernel, config
+        self.kinds = list(launch.kinds.items())
+        self.defaults = {p.name: p.default for p in launch.program.ir.params.values()}
+        self.outputs = launch.outputs
+        self.reductions = {o.name: o.reduction for o in launch.program.ir.outputs if o.reduction}
+        self.sizes = (m, n, launch.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
         epilogue_n = config.epilogue_block_n if kernel.variant == "hopper" else config.block_n
-        row_tiles, col_tiles = math.ceil(m / config.block_m), math.ceil(n / epilogue_n)
-        args: list = [a, b, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                      launch.seed]
-        for name, kind in launch.kinds.items():
-            args += _operand_args(launch.values[name], kind)
-        partials: dict[str, tuple[torch.Tensor, ...]] = {}
-        for spec in launch.outputs:
-            tensor = outputs[spec.name]
-            if spec.reduction is None:
-                args += [tensor, tensor.stride(0), tensor.stride(1)]
-                continue
-            rows = col_tiles if spec.reduction.startswith("row") else row_tiles
-            count = 2 if spec.reduction == "row_logsumexp" else 1
-            bufs = tuple(torch.empty((rows, spec.shape[0]), dtype=torch.float32, device=a.device)
-                         for _ in range(count))
-            partials[spec.name] = bufs
-            args += bufs
+        self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": math.ceil(m / config.block_m)}
         tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
         if kernel.variant == "hopper":
             _ensure_allocator()
-            grid = (min(tiles, _num_sms(a.device)),)
-            meta = config.meta("hopper") | dict(
-                NUM_SMS=grid[0], A_K_CONTIGUOUS=a.stride(1) == 1, B_N_CONTIGUOUS=b.stride(1) == 1)
+            self.grid = (min(tiles, _num_sms(a.device)),)
+            self.meta = config.meta("hopper") | dict(
+                NUM_SMS=self.grid[0], A_K_CONTIGUOUS=a.stride(1) == 1, B_N_CONTIGUOUS=b.stride(1) == 1)
         else:
-            grid, meta = (tiles,), config.meta("portable")
-        kernel.fn[grid](*args, **meta)
+            self.grid, self.meta = (tiles,), config.meta("portable")
+        names = kernel.fn.arg_names
+        self.constexprs = [self.meta[name] for name in names if name in self.meta]
+        self.launcher = None
+
+    def run(self, a: torch.Tensor, b: torch.Tensor, values: dict, out: torch.Tensor | None,
+            seed: int) -> dict[str, torch.Tensor]:
+        device = a.device
+        args = [a, b, *self.sizes, seed]
+        for name, kind in self.kinds:
+            value = values.get(name)
+            args += _operand_args(self.defaults[name] if value is None else value, kind)
+        outputs, partials = {}, {}
+        for spec in self.outputs:
+            if spec.reduction is None:
+                tensor = out if spec.name == "output" and out is not None else torch.empty(
+                    spec.shape, dtype=spec.dtype, device=device)
+                outputs[spec.name] = tensor
+                args += [tensor, tensor.stride(0), tensor.stride(1)]
+                continue
+            outputs[spec.name] = torch.empty(spec.shape, dtype=spec.dtype, device=device)
+            shape = (self.partial_rows[spec.reduction[:3]], spec.shape[0])
+            bufs = tuple(torch.empty(shape, dtype=torch.float32, device=device)
+                         for _ in range(2 if spec.reduction == "row_logsumexp" else 1))
+            partials[spec.name] = bufs
+            args += bufs
+        if self.launcher is not None:
+            self.launcher(*args, *self.constexprs)
+        else:
+            compiled = self.kernel.fn[self.grid](*args, **self.meta)
+            if a.is_cuda and hasattr(compiled, "packed_metadata"):
+                self.launcher = compiled[self.grid]
         for name, bufs in partials.items():
-            _finish(launch.program.ir, name, bufs, outputs[name])
+            _finish(self.reductions[name], bufs, outputs[name])
         return outputs
 
-    def _tuning_run(self, kernel: Kernel, launch: Launch, config: Config) -> None:
-        """One launch into scratch outputs, so tuning never changes the user's tensors."""
-        scratch = {s.name: torch.empty(s.shape, dtype=s.dtype, device=launch.a.device)
-                   for s in launch.outputs}
-        if launch.out is not None:
-            scratch["output"].copy_(launch.out)
-        self._run(kernel, launch, config, scratch)
+
+def _scratch_copy(out: torch.Tensor | None) -> torch.Tensor | None:
+    """Tuning launches write here, so tuning never changes the user's `out=`."""
+    return None if out is None else out.clone()
 
 
-def _finish(ir, name: str, bufs: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+def _finish(reduction: str, bufs: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
     """Combine per-tile partials in a fixed order (deterministic, no atomics)."""
-    reduction = next(o.reduction for o in ir.outputs if o.name == name)
     if reduction.endswith("_sum"):
         torch.sum(bufs[0], 0, out=out)
     elif reduction.endswith("_max"):
@@ -180,10 +209,19 @@ def _operand_args(value, kind: str) -> list:
     return [value, value.stride(0), value.stride(1), value.shape[1]]  # head table
 
 
-def _signature(launch: Launch) -> Signature:
+def _signature(launch: Launch, variant: str) -> Signature:
     tensors = frozenset(name for name, kind in launch.kinds.items()
                         if kind == "scalar" and isinstance(launch.values[name], torch.Tensor))
-    return Signature(tuple(launch.kinds.items()), tensors)
+    tma = set()
+    if variant == "hopper":
+        tma |= {f"op_{name}" for name, kind in launch.kinds.items()
+                if kind == "tile" and _tma_ok(launch.values[name], row_major=True)}
+        for spec in launch.outputs:
+            out = launch.out if spec.name == "output" and launch.out is not None else None
+            width_ok = spec.shape[-1] * spec.dtype.itemsize % 16 == 0
+            if spec.reduction is None and width_ok and (out is None or _tma_ok(out, row_major=True)):
+                tma.add(f"out_{spec.name}")
+    return Signature(tuple(launch.kinds.items()), tensors, frozenset(tma))
 
 
 def _check_dtypes(launch: Launch) -> None:
@@ -213,14 +251,15 @@ def _variant(launch: Launch) -> str:
     return "hopper" if _tma_ok(a) and _tma_ok(b) else "portable"
 
 
-def _tma_ok(x: torch.Tensor) -> bool:
-    """A 2-D tensor TMA can read: one unit stride, the other a multiple of 16 bytes."""
+def _tma_ok(x: torch.Tensor, row_major: bool = False) -> bool:
+    """A 2-D tensor TMA can address: 16-byte aligned, one unit stride (the last one if
+    `row_major`), the other a multiple of 16 bytes."""
     size = x.element_size()
     if x.data_ptr() % 16:
         return False
     if x.stride(1) == 1:
         return (x.stride(0) * size) % 16 == 0
-    return x.stride(0) == 1 and (x.stride(1) * size) % 16 == 0
+    return not row_major and x.stride(0) == 1 and (x.stride(1) * size) % 16 == 0
 
 
 _sm_counts: dict[int, int] = {}

@@ -1,7 +1,9 @@
 """The GEMM mainloops, written once. Each computes fp32 `acc = A @ B` for output tiles and hands
 each finished tile to the generated `epilogue` function; nothing here knows what it computes.
 
-`{EPILOGUE_PARAMS}` stands for the epilogue's operand/output parameters (codegen/epilogue.py).
+`{EPILOGUE_PARAMS}` stands for the epilogue's operand/output parameters, `{EPILOGUE_ARGS}` for
+what the mainloop passes on, and `{PROLOGUE}` for the lines that make the epilogue's TMA
+descriptors (codegen/epilogue.py). EPILOGUE_N is the width of the tile the epilogue sees.
 
 - `portable`: one program per output tile, pointer loads with masks on K, grouped tile order
   (GROUP_M row blocks share B columns in L2). Runs on any GPU Triton supports and under the
@@ -59,7 +61,8 @@ def tile_coords(tile_id, row_blocks, col_blocks, GROUP_M: tl.constexpr):
 def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr,
-              B_N_CONTIGUOUS: tl.constexpr, SPLIT_EPILOGUE: tl.constexpr, FLATTEN: tl.constexpr):
+              B_N_CONTIGUOUS: tl.constexpr, SPLIT_EPILOGUE: tl.constexpr, FLATTEN: tl.constexpr,
+              EPILOGUE_N: tl.constexpr):
     # A is [M, K] with K contiguous, or its transpose is: describe whichever is row-major.
     if A_K_CONTIGUOUS:
         a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[stride_am, 1],
@@ -74,6 +77,7 @@ def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EP
     else:
         b_desc = tl.make_tensor_descriptor(B, shape=[N, K], strides=[stride_bn, 1],
                                            block_shape=[BLOCK_N, BLOCK_K])
+{PROLOGUE}
     row_blocks = tl.cdiv(M, BLOCK_M)
     col_blocks = tl.cdiv(N, BLOCK_N)
     k_blocks = tl.cdiv(K, BLOCK_K)

@@ -34,7 +34,8 @@ class Config:
         meta = dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, BLOCK_K=self.block_k,
                     GROUP_M=self.group_m, num_warps=self.num_warps, num_stages=self.num_stages)
         if variant == "hopper":
-            meta.update(SPLIT_EPILOGUE=self.split_epilogue, FLATTEN=self.flatten)
+            meta.update(SPLIT_EPILOGUE=self.split_epilogue, FLATTEN=self.flatten,
+                        EPILOGUE_N=self.epilogue_block_n)
         return meta
 
     @property
@@ -48,9 +49,7 @@ CANDIDATES = {
         Config(128, 256, 64, 8, 4, split_epilogue=True),
         Config(128, 256, 64, 8, 3),
         Config(128, 128, 64, 8, 4),
-        Config(128, 128, 64, 4, 4),
         Config(128, 128, 64, 8, 4, split_epilogue=True),
-        Config(128, 128, 64, 4, 3, flatten=False),
         Config(128, 256, 64, 8, 3, split_epilogue=True, flatten=False),
     ],
     "portable": [

@@ -12,7 +12,8 @@ from .widths import Widths, widths
 __all__ = ["Widths", "check", "cse", "dce", "fold_constants", "infer_kinds", "optimize",
            "simplify", "widths"]
 
-PIPELINE = (check, fold_constants, simplify, fold_constants, cse, dce)
+# Folding first, so that `check` sees constant expressions (`dropout(x, -0.1)`) as constants.
+PIPELINE = (fold_constants, check, simplify, fold_constants, cse, dce)
 
 
 def optimize(epi: Epilogue) -> Epilogue:

@@ -77,6 +77,8 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
                               f"of columns; got N = {n}")
     values = _operand_values(epi, operands, a.device)
     kinds = infer_kinds(epi, program.widths, m, n, values)
+    if epi.uses_dropout:
+        _check_probabilities(epi, values)
     if out_dtype is None:
         out_dtype = out.dtype if isinstance(out, torch.Tensor) else a.dtype
     outputs = _output_specs(program, m, n, out_dtype)
@@ -91,6 +93,18 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
         raise LaunchError("the program uses dropout: pass an integer seed= (got None)")
     seed = int(seed or 0) & 0xFFFFFFFF
     return Launch(program, a, b, m, n, k, kinds, values, outputs, out, seed)
+
+
+def _check_probabilities(epi, values: dict) -> None:
+    """A dropout probability bound as a plain number must lie in [0, 1] (tensors are not read
+    back here: that would synchronize with the device)."""
+    for node in epi.nodes():
+        if node.op == "dropout" and node.args[1].op == "operand":
+            name = node.args[1].arg
+            p = values[name]
+            if isinstance(p, numbers.Real) and not 0.0 <= p <= 1.0:
+                raise LaunchError(f"operand {name!r} is a dropout probability: expected a number in "
+                                  f"[0, 1], got {p!r}")
 
 
 def _check_matrix(name: str, x) -> None:
