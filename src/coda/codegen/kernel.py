@@ -176,7 +176,7 @@ class Plan:
         else:
             compiled = self.kernel.fn[self.grid](*args, **self.meta)
             if a.is_cuda and hasattr(compiled, "packed_metadata"):
-                self.launcher = compiled[self.grid]
+                self.launcher = compiled[(*self.grid, 1, 1)]
         for name, bufs in partials.items():
             _finish(self.reductions[name], bufs, outputs[name])
         return outputs
