@@ -149,6 +149,7 @@ class Plan:
         names = kernel.fn.arg_names
         self.constexprs = [self.meta[name] for name in names if name in self.meta]
         self.launcher = None
+        self.compiled = None   # Triton's CompiledKernel after the first run (n_regs, n_spills, asm)
 
     def run(self, a: torch.Tensor, b: torch.Tensor, values: dict, out: torch.Tensor | None,
             seed: int) -> dict[str, torch.Tensor]:
@@ -176,7 +177,7 @@ class Plan:
         else:
             compiled = self.kernel.fn[self.grid](*args, **self.meta)
             if a.is_cuda and hasattr(compiled, "packed_metadata"):
-                self.launcher = compiled[(*self.grid, 1, 1)]
+                self.compiled, self.launcher = compiled, compiled[(*self.grid, 1, 1)]
         for name, bufs in partials.items():
             _finish(self.reductions[name], bufs, outputs[name])
         return outputs
