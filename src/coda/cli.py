@@ -11,8 +11,9 @@ example program shipped with the package at two shapes and three dtypes.
 Exit codes: 0 when everything passed, 1 when a comparison failed, 2 for a bad program, a bad
 launch or a bad command line (the message goes to stderr, never a traceback).
 
-Nothing here imports Triton at module level: `demo` may still switch on the Triton interpreter
-(TRITON_INTERPRET=1) on a machine without CUDA, which must happen before Triton is imported.
+Nothing here imports Triton at module level: on a machine without CUDA, `demo`, `explain --shape`
+and `check --backend triton` switch on the Triton interpreter (TRITON_INTERPRET=1) unless the
+variable is already set, and that must happen before Triton is imported.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def tolerance(dtype: torch.dtype, backend: str) -> float:
     """The largest acceptable ||out - ref|| / ||ref|| against a float64 reference.
 
     float32: the reference computes in float32 (error ~ K * 2**-24); Triton's `tl.dot` uses TF32
-    tensor cores for float32 inputs on NVIDIA GPUs (10-bit mantissa, inputs truncated), which
-    alone gives a relative error near 1e-3, hence 5e-3. float16 and bfloat16: the inputs are the
+    tensor cores for float32 inputs on NVIDIA GPUs (inputs cut to a 10-bit mantissa), which alone
+    gives a relative error of up to about 1e-3, hence 5e-3. float16 and bfloat16: the inputs are the
     same low-precision values in both runs, so the error is the rounding of the stored output
     (2**-11 and 2**-8 relative per element) with headroom for the GEMM's float32 accumulation.
     """

@@ -113,6 +113,8 @@ class Program:
         if backend not in BACKENDS:
             raise LaunchError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
         if backend == "auto":
+            if a.dtype == torch.float64:  # Triton computes in fp16/bf16/fp32 only
+                return "reference"
             return "triton" if a.is_cuda or interpreter_enabled() else "reference"
         if backend == "triton" and not (a.is_cuda or interpreter_enabled()):
             raise LaunchError("backend='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run "

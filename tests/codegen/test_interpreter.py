@@ -1,0 +1,168 @@
+"""The generated Triton kernels, run by Triton's interpreter on the CPU (fp32 and fp16).
+
+Each result is compared with the float64 formula of `oracle.py` and with the reference backend
+(dropout: identical masks). Tiles are 32x32x32 under the interpreter, so the shapes here span
+several tiles in M, N and K, with ragged edges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import oracle
+import pytest
+import torch
+
+import coda
+from coda.runtime.program import interpreter_enabled
+
+pytestmark = pytest.mark.skipif(not interpreter_enabled() and not torch.cuda.is_available(),
+                                reason="needs TRITON_INTERPRET=1 (set by tests/conftest.py) or a GPU")
+
+SHAPES = [(67, 50, 33), (1, 6, 1), (96, 130, 70)]
+TOL = {torch.float32: 2e-3, torch.float16: 2e-2}  # tf32-free fp32 dot in the interpreter; fp16 I/O
+
+
+def run_both(prog, a, b, **kw):
+    out = prog(a, b, backend="triton", **kw)
+    ref = prog(a, b, backend="reference", **kw)
+    return out, ref
+
+
+def rel(x, want) -> float:
+    x, want = oracle.np64(x), np.asarray(want, dtype=np.float64)
+    return float(np.linalg.norm(x - want) / max(np.linalg.norm(want), 1e-30))
+
+
+def poisoned(shape, dtype):
+    return torch.full(shape, float("nan"), dtype=dtype)
+
+
+@pytest.mark.parametrize("name", sorted(oracle.ELEMENTWISE))
+def test_every_elementwise_primitive(name):
+    formula, domains = oracle.ELEMENTWISE[name]
+    m, n, k = 45, 40, 19
+    a, b = oracle.launch_inputs(m, n, k, seed=1, dtype=torch.float32, domain=domains[0])
+    g = torch.Generator().manual_seed(2)
+    extra = {f"y{i}": oracle.random_values((m, n), d, g, torch.float32)
+             for i, d in enumerate(domains[1:], start=1)}
+    args = ", ".join(["input", *extra])
+    header = ", ".join(f"{key}: tile" for key in extra)
+    prog = coda.compile(f"EPILOGUE({header}) {{ output = {name}({args}); }}")
+    out, ref = run_both(prog, a, b, **extra)
+    acc = oracle.np64(a) @ oracle.np64(b)
+    want = formula(acc, *(oracle.np64(v) for v in extra.values()))
+    if domains[0] in ("int", "mask"):   # exact inputs: comparisons must agree exactly
+        np.testing.assert_array_equal(oracle.np64(out["output"]), want)
+    else:
+        assert rel(out["output"], want) < 1e-5
+        assert rel(out["output"], oracle.np64(ref["output"])) < 1e-5
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fused_program_with_every_output_kind(shape, dtype):
+    m, n, k = shape
+    prog = coda.compile("""
+    EPILOGUE fused(bias: col, scale: row, residual: tile, p: scalar) {
+      h = (input + bias) * scale;
+      save preact = h;
+      output = dropout(gelu(h), p) + residual;
+      ss = row_sum(output * output);
+      cs = col_sum(output);
+      rmax = row_max(h);
+      cmax = col_max(h);
+      lse = row_logsumexp(h);
+    }""")
+    torch.manual_seed(3)
+    a, b = torch.randn(m, k, dtype=dtype) / k**0.5, torch.randn(k, n, dtype=dtype)
+    ops = dict(bias=torch.randn(n, dtype=dtype), scale=torch.rand(m, dtype=dtype) + 0.5,
+               residual=torch.randn(m, n, dtype=dtype), p=0.3)
+    out, ref = run_both(prog, a, b, seed=11, **ops)
+    exact = prog.reference(a.double(), b.double(), seed=11,
+                           **{key: v.double() if torch.is_tensor(v) else v for key, v in ops.items()})
+    for key in prog.output_names:
+        assert out[key].shape == exact[key].shape, key
+        assert out[key].dtype == (dtype if key in ("output", "preact") else torch.float32), key
+        assert rel(out[key], oracle.np64(exact[key])) < TOL[dtype], key
+    for key in prog.output_names:   # a different dropout mask would be far off the reference
+        assert rel(out[key], oracle.np64(ref[key])) < TOL[dtype], key
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_dropout_masks_match_the_reference_exactly(shape):
+    m, n, k = shape
+    prog = coda.compile("EPILOGUE(p: scalar) { output = dropout(input * 0.0 + 1.0, p); }")
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    out, ref = run_both(prog, a, b, p=0.3, seed=2**31 + 7)
+    assert torch.equal(out["output"], ref["output"])
+    keep = oracle.dropout_mask_from_rng(2**31 + 7, 0.3, m, n)
+    np.testing.assert_array_equal(oracle.np64(out["output"]), np.where(keep, 1 / 0.7, 0.0).astype(np.float32))
+
+
+def test_transposed_operands_need_no_copy():
+    m, n, k = 50, 70, 40
+    a = torch.randn(k, m).T          # column-major A
+    b = torch.randn(n, k).T          # an nn.Linear weight used as W.T
+    prog = coda.compile("EPILOGUE(bias: col) { output = relu(input + bias); }")
+    bias = torch.randn(n)
+    out = prog(a, b, backend="triton", bias=bias)["output"]
+    want = np.maximum(oracle.np64(a) @ oracle.np64(b) + oracle.np64(bias), 0)
+    assert rel(out, want) < 1e-5
+
+
+def test_unpack_rope_and_accumulate():
+    m, n, k = 37, 64, 24
+    torch.manual_seed(4)
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    acc = oracle.np64(a) @ oracle.np64(b)
+    swiglu = coda.compile("EPILOGUE(rstd: row) { gate, up = unpack(input * rstd);"
+                          " output = silu(gate) * up; s = col_sum(up); }")
+    rstd = torch.rand(m) + 0.5
+    out = swiglu(a, b, backend="triton", rstd=rstd)
+    gate, up = oracle.unpack(acc * oracle.np64(rstd)[:, None])
+    assert rel(out["output"], gate / (1 + np.exp(-gate)) * up) < 1e-5
+    assert rel(out["s"], up.sum(0)) < 1e-5
+
+    rope = coda.compile("EPILOGUE(cos: head, sin: head) { output = rope(input, cos, sin); }")
+    cos, sin = torch.randn(m, 8), torch.randn(m, 8)
+    out = rope(a, b, backend="triton", cos=cos, sin=sin)["output"]
+    assert rel(out, oracle.rope(acc, oracle.np64(cos), oracle.np64(sin))) < 1e-5
+
+    grad_acc = coda.compile("output += input * 0.5;")
+    prior = torch.randn(m, n)
+    target = prior.clone()
+    result = grad_acc(a, b, backend="triton", out=target)["output"]
+    assert result is target
+    assert rel(target, oracle.np64(prior) + 0.5 * acc) < 1e-5
+
+
+def test_out_dtype_scalar_tensor_and_poisoned_out():
+    m, n, k = 33, 34, 35
+    a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
+    prog = coda.compile("EPILOGUE(alpha: scalar) { output = input * alpha; }")
+    out = poisoned((m, n), torch.float32)
+    prog(a, b, backend="triton", alpha=torch.tensor(0.25), out=out)
+    assert torch.isfinite(out).all()
+    assert rel(out, 0.25 * oracle.np64(a) @ oracle.np64(b)) < 1e-3
+    half = prog(a, b, backend="triton", alpha=2.0, out_dtype=torch.float32)["output"]
+    assert half.dtype == torch.float32
+
+
+def test_runs_are_bit_identical_and_explain_shows_the_kernel():
+    prog = coda.compile("EPILOGUE(p: scalar) { output = dropout(input, p); s = row_sum(output); }")
+    a, b = torch.randn(70, 20), torch.randn(20, 90)
+    first = prog(a, b, backend="triton", p=0.5, seed=5)
+    second = prog(a, b, backend="triton", p=0.5, seed=5)
+    assert all(torch.equal(first[key], second[key]) for key in first)
+    other_seed = prog(a, b, backend="triton", p=0.5, seed=6)
+    assert not torch.equal(first["output"], other_seed["output"])
+    text = prog.explain(a, b, p=0.5, seed=5)
+    assert "def coda_gemm" in text and "cm.dropout" in text and "portable" in text
+
+
+def test_triton_backend_refuses_float64_with_a_clear_error():
+    prog = coda.compile("output = input;")
+    a = torch.randn(4, 4, dtype=torch.float64)
+    with pytest.raises(coda.LaunchError, match="float64"):
+        prog(a, a, backend="triton")
+    assert prog(a, a)["output"].dtype == torch.float64   # auto picks the reference for float64

@@ -1,0 +1,65 @@
+"""The tuning store and autotuner, without a GPU: a fake timer stands in for CUDA events."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import triton.testing
+
+from coda.codegen import tuning
+from coda.codegen.tuning import Config, TuningStore
+
+
+def test_store_round_trip_and_persistence(tmp_path):
+    store = TuningStore(tmp_path / "tuning.json")
+    config = Config(128, 256, 64, 8, 3, split_epilogue=True)
+    store.put("key", config)
+    assert store.get("key") == config
+    assert TuningStore(tmp_path / "tuning.json").get("key") == config   # a second process
+
+
+@pytest.mark.parametrize("garbage", ["{not json", "[1, 2]", '{"key": {"block_m": "x", "bogus": 1}}'])
+def test_corrupt_cache_file_is_survived(tmp_path, garbage):
+    path = tmp_path / "tuning.json"
+    path.write_text(garbage)
+    store = TuningStore(path)
+    assert store.get("key") is None
+    store.put("other", Config(64, 64, 32))
+    assert TuningStore(path).get("other") == Config(64, 64, 32)
+
+
+def test_store_is_safe_under_threads(tmp_path):
+    store = TuningStore(tmp_path / "tuning.json")
+    threads = [threading.Thread(target=lambda i=i: store.put(f"k{i}", Config(16 * (i + 1), 64, 32)))
+               for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    fresh = TuningStore(tmp_path / "tuning.json")
+    assert all(fresh.get(f"k{i}") == Config(16 * (i + 1), 64, 32) for i in range(16))
+
+
+def test_autotune_picks_the_fastest_skips_broken_and_reports_progress(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tuning, "STORE", TuningStore(tmp_path / "tuning.json"))
+    candidates = tuning.CANDIDATES["hopper"]
+    fastest = candidates[2]
+    clock = iter(range(1000))
+    monkeypatch.setattr(tuning.time, "perf_counter", lambda: next(clock) * 1.5)
+
+    def fake_bench(fn, **kwargs):
+        fn()
+        return 1.0 if fn.__defaults__[0] == fastest else 2.0
+
+    def run(config):
+        if config == candidates[0]:
+            raise RuntimeError("out of shared memory")
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    assert tuning.autotune("k", "hopper", run, "demo 1x2x3") == fastest
+    err = capsys.readouterr().err
+    assert "coda: tuning demo 1x2x3" in err and "skipped (RuntimeError)" in err
+    # Cached: a second call does not time anything.
+    monkeypatch.setattr(triton.testing, "do_bench", lambda *a, **k: pytest.fail("re-tuned"))
+    assert tuning.autotune("k", "hopper", run, "demo") == fastest

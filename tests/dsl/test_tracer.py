@@ -1,0 +1,327 @@
+"""`@coda.epilogue`: a Python function traced into the same IR as the text DSL.
+
+(No `from __future__ import annotations` here: the annotations below are the kinds themselves;
+the stringified form is tested on its own.)"""
+
+import pytest
+import torch
+
+import coda
+from coda.ir import format_epilogue
+from oracle import launch_inputs
+
+# Equivalent programs: DSL text and a traced function must give the very same IR ---------------------
+
+
+def bias_gelu_dropout(acc, bias: coda.col, residual: coda.tile, p: coda.scalar):
+    h = acc + bias
+    out = coda.dropout(coda.gelu(h), p) + residual
+    return {"output": out, "preact": h, "ss": coda.row_sum(out * out)}
+
+
+BIAS_GELU_DROPOUT = """
+EPILOGUE bias_gelu_dropout(bias: col, residual: tile, p: scalar) {
+  h = input + bias;            # the pre-activation
+  save preact = h;
+  output = dropout(gelu(h), p) + residual;
+  ss = row_sum(output * output);
+}"""
+
+
+def swiglu(acc, rstd: "row"):  # noqa: F821 - a kind given as a string annotation
+    gate, up = coda.unpack(acc * rstd)
+    return coda.silu(gate) * up
+
+
+SWIGLU = """
+EPILOGUE swiglu(rstd: row) {
+  gate, up = unpack(input * rstd);
+  output = silu(gate) * up;
+}"""
+
+
+def reductions(acc, scale):
+    y = acc * scale
+    return {"output": y, "rs": coda.row_sum(y), "cs": coda.col_sum(y * y), "rm": coda.row_max(y),
+            "cm": coda.col_max(-y), "lse": coda.row_logsumexp(y)}
+
+
+REDUCTIONS = """
+EPILOGUE reductions {
+  output = input * scale;
+  rs = row_sum(output);
+  cs = col_sum(output * output);
+  rm = row_max(output);
+  cm = col_max(-output);
+  lse = row_logsumexp(output);
+}"""
+
+
+def rope_qk(acc, cos: coda.head, sin: coda.head, bias: coda.col):
+    return {"output": coda.rope(acc + bias, cos, sin), "pre": acc + bias}
+
+
+ROPE = """
+EPILOGUE rope_qk(cos: head, sin: head, bias: col) {
+  save pre = input + bias;
+  output = rope(pre, cos, sin);
+}"""
+
+
+def accumulate(acc, output, alpha: coda.scalar):
+    return output + acc * alpha
+
+
+ACCUMULATE = """
+EPILOGUE accumulate(alpha: scalar) {
+  output += input * alpha;
+}"""
+
+
+def accumulate_pairs(acc, output):
+    gate, up = coda.unpack(acc)
+    return output + coda.gelu(gate) * up
+
+
+ACCUMULATE_PAIRS = """
+EPILOGUE accumulate_pairs {
+  g, u = unpack(input);
+  output += gelu(g) * u;
+}"""
+
+
+def leaky_and_friends(acc, r: coda.row, c: coda.col):
+    y = coda.where(acc > 0, acc, 0.01 * acc)
+    z = coda.max(coda.min(y, c), -c) / (1 + coda.abs(r))
+    w = (acc >= r) + (acc <= c) + (acc < 1) + (acc == 0) + (acc != r)
+    return {"output": 2 - z * 3 + w, "t": coda.tanh_grad(y) - coda.sqrt(coda.square(y) + 1)}
+
+
+LEAKY = """
+EPILOGUE leaky_and_friends(r: row, c: col) {
+  y = where(input > 0, input, 0.01 * input);
+  z = max(min(y, c), -c) / (1 + abs(r));
+  w = (input >= r) + (input <= c) + (input < 1) + (input == 0) + (input != r);
+  output = 2 - z * 3 + w;
+  save t = tanh_grad(y) - sqrt(square(y) + 1);
+}"""
+
+
+def dgelu(acc, preact: coda.tile, p=0.25):
+    g = coda.dropout(acc, p) * coda.gelu_grad(preact)
+    return {"output": g, "db": coda.col_sum(g)}
+
+
+DGELU = """
+EPILOGUE dgelu(preact: tile, p: scalar) {
+  output = dropout(input, p) * gelu_grad(preact);
+  db = col_sum(output);
+}"""
+
+
+def identity(acc):
+    return acc
+
+
+IDENTITY = "EPILOGUE identity { output = acc * 1 + 0; }"
+
+
+EQUIVALENT = [
+    (BIAS_GELU_DROPOUT, bias_gelu_dropout),
+    (SWIGLU, swiglu),
+    (REDUCTIONS, reductions),
+    (ROPE, rope_qk),
+    (ACCUMULATE, accumulate),
+    (ACCUMULATE_PAIRS, accumulate_pairs),
+    (LEAKY, leaky_and_friends),
+    (DGELU, dgelu),
+    (IDENTITY, identity),
+]
+
+
+@pytest.mark.parametrize("text, fn", EQUIVALENT, ids=[fn.__name__ for _, fn in EQUIVALENT])
+def test_parser_and_tracer_give_identical_ir(text, fn):
+    parsed, traced = coda.compile(text), coda.epilogue(fn)
+    assert format_epilogue(parsed.ir) == format_epilogue(traced.ir)
+    assert parsed.output_names == traced.output_names
+    assert parsed.widths.outputs == traced.widths.outputs
+
+
+def _operands(name: str, m: int, n: int, g: torch.Generator):
+    values = {
+        "bias_gelu_dropout": lambda: {"bias": torch.randn(n, generator=g, dtype=torch.float64),
+                                      "residual": torch.randn(m, n, generator=g, dtype=torch.float64),
+                                      "p": 0.3},
+        "swiglu": lambda: {"rstd": torch.rand(m, generator=g, dtype=torch.float64) + 0.5},
+        "reductions": lambda: {"scale": 0.5},
+        "rope_qk": lambda: {"cos": torch.randn(m, 3, generator=g, dtype=torch.float64),
+                            "sin": torch.randn(m, 3, generator=g, dtype=torch.float64),
+                            "bias": torch.randn(n, generator=g, dtype=torch.float64)},
+        "accumulate": lambda: {"alpha": -1.5},
+        "accumulate_pairs": dict,
+        "leaky_and_friends": lambda: {"r": torch.randn(m, generator=g, dtype=torch.float64),
+                                      "c": torch.randn(n, generator=g, dtype=torch.float64)},
+        "dgelu": lambda: {"preact": torch.randn(m, n, generator=g, dtype=torch.float64), "p": 0.25},
+        "identity": dict,
+    }
+    return values[name]()
+
+
+@pytest.mark.parametrize("text, fn", EQUIVALENT, ids=[fn.__name__ for _, fn in EQUIVALENT])
+def test_parser_and_tracer_compute_identical_values(text, fn):
+    m, n, k = 7, 10, 5
+    a, b = launch_inputs(m, n, k, seed=11)
+    operands = _operands(fn.__name__, m, n, torch.Generator().manual_seed(3))
+    parsed, traced = coda.compile(text), coda.epilogue(fn)
+    prior = None
+    if parsed.ir.accumulates:
+        prior = torch.randn(m, n // 2 if parsed.has_unpack else n, dtype=torch.float64)
+
+    def run(prog):
+        out = None if prior is None else prior.clone()
+        return prog.reference(a, b, seed=1234, out=out, **operands)
+
+    got_p, got_t = run(parsed), run(traced)
+    assert got_p.keys() == got_t.keys()
+    for key in got_p:
+        assert torch.equal(got_p[key], got_t[key]), key
+
+
+# tracer specifics ----------------------------------------------------------------------------------
+
+
+def test_annotations_defaults_and_first_parameter():
+    def k(x, bias: coda.col, r: "row", t, p=0.5, q: coda.scalar = 2):  # noqa: F821
+        return x + bias + r + t + p + q
+
+    epi = coda.epilogue(k).ir
+    assert [(p.name, p.kind, p.default) for p in epi.params.values()] == [
+        ("bias", "col", None), ("r", "row", None), ("t", None, None), ("p", "scalar", 0.5),
+        ("q", "scalar", 2.0)]
+    assert epi.name == "k"
+
+
+def test_string_annotation_of_a_kind_constant():
+    # What `from __future__ import annotations` turns `bias: coda.col` into.
+    def k(acc, bias: "coda.col"):
+        return acc + bias
+
+    assert coda.epilogue(k).ir.params["bias"].kind == "col"
+
+
+def test_annotations_under_postponed_evaluation():
+    source = ("from __future__ import annotations\nimport coda\n"
+              "def k(acc, bias: coda.col, r: 'row', t: coda.tile, s: \"scalar\"):\n"
+              "    return acc + bias + r + t + s\n")
+    namespace = {}
+    exec(compile(source, "<postponed>", "exec"), namespace)
+    params = coda.epilogue(namespace["k"]).ir.params
+    assert {k: p.kind for k, p in params.items()} == {"bias": "col", "r": "row", "t": "tile", "s": "scalar"}
+
+
+def test_scalar_default_is_used_when_not_passed():
+    def scaled(acc, alpha=2.5):
+        return acc * alpha
+
+    prog = coda.epilogue(scaled)
+    a, b = launch_inputs(3, 4, 2, seed=1)
+    assert torch.equal(prog.reference(a, b)["output"], (a @ b) * 2.5)
+    assert torch.equal(prog.reference(a, b, alpha=-1.0)["output"], -(a @ b))
+
+
+def test_a_number_as_output_and_reflected_operators():
+    def k(acc, r: coda.row):
+        return {"output": 1 - acc / 2, "c": 3.0, "d": 2 / (1 + r * r), "e": +acc}
+
+    prog = coda.epilogue(k)
+    a, b = launch_inputs(4, 5, 3, seed=2)
+    r = torch.randn(4, dtype=torch.float64)
+    outs = prog.reference(a, b, r=r)
+    acc = a @ b
+    assert torch.allclose(outs["output"], 1 - acc / 2, rtol=1e-15, atol=1e-15)
+    assert torch.equal(outs["c"], torch.full((4, 5), 3.0, dtype=torch.float64))
+    assert torch.allclose(outs["d"], (2 / (1 + r * r))[:, None].expand(4, 5), rtol=1e-15)
+    assert torch.equal(outs["e"], acc)
+
+
+@pytest.mark.parametrize("fn, fragment", [
+    (lambda: 1, "takes the GEMM result as its first parameter"),
+    (lambda acc, *rest: acc, "*args and **kwargs"),
+    (lambda acc, **kw: acc, "*args and **kwargs"),
+    (lambda acc: {"out": acc}, "no 'output' entry"),
+    (lambda acc: {"output": acc, 3: acc}, "output names must be identifiers"),
+    (lambda acc: {"output": acc, "a b": acc}, "output names must be identifiers"),
+    (lambda acc: {"output": coda.row_sum(acc)}, "'output' must be a tile"),
+    (lambda acc: coda.row_sum(acc), "'output' must be a tile"),
+    (lambda acc: "gelu", "expected an epilogue value or a number, got str"),
+    (lambda acc: {"output": acc, "x": None}, "got NoneType"),
+    (lambda acc: coda.gelu(acc, acc), "gelu takes 1 argument, got 2"),
+    (lambda acc: coda.where(acc, acc), "where takes 3 arguments, got 2"),
+    (lambda acc: {"output": acc, "s": coda.row_sum(acc, acc)}, "row_sum takes 1 argument, got 2"),
+    (lambda acc: coda.unpack(acc, acc)[0], "unpack takes 1 argument, got 2"),
+    (lambda acc: coda.gelu(True), "got bool"),
+    (lambda acc: acc * {"a": 1}, "got dict"),
+    (lambda acc: coda.rope(acc, acc, acc), "rope's cos and sin must be operands"),
+    (lambda acc, c: coda.rope(acc, c * 2, c), "rope's cos and sin must be operands"),
+    # reductions are outputs: they cannot be computed with (read back, or nested)
+    (lambda acc: acc * coda.row_sum(acc), "row_sum(...) is an output"),
+    (lambda acc: coda.row_sum(acc) + 1, "row_sum(...) is an output"),
+    (lambda acc: -coda.col_max(acc), "col_max(...) is an output"),
+    (lambda acc: coda.gelu(coda.col_sum(acc)), "col_sum(...) is an output"),
+    (lambda acc: coda.where(coda.row_max(acc) > 0, acc, 0), "row_max(...) is an output"),
+    (lambda acc: {"output": acc, "s": coda.row_sum(coda.row_sum(acc))}, "row_sum(...) is an output"),
+    (lambda acc: acc if acc > 0 else -acc, "has no truth value"),
+    (lambda acc: acc and acc, "has no truth value"),
+])
+def test_tracer_errors_are_coda_errors(fn, fragment):
+    with pytest.raises(coda.DslError) as info:
+        coda.epilogue(fn)
+    assert fragment in str(info.value)
+
+
+def test_bad_annotations_and_defaults():
+    def bad_kind(acc, bias: "column"):  # noqa: F821
+        return acc + bias
+
+    def bad_default(acc, bias="zero"):
+        return acc + bias
+
+    with pytest.raises(coda.DslError, match="has kind 'column'"):
+        coda.epilogue(bad_kind)
+    with pytest.raises(coda.DslError, match="default that is not a number"):
+        coda.epilogue(bad_default)
+
+
+def test_values_cannot_be_dict_keys():
+    def k(acc):
+        return {acc: 1}
+
+    with pytest.raises(TypeError):
+        coda.epilogue(k)
+
+
+def test_tracer_errors_from_the_passes():
+    def mixes(acc):
+        gate, _ = coda.unpack(acc)
+        return gate + acc
+
+    def prob_not_scalar(acc):
+        return coda.dropout(acc, acc)
+
+    def prob_out_of_range(acc):
+        return coda.dropout(acc, 1.5)
+
+    with pytest.raises(coda.DslError, match="mixes an"):
+        coda.epilogue(mixes)
+    with pytest.raises(coda.DslError, match="probability must be a scalar"):
+        coda.epilogue(prob_not_scalar)
+    with pytest.raises(coda.DslError, match=r"outside \[0, 1\]"):
+        coda.epilogue(prob_out_of_range)
+
+
+def test_module_exports_every_primitive():
+    from coda.primitives import PRIMITIVES
+
+    for name in PRIMITIVES:
+        assert callable(getattr(coda, name)), name
+        assert name in coda.__all__

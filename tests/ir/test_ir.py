@@ -1,0 +1,93 @@
+"""The IR: structural nodes, topological order, rewriting and the SSA listing."""
+
+from __future__ import annotations
+
+from coda.errors import Loc
+from coda.ir import Epilogue, Node, Output, Param, format_epilogue, rewrite, toposort
+
+
+def _x():
+    return Node("input")
+
+
+def test_nodes_compare_structurally_ignoring_location():
+    a = Node("add", (_x(), Node("const", (), 1.0)), loc=Loc(1, 1))
+    b = Node("add", (_x(), Node("const", (), 1.0)), loc=Loc(7, 3))
+    assert a == b and hash(a) == hash(b) and a is not b
+    assert a != Node("add", (_x(), Node("const", (), 2.0)))
+    assert a != Node("sub", (_x(), Node("const", (), 1.0)))
+    assert Node("operand", (), "x") != Node("operand", (), "y")
+    assert Node("unpack", (_x(),), 0) != Node("unpack", (_x(),), 1)
+    assert len({a, b}) == 1
+
+
+def test_with_args_keeps_the_node_when_nothing_changes():
+    a = Node("neg", (_x(),), loc=Loc(2, 2))
+    assert a.with_args(a.args) is a
+    c = Node("const", (), 3.0)
+    b = a.with_args((c,))
+    assert b.args == (c,) and b.op == "neg" and b.loc == Loc(2, 2)
+
+
+def test_toposort_visits_each_structural_node_once_after_its_args():
+    x = _x()
+    h = Node("add", (x, Node("operand", (), "bias")))
+    g1 = Node("gelu", (h,))
+    g2 = Node("gelu", (Node("add", (_x(), Node("operand", (), "bias"))),))   # equal to g1
+    out = Node("mul", (g1, g2))
+    order = toposort([out])
+    assert [n.op for n in order] == ["input", "operand", "add", "gelu", "mul"]
+    position = {n: i for i, n in enumerate(order)}
+    for node in order:
+        for arg in node.args:
+            assert position[arg] < position[node]
+
+
+def test_toposort_of_a_deep_chain_does_not_recurse():
+    node = _x()
+    for i in range(5000):
+        node = Node("add", (node, Node("const", (), float(i))))
+    assert len(toposort([node])) == 1 + 2 * 5000
+
+
+def _epi(outputs, params=None):
+    return Epilogue("e", params or {}, tuple(outputs))
+
+
+def test_rewrite_rebuilds_bottom_up_and_keeps_sharing():
+    x = _x()
+    two = Node("const", (), 2.0)
+    y = Node("mul", (x, two))
+    epi = _epi([Output("output", Node("add", (y, y))), Output("s", y, "row_sum")])
+
+    def rule(node):
+        return Node("const", (), 3.0) if node.op == "const" else node
+
+    new = rewrite(epi, rule)
+    assert new.outputs[1].value == Node("mul", (x, Node("const", (), 3.0)))
+    assert new.outputs[0].value.args[0] is new.outputs[0].value.args[1]
+    assert new.outputs[1].reduction == "row_sum" and new.outputs[1].axis == "row"
+
+
+def test_epilogue_flags_and_format():
+    prior = Node("prior")
+    x = _x()
+    params = {"p": Param("p", "scalar"), "t": Param("t", None, declared=False)}
+    drop = Node("dropout", (x, Node("operand", (), "p")))
+    epi = _epi([Output("output", Node("add", (prior, drop))),
+                Output("c", Node("operand", (), "t"), "col_max")], params)
+    assert epi.accumulates and epi.uses_dropout
+    assert format_epilogue(epi) == "\n".join([
+        "epilogue e(p: scalar, t: ?)",
+        "  %0 = prior",
+        "  %1 = input",
+        "  %2 = operand ['p']",
+        "  %3 = dropout %1 %2",
+        "  %4 = add %0 %3",
+        "  %5 = operand ['t']",
+        "  output <- %4",
+        "  c <- col_max %5",
+    ])
+    assert epi.outputs[1].axis == "col" and epi.outputs[0].axis is None
+    plain = _epi([Output("output", x)])
+    assert not plain.accumulates and not plain.uses_dropout

@@ -1,0 +1,292 @@
+"""Launch validation: every mistake at a launch is a LaunchError naming the operand and what was
+expected, raised before any backend sees the tensors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import coda
+from oracle import launch_inputs
+
+F64 = torch.float64
+
+
+def _ab(m=4, n=6, k=3, dtype=F64):
+    return launch_inputs(m, n, k, seed=0, dtype=dtype)
+
+
+def _launch_error(prog, *args, **kwargs) -> str:
+    with pytest.raises(coda.LaunchError) as info:
+        prog.reference(*args, **kwargs)
+    assert isinstance(info.value, coda.CodaError)
+    return str(info.value)
+
+
+# A and B ---------------------------------------------------------------------------------------------
+
+
+def test_a_b_k_mismatch():
+    prog = coda.compile("output = input;")
+    a, _ = _ab(4, 6, 3)
+    b = torch.ones(5, 6, dtype=F64)
+    text = _launch_error(prog, a, b)
+    assert "[4, 3]" in text and "[5, 6]" in text and "K differ (3 vs 5)" in text
+
+
+@pytest.mark.parametrize("which", ["A", "B"])
+def test_int_matrices_are_refused(which):
+    prog = coda.compile("output = input;")
+    a, b = _ab()
+    if which == "A":
+        a = a.to(torch.int32)
+    else:
+        b = b.to(torch.int64)
+    text = _launch_error(prog, a, b)
+    assert f"{which} has dtype torch.int" in text and "float16, bfloat16, float32, float64" in text
+
+
+def test_a_b_must_be_2d_tensors():
+    prog = coda.compile("output = input;")
+    a, b = _ab()
+    assert "A must be a torch.Tensor, got list" in _launch_error(prog, a.tolist(), b)
+    assert "B must be 2-D" in _launch_error(prog, a, b[None])
+    assert "A must be 2-D" in _launch_error(prog, a[0], b)
+
+
+def test_a_b_on_different_devices():
+    prog = coda.compile("output = input;")
+    a, b = _ab()
+    assert "B is on meta but A is on cpu" in _launch_error(prog, a, b.to("meta"))
+
+
+# operands ---------------------------------------------------------------------------------------------
+
+
+def test_missing_operand():
+    prog = coda.compile("EPILOGUE (bias: col, r) { output = input + bias + r; }")
+    a, b = _ab()
+    text = _launch_error(prog, a, b, r=1.0)
+    assert "missing operand 'bias' (kind col)" in text and "prog(a, b, bias=...)" in text
+    text = _launch_error(prog, a, b, bias=torch.zeros(6, dtype=F64))
+    assert "missing operand 'r'" in text
+
+
+def test_unknown_operand_with_suggestion():
+    prog = coda.compile("output = input + bias * scale;")
+    a, b = _ab()
+    text = _launch_error(prog, a, b, bais=torch.zeros(6, dtype=F64), scale=1.0)
+    assert "unknown operand 'bais'" in text and "did you mean 'bias'?" in text
+    assert "bias, scale" in text
+    text = _launch_error(coda.compile("output = input;"), a, b, zzz=1)
+    assert "unknown operand 'zzz'" in text and "operands are: none" in text
+
+
+def test_misspelt_launch_option_is_an_unknown_operand():
+    prog = coda.compile("output = input;")
+    a, b = _ab()
+    assert "unknown operand 'outdtype'" in _launch_error(prog, a, b, outdtype=torch.float32)
+
+
+@pytest.mark.parametrize("kind, shape, expected", [
+    ("tile", (4, 5), "[4, 6]"), ("tile", (6, 4), "[4, 6]"), ("row", (6,), "[4]"), ("row", (4, 1), "[4]"),
+    ("col", (4,), "[6]"), ("col", (1, 6), "[6]"), ("head", (3, 2), "[4, H]"), ("head", (4,), "[4, H]"),
+    ("head", (4, 0), "[4, H]"),
+])
+def test_wrong_operand_shape_names_operand_and_expected_shape(kind, shape, expected):
+    body = "rope(input, x, x)" if kind == "head" else "input * x"
+    prog = coda.compile(f"EPILOGUE (x: {kind}) {{ output = {body}; }}")
+    a, b = _ab(4, 6, 3)
+    text = _launch_error(prog, a, b, x=torch.ones(shape, dtype=F64))
+    assert f"operand 'x' (kind {kind})" in text
+    assert f"expected shape {expected}" in text and f"got tensor of shape {list(shape)}" in text
+
+
+def test_wrong_operand_shape_in_the_pair_domain():
+    prog = coda.compile("EPILOGUE (t: tile, c: col) { g, u = unpack(input); output = g * t + c; }")
+    a, b = _ab(4, 6, 3)
+    text = _launch_error(prog, a, b, t=torch.ones(4, 6, dtype=F64), c=torch.ones(3, dtype=F64))
+    assert "operand 't' (kind tile): expected shape [4, 3]" in text
+    text = _launch_error(prog, a, b, t=torch.ones(4, 3, dtype=F64), c=torch.ones(6, dtype=F64))
+    assert "operand 'c' (kind col): expected shape [3]" in text
+
+
+def test_undeclared_operand_that_fits_no_kind():
+    prog = coda.compile("output = input + x;")
+    a, b = _ab(4, 6, 3)
+    text = _launch_error(prog, a, b, x=torch.ones(5, dtype=F64))
+    assert "operand 'x'" in text and "fits no operand kind" in text
+    assert "tile [4, 6], row [4], col [6]" in text
+    for bad in ([1.0] * 6, "abc", None.__class__, True):
+        assert "operand 'x'" in _launch_error(prog, a, b, x=bad)
+
+
+def test_ambiguous_operand_kind_m_equals_n():
+    prog = coda.compile("output = input + v;")
+    a, b = _ab(5, 5, 2)
+    text = _launch_error(prog, a, b, v=torch.ones(5, dtype=F64))
+    assert "operand 'v'" in text and "fits kinds row and col" in text and "`v: row`" in text
+    declared = coda.compile("EPILOGUE (v: col) { output = input + v; }")
+    v = torch.arange(5, dtype=F64)
+    assert torch.equal(declared.reference(a, b, v=v)["output"], a @ b + v[None, :])
+
+
+def test_tensor_given_for_scalar_and_number_for_tensor():
+    prog = coda.compile("EPILOGUE (s: scalar, r: row) { output = input * s + r; }")
+    a, b = _ab(4, 6, 3)
+    text = _launch_error(prog, a, b, s=torch.ones(4, dtype=F64), r=torch.ones(4, dtype=F64))
+    assert "operand 's' (kind scalar)" in text and "a number or 0-d tensor" in text
+    text = _launch_error(prog, a, b, s=1.0, r=2.0)
+    assert "operand 'r'" in text and "expected a tensor of shape [4] (kind row), got float" in text
+    text = _launch_error(prog, a, b, s=True, r=torch.ones(4, dtype=F64))
+    assert "operand 's'" in text
+    out = prog.reference(a, b, s=torch.tensor(2.0, dtype=F64), r=torch.ones(4, dtype=F64))["output"]
+    assert torch.equal(out, (a @ b) * 2 + 1)
+
+
+def test_int_operand_is_refused():
+    prog = coda.compile("output = input + bias;")
+    a, b = _ab(4, 6, 3)
+    text = _launch_error(prog, a, b, bias=torch.ones(6, dtype=torch.int64))
+    assert "operand 'bias' has dtype torch.int64" in text and "floating-point" in text
+
+
+def test_operand_on_another_device():
+    prog = coda.compile("output = input + bias;")
+    a, b = _ab(4, 6, 3)
+    assert "operand 'bias' is on meta" in _launch_error(prog, a, b, bias=torch.ones(6, device="meta"))
+
+
+def test_operands_of_other_float_dtypes_are_converted():
+    prog = coda.compile("output = input + bias;")
+    a, b = _ab(4, 6, 3)
+    bias = torch.arange(6, dtype=torch.float16)
+    assert torch.equal(prog.reference(a, b, bias=bias)["output"], a @ b + bias.double()[None, :])
+
+
+# pairs, rope, domains ------------------------------------------------------------------------------------
+
+
+def test_odd_n_with_unpack():
+    prog = coda.compile("g, u = unpack(input);\noutput = g * u;")
+    a, b = _ab(4, 7, 3)
+    assert "N must be even; got N = 7" in _launch_error(prog, a, b)
+
+
+def test_rope_needs_an_even_number_of_columns():
+    prog = coda.compile("output = rope(input, c, s);")
+    a, b = _ab(4, 7, 3)
+    text = _launch_error(prog, a, b, c=torch.ones(4, 2, dtype=F64), s=torch.ones(4, 2, dtype=F64))
+    assert "rope rotates column pairs" in text and "N = 7" in text
+    pairs = coda.compile("g, u = unpack(input);\noutput = rope(g, c, s) * u;")
+    a, b = _ab(4, 6, 3)                              # N/2 = 3 is odd
+    assert "rope rotates column pairs" in _launch_error(pairs, a, b, c=torch.ones(4, 1, dtype=F64),
+                                                        s=torch.ones(4, 1, dtype=F64))
+
+
+def test_operand_mixing_domains_is_refused_at_launch():
+    prog = coda.compile("g, u = unpack(input);\noutput = g * w;\nsave f = input * w;")
+    a, b = _ab(4, 6, 3)
+    with pytest.raises(coda.CodaError, match=r"'w' of kind col is used with both \[M, N\]"):
+        prog.reference(a, b, w=torch.ones(6, dtype=F64))
+
+
+# out=, out_dtype, seed, backend --------------------------------------------------------------------------
+
+
+def test_accumulation_needs_out():
+    prog = coda.compile("output += input;")
+    a, b = _ab()
+    text = _launch_error(prog, a, b)
+    assert "accumulates into `output`" in text and "out=" in text
+
+
+@pytest.mark.parametrize("out, fragment", [
+    (torch.zeros(4, 5, dtype=F64), "out=: expected shape [4, 6], got [4, 5]"),
+    (torch.zeros(4, 6, dtype=torch.float32), None),
+    (torch.zeros(4, 6, dtype=F64).tolist(), "out= must be a torch.Tensor, got list"),
+    (torch.zeros(4, 6, device="meta", dtype=F64), "out= is on meta but A is on cpu"),
+])
+def test_bad_out(out, fragment):
+    prog = coda.compile("output = input;")
+    a, b = _ab()
+    if fragment is None:        # out's dtype sets the output dtype unless out_dtype disagrees
+        prog.reference(a, b, out=out)
+        text = _launch_error(prog, a, b, out=out, out_dtype=F64)
+        assert "out=: expected dtype torch.float64 (the output dtype), got torch.float32" in text
+    else:
+        assert fragment in _launch_error(prog, a, b, out=out)
+
+
+def test_out_for_pair_programs_has_half_the_columns():
+    prog = coda.compile("g, u = unpack(input);\noutput += g;")
+    a, b = _ab(4, 6, 3)
+    assert "expected shape [4, 3], got [4, 6]" in _launch_error(prog, a, b, out=torch.zeros(4, 6, dtype=F64))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, "float32", torch.bool])
+def test_bad_out_dtype(dtype):
+    prog = coda.compile("output = input;")
+    a, b = _ab()
+    assert "out_dtype must be a floating-point torch.dtype" in _launch_error(prog, a, b, out_dtype=dtype)
+
+
+def test_dropout_without_seed_and_bad_seeds():
+    prog = coda.compile("output = dropout(input, 0.1);")
+    a, b = _ab()
+    assert "uses dropout: pass an integer seed=" in _launch_error(prog, a, b)
+    for seed in (1.5, "3", True, None):
+        assert "seed" in _launch_error(prog, a, b, seed=seed)
+    plain = coda.compile("output = input;")
+    assert "seed= must be an integer, got 'x'" in _launch_error(plain, a, b, seed="x")
+    assert torch.equal(plain.reference(a, b, seed=3)["output"], a @ b)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.5, float("nan")])
+def test_dropout_probability_out_of_range_at_launch(p):
+    prog = coda.compile("output = dropout(input, p);")
+    a, b = _ab()
+    text = _launch_error(prog, a, b, p=p, seed=0)
+    assert "operand 'p' is a dropout probability" in text and "[0, 1]" in text
+
+
+def test_bad_backend_name():
+    prog = coda.compile("output = input;")
+    a, b = _ab()
+    with pytest.raises(coda.LaunchError, match="backend must be one of auto, triton, reference; got 'cuda'"):
+        prog(a, b, backend="cuda")
+
+
+def test_triton_backend_on_cpu_without_the_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    prog = coda.compile("output = input;")
+    a, b = _ab()
+    with pytest.raises(coda.LaunchError, match="needs CUDA tensors, or TRITON_INTERPRET=1"):
+        prog(a, b, backend="triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(coda.LaunchError, match="TRITON_INTERPRET=1"):
+        prog(a, b, backend="triton")
+
+
+def test_errors_come_before_any_backend_runs(monkeypatch):
+    """Binding fails first: a bad launch on the Triton path never reaches the kernels."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    prog = coda.compile("output = input + bias;")
+    a, b = _ab()
+    monkeypatch.setattr(type(prog), "triton", property(lambda self: pytest.fail("backend reached")))
+    with pytest.raises(coda.LaunchError, match="missing operand 'bias'"):
+        prog(a, b, backend="triton")
+
+
+def test_bind_reports_kinds_shapes_and_seed():
+    prog = coda.compile("h = input + bias;\nsave pre = h;\noutput = dropout(h * r, p);\n"
+                        "s = col_sum(h);\nt = row_max(h);")
+    a, b = _ab(4, 6, 3)
+    launch = prog.bind(a, b, bias=torch.ones(6, dtype=F64), r=torch.ones(4, dtype=F64), p=0.2,
+                       seed=2**33 + 7, out_dtype=torch.float32)
+    assert launch.kinds == {"bias": "col", "r": "row", "p": "scalar"}
+    assert (launch.m, launch.n, launch.k) == (4, 6, 3)
+    assert launch.seed == 7
+    assert [(o.name, o.shape, o.dtype, o.reduction) for o in launch.outputs] == [
+        ("output", (4, 6), torch.float32, None), ("pre", (4, 6), torch.float32, None),
+        ("s", (6,), torch.float32, "col_sum"), ("t", (4,), torch.float32, "row_max")]
