@@ -119,7 +119,8 @@ PRIMITIVES: dict[str, Primitive] = _rows(
     _e("gelu_erf_grad", 1, _gelu_erf_grad, "cm.gelu_erf_grad({0})"),
     _e("silu_grad", 1, _silu_grad, "cm.silu_grad({0})"),
     # forms that need more than their arguments
-    Primitive("dropout", 2, "dropout", None, "cm.dropout({0}, {1}, seed, rows, {first_col}, BLOCK_M, {block})",
+    Primitive("dropout", 2, "dropout", None,
+              "cm.dropout({0}, {1}, seed, rows, {first_col}, BLOCK_M, {block})",
               doc="dropout(x, p): zero with probability p, scale the rest by 1/(1-p); "
                   "the mask is a counter-based hash of (seed, row, column)"),
     Primitive("rope", 3, "rope", None, "",

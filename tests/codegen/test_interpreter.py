@@ -8,11 +8,11 @@ several tiles in M, N and K, with ragged edges.
 from __future__ import annotations
 
 import numpy as np
-import oracle
 import pytest
 import torch
 
 import coda
+import oracle
 from coda.runtime.program import interpreter_enabled
 
 pytestmark = pytest.mark.skipif(not interpreter_enabled() and not torch.cuda.is_available(),

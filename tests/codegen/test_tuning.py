@@ -13,7 +13,7 @@ from coda.codegen.tuning import Config, TuningStore
 
 def test_store_round_trip_and_persistence(tmp_path):
     store = TuningStore(tmp_path / "tuning.json")
-    config = Config(128, 256, 64, 8, 3, split_epilogue=True)
+    config = Config(128, 256, 64, 8, 3, split_epilogue=2)
     store.put("key", config)
     assert store.get("key") == config
     assert TuningStore(tmp_path / "tuning.json").get("key") == config   # a second process

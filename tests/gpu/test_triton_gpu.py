@@ -101,3 +101,30 @@ def test_cuda_graph_capture_and_replay():
     fresh = prog(a, w.T, bias=bias)
     for key in expected:
         assert torch.equal(captured[key], fresh[key]), key
+
+
+@pytest.mark.parametrize("variant", ["hopper", "portable"])
+def test_every_candidate_config_is_correct(variant):
+    from coda.codegen import tuning
+
+    if variant == "hopper" and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Hopper only")
+    prog = coda.compile("EPILOGUE(bias: col, residual: tile, p: scalar) { h = input + bias;"
+                        " save preact = h; output = dropout(gelu(h), p) + residual;"
+                        " ss = row_sum(output * output); cs = col_sum(h); lse = row_logsumexp(h); }")
+    m, n, k = 1000, 1536, 320
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+    ops = dict(bias=torch.randn(n, device="cuda", dtype=torch.bfloat16),
+               residual=torch.randn(m, n, device="cuda", dtype=torch.bfloat16), p=0.2)
+    b = w.T if variant == "hopper" else w.T.contiguous()[:, :]  # portable: forced below
+    launch = prog.bind(a, b, seed=3, **ops)
+    exact = evaluate(prog.bind(a.double(), b.double(), seed=3, **{k_: v.double() if torch.is_tensor(v)
+                                                                   else v for k_, v in ops.items()}))
+    for config in tuning.CANDIDATES[variant]:
+        kernel = prog.triton.kernel(launch)
+        if kernel.variant != variant:
+            pytest.skip(f"launch runs the {kernel.variant} mainloop")
+        out = prog.triton.launch(launch, config=config)
+        for key, value in out.items():
+            assert rel(value, exact[key]) < 2e-2, (config, key)

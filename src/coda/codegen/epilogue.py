@@ -141,7 +141,6 @@ class _Emitter:
     def value(self, node: Node) -> str:
         op, args = node.op, [self.names[a] for a in node.args]
         width = self.domains[node]
-        cols, mask_c, _, _ = _DOMAIN[width]
         if op == "input":
             return "acc"
         if op == "const":
@@ -169,7 +168,8 @@ class _Emitter:
         if kind == "row":
             return f"tl.load({base}_ptr + rows * {base}_s0, mask=mask_m, other=0.0).to(tl.float32)[:, None]"
         if kind == "col":
-            return f"tl.load({base}_ptr + {cols} * {base}_s0, mask={mask_c}, other=0.0).to(tl.float32)[None, :]"
+            return (f"tl.load({base}_ptr + {cols} * {base}_s0, mask={mask_c}, "
+                    f"other=0.0).to(tl.float32)[None, :]")
         return self.load_tile(base, width)
 
     def load_tile(self, base: str, width: str) -> str:

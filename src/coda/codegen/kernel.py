@@ -24,8 +24,7 @@ from ..ir import format_epilogue
 from ..runtime.binding import Launch
 from ..runtime.program import Program, interpreter_enabled
 from . import tuning
-from .epilogue import (Signature, descriptor_prologue, epilogue_args, generate_epilogue,
-                       kernel_params)
+from .epilogue import Signature, descriptor_prologue, epilogue_args, generate_epilogue, kernel_params
 from .mainloops import HEADER, MAINLOOPS
 from .tuning import Config
 

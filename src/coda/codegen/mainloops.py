@@ -11,7 +11,8 @@ descriptors (codegen/epilogue.py). EPILOGUE_N is the width of the tile the epilo
 - `hopper` (sm_90): persistent (one program per SM walking the tiles in grouped order), A and B
   read through device-side TMA tensor descriptors (zero-filled out of bounds, so no masks), the
   tile loop flattened with the K loop so the next tile's loads overlap this tile's epilogue, and
-  the epilogue optionally run on two [BLOCK_M, BLOCK_N/2] halves to halve its register footprint.
+  the epilogue optionally run on two or four column slices of the tile to cut its register
+  footprint.
 """
 
 PORTABLE = '''
@@ -48,6 +49,11 @@ def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EP
 
 HOPPER = '''
 @triton.jit
+def column_halves(tile, ROWS: tl.constexpr, COLS: tl.constexpr):
+    return tl.split(tl.permute(tl.reshape(tile, (ROWS, 2, COLS // 2)), (0, 2, 1)))
+
+
+@triton.jit
 def tile_coords(tile_id, row_blocks, col_blocks, GROUP_M: tl.constexpr):
     group_size = GROUP_M * col_blocks
     first_row_block = (tile_id // group_size) * GROUP_M
@@ -61,7 +67,7 @@ def tile_coords(tile_id, row_blocks, col_blocks, GROUP_M: tl.constexpr):
 def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr,
-              B_N_CONTIGUOUS: tl.constexpr, SPLIT_EPILOGUE: tl.constexpr, FLATTEN: tl.constexpr,
+              B_N_CONTIGUOUS: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr,
               EPILOGUE_N: tl.constexpr):
     # A is [M, K] with K contiguous, or its transpose is: describe whichever is row-major.
     if A_K_CONTIGUOUS:
@@ -99,13 +105,22 @@ def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EP
             acc = tl.dot(a, b, acc)
         epilogue_tile += NUM_SMS
         pid_m, pid_n = tile_coords(epilogue_tile, row_blocks, col_blocks, GROUP_M)
-        if SPLIT_EPILOGUE:
-            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-            left, right = tl.split(halves)
-            epilogue(left, pid_m, 2 * pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 2)
-            epilogue(right, pid_m, 2 * pid_n + 1, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 2)
-        else:
+        # The epilogue sees EPILOGUE_SPLIT column slices of the tile, one after the other, so its
+        # temporaries (loads, RNG state) need a half or a quarter of the registers.
+        if EPILOGUE_SPLIT == 1:
             epilogue(acc, pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N)
+        else:
+            left, right = column_halves(acc, BLOCK_M, BLOCK_N)
+            if EPILOGUE_SPLIT == 2:
+                epilogue(left, pid_m, 2 * pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 2)
+                epilogue(right, pid_m, 2 * pid_n + 1, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 2)
+            else:
+                q0, q1 = column_halves(left, BLOCK_M, BLOCK_N // 2)
+                q2, q3 = column_halves(right, BLOCK_M, BLOCK_N // 2)
+                epilogue(q0, pid_m, 4 * pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
+                epilogue(q1, pid_m, 4 * pid_n + 1, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
+                epilogue(q2, pid_m, 4 * pid_n + 2, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
+                epilogue(q3, pid_m, 4 * pid_n + 3, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
 '''
 
 MAINLOOPS = {"portable": PORTABLE, "hopper": HOPPER}

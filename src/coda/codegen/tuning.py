@@ -26,7 +26,7 @@ class Config:
     num_warps: int = 4
     num_stages: int = 3
     group_m: int = 8
-    split_epilogue: bool = False   # hopper: run the epilogue on two [BLOCK_M, BLOCK_N/2] halves
+    split_epilogue: int = 1        # hopper: run the epilogue on 1, 2 or 4 column slices
     flatten: bool = True           # hopper: flatten the tile loop with the K loop
 
     def meta(self, variant: str) -> dict:
@@ -34,23 +34,25 @@ class Config:
         meta = dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, BLOCK_K=self.block_k,
                     GROUP_M=self.group_m, num_warps=self.num_warps, num_stages=self.num_stages)
         if variant == "hopper":
-            meta.update(SPLIT_EPILOGUE=self.split_epilogue, FLATTEN=self.flatten,
+            meta.update(EPILOGUE_SPLIT=self.split_epilogue, FLATTEN=self.flatten,
                         EPILOGUE_N=self.epilogue_block_n)
         return meta
 
     @property
     def epilogue_block_n(self) -> int:
-        return self.block_n // 2 if self.split_epilogue else self.block_n
+        return self.block_n // self.split_epilogue
 
 
 CANDIDATES = {
     "hopper": [
-        Config(128, 256, 64, 8, 3, split_epilogue=True),
-        Config(128, 256, 64, 8, 4, split_epilogue=True),
+        Config(128, 256, 64, 8, 3, split_epilogue=2),
+        Config(128, 256, 64, 8, 4, split_epilogue=2),
         Config(128, 256, 64, 8, 3),
+        Config(128, 256, 64, 8, 3, split_epilogue=4),
+        Config(128, 256, 64, 8, 4, group_m=16, split_epilogue=2),
         Config(128, 128, 64, 8, 4),
-        Config(128, 128, 64, 8, 4, split_epilogue=True),
-        Config(128, 256, 64, 8, 3, split_epilogue=True, flatten=False),
+        Config(128, 128, 64, 8, 4, split_epilogue=2),
+        Config(128, 256, 64, 8, 3, split_epilogue=2, flatten=False),
     ],
     "portable": [
         Config(128, 128, 32, 4, 4),
@@ -70,7 +72,7 @@ def heuristic(variant: str, m: int, n: int, k: int) -> Config:
     """A sound default without timing: big tiles when there are enough of them for the GPU."""
     if variant == "hopper":
         many_tiles = (m // 128) * (n // 256) >= 132
-        return CANDIDATES["hopper"][0] if many_tiles else CANDIDATES["hopper"][3]
+        return CANDIDATES["hopper"][0] if many_tiles else CANDIDATES["hopper"][5]
     return CANDIDATES["portable"][0] if m * n >= 2048 * 2048 else CANDIDATES["portable"][3]
 
 
@@ -136,7 +138,7 @@ def autotune(key: str, variant: str, run: Callable[[Config], None], describe: st
         try:
             ms = triton.testing.do_bench(lambda c=config: run(c), warmup=5, rep=20,
                                          return_mode="median")
-        except Exception as err:  # noqa: BLE001 - a config that cannot build is just skipped
+        except Exception as err:
             ms, note = float("inf"), f"skipped ({type(err).__name__})"
         else:
             note = f"{ms * 1e3:.1f} us"

@@ -1,0 +1,269 @@
+"""The `coda` command line: check, explain, demo, exit codes and error messages.
+
+The Triton path of the CLI is exercised with a stand-in backend (the reference, or one that
+crashes) so that these tests stay fast and do not depend on the kernels; the kernels themselves
+are tested elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import coda
+from coda import cli
+from coda.runtime.program import Program
+from coda.runtime.reference import run_reference
+
+EXAMPLES = Path(cli.__file__).parent / "examples"
+
+
+@pytest.fixture
+def no_triton(monkeypatch):
+    """No interpreter: the CLI sees the reference backend only (on a machine without CUDA)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+class _FakeTriton:
+    """Stands in for TritonProgram (its `plan(launch).run(...)` and `launch(launch)` entry
+    points): computes with the reference backend, or raises the error it is given."""
+
+    def __init__(self, error: Exception | None = None):
+        self.error = error
+        self.launches = 0
+
+    def launch(self, launch, config=None):
+        self.launches += 1
+        if self.error is not None:
+            raise self.error
+        return run_reference(launch)
+
+    def plan(self, launch, config=None):
+        fake = self
+
+        class Plan:
+            def run(self, *args, **kwargs):
+                return fake.launch(launch)
+
+        return Plan()
+
+
+@pytest.fixture
+def fake_triton(monkeypatch):
+    """The CLI sees a Triton backend (as under TRITON_INTERPRET=1) that is the reference."""
+    fake = _FakeTriton()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(Program, "triton", property(lambda self: fake))
+    return fake
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "prog.epi"
+    path.write_text(text)
+    return str(path)
+
+
+def test_examples_are_shipped_and_compile():
+    names = {p.name for p in cli.example_files()}
+    assert names >= {"bias_gelu_dropout_residual.epi", "residual_rms_stats.epi", "swiglu.epi",
+                     "dgelu_bias_grad.epi", "rope.epi"}
+    for path in cli.example_files():
+        assert isinstance(coda.compile(path.read_text()), Program)
+
+
+def test_top_level_examples_link_to_the_package():
+    root = Path(__file__).resolve().parent.parent
+    link = root / "examples"
+    if not link.exists():
+        pytest.skip("not run from a source checkout")
+    assert link.resolve() == EXAMPLES.resolve()
+
+
+@pytest.mark.parametrize("name", ["bias_gelu_dropout_residual", "swiglu", "rope"])
+def test_check_passes_on_the_reference(no_triton, capsys, name):
+    code = cli.main(["check", str(EXAMPLES / f"{name}.epi"), "--shape", "9,12,5"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "reference" in out and "PASS" in out and "FAIL" not in out
+
+
+def test_check_table_lists_every_output(no_triton, capsys):
+    code = cli.main(["check", str(EXAMPLES / "bias_gelu_dropout_residual.epi"), "--dtype",
+                     "float16", "--shape", "8x10x4"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "rel. error" in out and "tolerance" in out
+    assert "preact" in out and "[8, 10]" in out
+    assert out.strip().splitlines()[-1] == "PASS: 2 passed, 0 failed"
+
+
+def test_check_unpacked_operands_and_accumulation(no_triton, tmp_path, capsys):
+    # `up_scale` lives in the [M, N/2] domain and `output +=` needs an out= tensor.
+    path = write(tmp_path, "EPILOGUE { gate, up = unpack(input); output += silu(gate) * up * s; "
+                           "t = row_max(output); }")
+    assert cli.main(["check", path, "--shape", "6,8,3"]) == 0
+    assert "[6, 4]" in capsys.readouterr().out
+
+
+def test_check_runs_triton_and_skips_bf16_on_the_interpreter(fake_triton, capsys):
+    path = str(EXAMPLES / "dgelu_bias_grad.epi")
+    assert cli.main(["check", path, "--shape", "7,6,5"]) == 0
+    out = capsys.readouterr().out
+    assert "triton" in out and fake_triton.launches == 1
+    assert cli.main(["check", path, "--shape", "7,6,5", "--dtype", "bfloat16"]) == 0
+    assert "SKIP" in capsys.readouterr().out
+
+
+def test_check_fails_with_exit_1_when_a_backend_is_wrong(monkeypatch, fake_triton, capsys):
+    def off_by_a_bit(launch):
+        outs = run_reference(launch)
+        outs["output"] += 0.1
+        return outs
+
+    monkeypatch.setattr(fake_triton, "launch", off_by_a_bit)
+    assert cli.main(["check", str(EXAMPLES / "swiglu.epi"), "--shape", "4,6,3"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and out.strip().splitlines()[-1].startswith("FAIL")
+
+
+def test_check_reports_a_crashing_backend_as_a_failure(fake_triton, capsys):
+    fake_triton.error = RuntimeError("kernel exploded\nmore detail")
+    assert cli.main(["check", str(EXAMPLES / "rope.epi"), "--shape", "4,6,3"]) == 1
+    out = capsys.readouterr().out
+    assert "RuntimeError: kernel exploded" in out and "Traceback" not in out
+
+
+def test_check_falls_back_to_the_reference_without_a_triton_backend(fake_triton, capsys):
+    fake_triton.error = NotImplementedError("no kernels yet")
+    assert cli.main(["check", str(EXAMPLES / "rope.epi"), "--shape", "4,6,3"]) == 0
+    out = capsys.readouterr().out
+    assert "not available" in out and "PASS" in out
+
+
+def test_check_bad_program_exits_2_with_a_caret(tmp_path, capsys):
+    path = write(tmp_path, "EPILOGUE {\n  h = input + bias;\n  output = gelux(h);\n}\n")
+    assert cli.main(["check", path]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "line 3, column 12" in captured.err and "gelux" in captured.err
+    assert "did you mean 'gelu'" in captured.err
+    assert captured.err.rstrip().endswith("^") and "Traceback" not in captured.err
+
+
+def test_check_bad_launch_exits_2(no_triton, capsys):
+    assert cli.main(["check", str(EXAMPLES / "swiglu.epi"), "--shape", "4,5,3"]) == 2
+    assert "N must be even" in capsys.readouterr().err
+
+
+def test_check_missing_file_and_bad_shape_exit_2(capsys):
+    assert cli.main(["check", "no/such/file.epi"]) == 2
+    assert "No such file" in capsys.readouterr().err
+    assert cli.main(["check", str(EXAMPLES / "rope.epi"), "--shape", "4,6"]) == 2
+    assert "M,N,K" in capsys.readouterr().err
+
+
+def test_check_triton_requested_but_unavailable_exits_2(no_triton, capsys):
+    assert cli.main(["check", str(EXAMPLES / "rope.epi"), "--backend", "triton"]) == 2
+    assert "TRITON_INTERPRET" in capsys.readouterr().err
+
+
+def test_explain_prints_the_ir(capsys):
+    assert cli.main(["explain", str(EXAMPLES / "swiglu.epi")]) == 0
+    out = capsys.readouterr().out
+    assert "# IR after passes" in out and "unpack" in out and "output: tile [M, N/2]" in out
+
+
+def test_explain_with_a_shape_shows_kinds(monkeypatch, capsys):
+    # With a backend that cannot generate kernels, the IR part and the operand kinds remain.
+    class NoKernels:
+        def explain(self, launch):
+            raise NotImplementedError("no code generator")
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(Program, "triton", property(lambda self: NoKernels()))
+    assert cli.main(["explain", str(EXAMPLES / "bias_gelu_dropout_residual.epi"),
+                     "--shape", "8,6,4"]) == 0
+    out = capsys.readouterr().out
+    assert "# operand kinds" in out and "bias: col" in out and "residual: tile" in out
+    assert "not shown" in out
+
+
+def test_demo_reference_only(no_triton, monkeypatch, capsys):
+    monkeypatch.setenv("CODA_AUTOTUNE", "0")  # demo sets it when unset: keep the process clean
+    monkeypatch.setattr(cli, "DEMO_SHAPES", ((5, 6, 3), (9, 10, 4)))
+    assert cli.main(["demo", "--dtypes", "float32", "float16"]) == 0
+    out = capsys.readouterr().out
+    assert "reference backend only" in out
+    for name in ("bias_gelu_dropout_residual", "residual_rms_stats", "swiglu",
+                 "dgelu_bias_grad", "rope"):
+        assert name in out
+    assert "demo passed" in out and " 0 failed" in out
+
+
+def test_demo_with_a_triton_backend(fake_triton, monkeypatch, capsys):
+    monkeypatch.setenv("CODA_AUTOTUNE", "0")
+    monkeypatch.setattr(cli, "DEMO_SHAPES", ((5, 6, 3),))
+    assert cli.main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "interpreter" in out and "backends: reference, triton" in out
+    assert fake_triton.launches == 5 * 2  # every example, float32 and float16 (bf16 skipped)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """`python -m coda ARGS` in a fresh process, without TRITON_INTERPRET set (as a user has it)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-m", "coda", *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU interpreter path")
+def test_check_backend_triton_runs_the_real_kernels_in_the_interpreter():
+    result = run_cli("check", str(EXAMPLES / "residual_rms_stats.epi"), "--shape", "9,10,5",
+                     "--backend", "triton")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "triton" in result.stdout and "PASS: 2 passed, 0 failed" in result.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU interpreter path")
+def test_explain_with_a_shape_shows_the_generated_kernel():
+    result = run_cli("explain", str(EXAMPLES / "swiglu.epi"), "--shape", "8,12,4")
+    assert result.returncode == 0, result.stderr
+    assert "# operand kinds" in result.stdout and "rstd: row" in result.stdout
+    assert "# Triton kernel" in result.stdout and "def " in result.stdout
+
+
+def test_demo_does_not_import_triton_before_choosing_the_interpreter():
+    # The package must not import triton at import time, or TRITON_INTERPRET would come too late.
+    code = "import sys, coda, coda.cli; print('triton' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_python_dash_m_coda():
+    result = run_cli("explain", str(EXAMPLES / "rope.epi"))
+    assert result.returncode == 0, result.stderr
+    assert "rope" in result.stdout
+
+
+def test_help_exits_0(capsys):
+    assert cli.main(["--help"]) == 0
+    assert "check" in capsys.readouterr().out
+
+
+def test_dsl_reference_lists_every_primitive():
+    # docs/dsl.md's primitive table is committed markdown; keep it in step with the registry.
+    from coda.primitives import PRIMITIVES
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "dsl.md"
+    if not doc.exists():
+        pytest.skip("not run from a source checkout")
+    text = doc.read_text()
+    missing = [name for name in PRIMITIVES if f"| `{name}` |" not in text]
+    assert not missing, f"docs/dsl.md lacks rows for {missing}"
