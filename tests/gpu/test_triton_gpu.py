@@ -112,12 +112,12 @@ def test_every_candidate_config_is_correct(variant):
     prog = coda.compile("EPILOGUE(bias: col, residual: tile, p: scalar) { h = input + bias;"
                         " save preact = h; output = dropout(gelu(h), p) + residual;"
                         " ss = row_sum(output * output); cs = col_sum(h); lse = row_logsumexp(h); }")
-    m, n, k = 1000, 1536, 320
+    m, n, k = 1000, 1536, 320 if variant == "hopper" else 321  # K*2 bytes % 16 != 0: no TMA
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
     ops = dict(bias=torch.randn(n, device="cuda", dtype=torch.bfloat16),
                residual=torch.randn(m, n, device="cuda", dtype=torch.bfloat16), p=0.2)
-    b = w.T if variant == "hopper" else w.T.contiguous()[:, :]  # portable: forced below
+    b = w.T
     launch = prog.bind(a, b, seed=3, **ops)
     exact = evaluate(prog.bind(a.double(), b.double(), seed=3, **{k_: v.double() if torch.is_tensor(v)
                                                                    else v for k_, v in ops.items()}))
