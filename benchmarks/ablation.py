@@ -15,7 +15,7 @@ import torch
 import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-import coda  # noqa: E402
+import coda
 
 VARIANTS = {
     "plain": "output = input;",

@@ -22,7 +22,7 @@ import triton
 import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-import coda  # noqa: E402
+import coda
 
 SHAPES = [(16384, 3072, 768), (16384, 768, 3072), (8192, 11008, 4096), (8192, 4096, 11008),
           (16384, 8192, 2048), (4096, 4096, 4096), (8192, 8192, 8192)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-import coda  # noqa: E402
+import coda
 
 
 def per_call_us(fn, calls: int = 2000) -> float:

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-import coda  # noqa: E402
+import coda
 
 a = torch.randn(128, 128, device="cuda", dtype=torch.bfloat16)
 w = torch.randn(128, 128, device="cuda", dtype=torch.bfloat16)

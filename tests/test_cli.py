@@ -31,8 +31,8 @@ def no_triton(monkeypatch):
 
 
 class _FakeTriton:
-    """Stands in for TritonProgram (its `plan(launch).run(...)` and `launch(launch)` entry
-    points): computes with the reference backend, or raises the error it is given."""
+    """Stands in for TritonProgram (its `start(launch)` and `launch(launch)` entry points):
+    computes with the reference backend, or raises the error it is given."""
 
     def __init__(self, error: Exception | None = None):
         self.error = error
@@ -44,14 +44,14 @@ class _FakeTriton:
             raise self.error
         return run_reference(launch)
 
-    def plan(self, launch, config=None):
+    def start(self, launch, config=None):
         fake = self
 
         class Plan:
             def run(self, *args, **kwargs):
                 return fake.launch(launch)
 
-        return Plan()
+        return Plan(), self.launch(launch)
 
 
 @pytest.fixture

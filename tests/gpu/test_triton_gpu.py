@@ -121,10 +121,34 @@ def test_every_candidate_config_is_correct(variant):
     launch = prog.bind(a, b, seed=3, **ops)
     exact = evaluate(prog.bind(a.double(), b.double(), seed=3, **{k_: v.double() if torch.is_tensor(v)
                                                                    else v for k_, v in ops.items()}))
+    from triton.runtime.errors import OutOfResources
+
+    fitted = 0
     for config in tuning.CANDIDATES[variant]:
         kernel = prog.triton.kernel(launch)
         if kernel.variant != variant:
             pytest.skip(f"launch runs the {kernel.variant} mainloop")
-        out = prog.triton.launch(launch, config=config)
+        try:
+            out = prog.triton.launch(launch, config=config)
+        except OutOfResources:
+            continue  # too much shared memory for this program's TMA tiles: autotuning skips it
+        fitted += 1
         for key, value in out.items():
             assert rel(value, exact[key]) < 2e-2, (config, key)
+    assert fitted >= len(tuning.CANDIDATES[variant]) // 2
+
+
+def test_a_config_that_does_not_fit_falls_back_to_one_that_does(monkeypatch):
+    from coda.codegen import tuning
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Hopper only")
+    too_big = tuning.Config(128, 256, 64, 8, 6)   # 6 stages of 128x256x64 bf16: > 232 KB
+    monkeypatch.setenv("CODA_AUTOTUNE", "0")
+    monkeypatch.setattr(tuning, "heuristic", lambda *args: too_big)
+    prog = coda.compile("EPILOGUE(residual: tile) { output = input + residual; }")
+    a = torch.randn(2048, 512, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, 512, device="cuda", dtype=torch.bfloat16)
+    residual = torch.randn(2048, 1024, device="cuda", dtype=torch.bfloat16)
+    out = prog(a, w.T, residual=residual)["output"]
+    assert rel(out, a.double() @ w.double().T + residual.double()) < 1e-2

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from triton.runtime.errors import OutOfResources
 
 from ..errors import LaunchError
 from ..ir import format_epilogue
@@ -52,16 +53,25 @@ class TritonProgram:
     # public -----------------------------------------------------------------------------------
     def launch(self, launch: Launch, config: Config | None = None) -> dict[str, torch.Tensor]:
         """Run the bound launch; `config` overrides tuning (tests, benchmarks)."""
-        return self.plan(launch, config).run(launch.a, launch.b, launch.values, launch.out,
-                                             launch.seed)
+        return self.start(launch, config)[1]
 
-    def plan(self, launch: Launch, config: Config | None = None) -> Plan:
-        """Everything about this launch that does not change while shapes, strides and dtypes
-        stay the same: the kernel, its configuration, grid and compile-time arguments."""
+    def start(self, launch: Launch, config: Config | None = None
+              ) -> tuple[Plan, dict[str, torch.Tensor]]:
+        """Run a launch for the first time and return its plan (for cached relaunches) and
+        outputs. A configuration that does not fit the GPU (shared memory) is replaced by the
+        next candidate."""
         _check_dtypes(launch)
         kernel = self.kernel(launch)
-        config = config or self.config(launch, kernel)
-        return Plan(kernel, config, launch)
+        chosen = config or self.config(launch, kernel)
+        fallbacks = [] if config else [c for c in tuning.CANDIDATES[kernel.variant] if c != chosen]
+        for candidate in (chosen, *fallbacks):
+            plan = Plan(kernel, candidate, launch)
+            try:
+                return plan, plan.run(launch.a, launch.b, launch.values, launch.out, launch.seed)
+            except OutOfResources:
+                if config:
+                    raise
+        raise LaunchError(f"no kernel configuration of {self.program.name} fits this GPU")
 
     def kernel(self, launch: Launch) -> Kernel:
         variant = _variant(launch)

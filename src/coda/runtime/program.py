@@ -72,10 +72,10 @@ class Program:
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed)
         if self._pick_backend(backend, a) == "reference":
             return run_reference(launch)
-        plan = self.triton.plan(launch)
+        plan, outputs = self.triton.start(launch)
         if key is not None:
             self._plans[key] = plan
-        return plan.run(a, b, launch.values, out, launch.seed)
+        return outputs
 
     def reference(self, a: torch.Tensor, b: torch.Tensor, **kwargs) -> dict[str, torch.Tensor]:
         """The same launch on the reference backend (eager PyTorch): the ground truth."""
