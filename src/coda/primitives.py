@@ -25,8 +25,9 @@ class Primitive:
     """One epilogue function.
 
     form: "elementwise" (pure function of equally-broadcast arguments), "dropout" (needs the seed
-    and element coordinates), "rope" (rotates neighbouring column pairs), "unpack" (splits a tile
-    into its column pairs), or "reduction" (row/column reduction; only as an output).
+    and element coordinates), "index" (an element's row or column), "rope" (rotates neighbouring
+    column pairs), "unpack" (splits a tile into its column pairs), or "reduction" (row/column
+    reduction; only as an output).
     """
 
     name: str
@@ -126,6 +127,12 @@ PRIMITIVES: dict[str, Primitive] = _rows(
     Primitive("rope", 3, "rope", None, "",
               doc="rope(x, cos, sin): rotate each column pair (2j, 2j+1) by the angle of pair "
                   "j mod H, with cos and sin [M, H] operands of kind `head`"),
+    Primitive("row_index", 0, "index", None, "rows[:, None].to(tl.float32)",
+              doc="row_index(): the global row of each element, as a float (exact below 2**24)"),
+    Primitive("col_index", 0, "index", None, "{cols}[None, :].to(tl.float32)",
+              doc="col_index(): the global column of each element in its domain, as a float "
+                  "(exact below 2**24); with a row operand `target`, `col_index() == target` "
+                  "picks one column per row"),
     Primitive("unpack", 1, "unpack", None, "",
               doc="gate, up = unpack(x): the first and second column of each pair, [M, N/2] each"),
     _reduction("row_sum", "sum over columns: an [M] output"),

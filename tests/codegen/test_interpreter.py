@@ -166,3 +166,22 @@ def test_triton_backend_refuses_float64_with_a_clear_error():
     with pytest.raises(coda.LaunchError, match="float64"):
         prog(a, a, backend="triton")
     assert prog(a, a)["output"].dtype == torch.float64   # auto picks the reference for float64
+
+
+def test_row_and_col_index_pick_a_target_column_per_row():
+    m, n, k = 70, 90, 20
+    prog = coda.compile("EPILOGUE(target: row) { gate, up = unpack(input);"
+                        " picked = row_sum(where(col_index() == target, gate, 0.0));"
+                        " rows = col_sum(row_index()); output = gate * (col_index() + 1.0); }")
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    target = torch.randint(0, n // 2, (m,)).float()
+    out, ref = run_both(prog, a, b, target=target)
+    acc = oracle.np64(a) @ oracle.np64(b)
+    want = acc[:, 0::2][np.arange(m), target.long().numpy()]
+    assert rel(out["picked"], want) < 1e-6
+    np.testing.assert_array_equal(oracle.np64(out["rows"]), np.full(n, m * (m - 1) / 2))  # adaptive: [N]
+    with pytest.raises(coda.DslError, match="column domain"):
+        coda.compile("gate, up = unpack(input); s = col_sum(col_index()); output = gate * col_index();")
+    gate = acc[:, 0::2]
+    assert rel(out["output"], gate * (np.arange(n // 2) + 1.0)) < 1e-6
+    assert rel(ref["output"], gate * (np.arange(n // 2) + 1.0)) < 1e-6

@@ -37,7 +37,7 @@ ARG_SOURCES = {
 
 def test_every_primitive_has_an_independent_formula():
     forms = {p.form for p in PRIMITIVES.values()}
-    assert forms <= {"elementwise", "dropout", "rope", "unpack", "reduction"}
+    assert forms <= {"elementwise", "dropout", "index", "rope", "unpack", "reduction"}
     elementwise = {n for n, p in PRIMITIVES.items() if p.form == "elementwise"}
     assert elementwise == set(ELEMENTWISE), "a primitive without an independent formula in oracle.py"
     for name, (_, domains) in ELEMENTWISE.items():
@@ -46,7 +46,21 @@ def test_every_primitive_has_an_independent_formula():
     assert reductions == set(REDUCTIONS)
     # the special forms, each tested below
     assert {n for n, p in PRIMITIVES.items() if p.form not in ("elementwise", "reduction")} == {
-        "dropout", "rope", "unpack"}
+        "dropout", "rope", "unpack", "row_index", "col_index"}
+
+
+@pytest.mark.parametrize("shape", [(5, 7, 3), (1, 1, 1), (33, 16, 2)])
+def test_row_and_col_index(shape):
+    m, n, k = shape
+    prog = coda.compile("EPILOGUE(target: row) { output = row_index() * 1000.0 + col_index();"
+                        " picked = row_sum(where(col_index() == target, input, 0.0)); }")
+    a, b = torch.randn(m, k, dtype=torch.float64), torch.randn(k, n, dtype=torch.float64)
+    target = torch.randint(0, n, (m,)).double()
+    out = prog.reference(a, b, target=target)
+    rows, cols = np.meshgrid(np.arange(m), np.arange(n), indexing="ij")
+    assert_close64(out["output"], rows * 1000.0 + cols)
+    acc = np64(a) @ np64(b)
+    assert_close64(out["picked"], acc[np.arange(m), target.long().numpy()])
 
 
 def _bind_sources(sources, domains, m, n, k, seed, dtype=torch.float64):

@@ -157,6 +157,8 @@ class _Emitter:
                 self.broadcast(node.args[0]), args[1], first_col=f"tile_n * {block}", block=block)
         if op == "rope":
             return self.rope(node)
+        if op == "col_index":
+            return PRIMITIVES[op].triton.format(cols=_DOMAIN[width][0])
         return PRIMITIVES[op].triton.format(*args)
 
     def load_operand(self, name: str, width: str) -> str:

@@ -51,6 +51,10 @@ def widths(epi: Epilogue) -> Widths:
             if own[arg] is None:
                 context.setdefault(arg, set()).update({FULL} if node.op == "unpack" else mine)
     final = {n: ({own[n]} if own[n] else context.get(n, {FULL})) for n in order}
+    for node in order:
+        if node.op == "col_index" and len(final[node]) > 1:
+            raise DslError("col_index() is used in both the [M, N] and the [M, N/2] column domain, "
+                           "which number columns differently; use it in one of them", node.loc)
     outputs = {o.name: min(final[o.value]) for o in epi.outputs}
     for node in order:
         if node.op == "prior" and final[node] != {outputs["output"]}:

@@ -51,6 +51,10 @@ def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[s
             x, p = tile(node.args[0]), args[1]
             keep = rng.dropout_mask(launch.seed, p.float(), m, x.shape[1], x.device)
             value = torch.where(keep, x / (1 - p), torch.zeros((), dtype=ct, device=x.device))
+        elif op == "row_index":
+            value = torch.arange(m, dtype=ct, device=launch.a.device)[:, None]
+        elif op == "col_index":
+            value = torch.arange(cols[domains[node]], dtype=ct, device=launch.a.device)[None, :]
         elif op == "rope":
             value = _rope(tile(node.args[0]), args[1], args[2])
         else:
