@@ -185,3 +185,23 @@ def test_row_and_col_index_pick_a_target_column_per_row():
     gate = acc[:, 0::2]
     assert rel(out["output"], gate * (np.arange(n // 2) + 1.0)) < 1e-6
     assert rel(ref["output"], gate * (np.arange(n // 2) + 1.0)) < 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_map_runs_the_epilogue_on_an_existing_tensor(dtype):
+    m, n = 70, 90
+    prog = coda.compile("EPILOGUE(g: tile, p: scalar) { output = dropout(g, p) * gelu_grad(input);"
+                        " db = col_sum(output); ss = row_sum(input * input); }")
+    x, g = torch.randn(m, n, dtype=dtype), torch.randn(m, n, dtype=dtype)
+    out = prog.map(x, backend="triton", g=g, p=0.2, seed=4)
+    ref = prog.map(x, backend="reference", g=g, p=0.2, seed=4)
+    keep = oracle.dropout_mask_from_rng(4, 0.2, m, n)
+    xs, gs = oracle.np64(x), oracle.np64(g)
+    want = np.where(keep, gs / 0.8, 0.0) * oracle.ELEMENTWISE["gelu_grad"][0](xs)
+    assert rel(out["output"], want) < TOL[dtype]
+    assert rel(out["db"], want.sum(0)) < TOL[dtype]
+    assert rel(out["ss"], (xs * xs).sum(1)) < 1e-5
+    for key in out:
+        assert rel(out[key], oracle.np64(ref[key])) < TOL[dtype], key
+    with pytest.raises(coda.LaunchError, match="X must be 2-D"):
+        prog.map(x[0], g=g, p=0.2, seed=4)

@@ -63,7 +63,7 @@ class TritonProgram:
         _check_dtypes(launch)
         kernel = self.kernel(launch)
         chosen = config or self.config(launch, kernel)
-        fallbacks = [] if config else [c for c in tuning.CANDIDATES[kernel.variant] if c != chosen]
+        fallbacks = [] if config else [c for c in tuning.CANDIDATES.get(kernel.variant, ()) if c != chosen]
         for candidate in (chosen, *fallbacks):
             plan = Plan(kernel, candidate, launch)
             try:
@@ -89,6 +89,8 @@ class TritonProgram:
         m, n, k, a = launch.m, launch.n, launch.k, launch.a
         if interpreter_enabled() and not a.is_cuda:
             return tuning.INTERPRETER_CONFIG
+        if kernel.variant == "map":
+            return tuning.MAP_CONFIG
         bucket = (kernel.variant, str(a.dtype), 1 << max(m - 1, 0).bit_length(), n, k,
                   _layout(launch))
         config = self._configs.get(bucket)
@@ -144,7 +146,10 @@ class Plan:
         self.defaults = {p.name: p.default for p in launch.program.ir.params.values()}
         self.outputs = launch.outputs
         self.reductions = {o.name: o.reduction for o in launch.program.ir.outputs if o.reduction}
-        self.sizes = (m, n, launch.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
+        if kernel.variant == "map":
+            self.sizes = (m, n, a.stride(0), a.stride(1))
+        else:
+            self.sizes = (m, n, launch.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
         epilogue_n = config.epilogue_block_n if kernel.variant == "hopper" else config.block_n
         self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": math.ceil(m / config.block_m)}
         tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
@@ -154,7 +159,7 @@ class Plan:
             self.meta = config.meta("hopper") | dict(
                 NUM_SMS=self.grid[0], A_K_CONTIGUOUS=a.stride(1) == 1, B_N_CONTIGUOUS=b.stride(1) == 1)
         else:
-            self.grid, self.meta = (tiles,), config.meta("portable")
+            self.grid, self.meta = (tiles,), config.meta(kernel.variant)
         names = kernel.fn.arg_names
         self.constexprs = [self.meta[name] for name in names if name in self.meta]
         self.launcher = None
@@ -163,7 +168,7 @@ class Plan:
     def run(self, a: torch.Tensor, b: torch.Tensor, values: dict, out: torch.Tensor | None,
             seed: int) -> dict[str, torch.Tensor]:
         device = a.device
-        args = [a, b, *self.sizes, seed]
+        args = [a, *self.sizes, seed] if b is None else [a, b, *self.sizes, seed]
         for name, kind in self.kinds:
             value = values.get(name)
             args += _operand_args(self.defaults[name] if value is None else value, kind)
@@ -235,6 +240,11 @@ def _signature(launch: Launch, variant: str) -> Signature:
 
 
 def _check_dtypes(launch: Launch) -> None:
+    if launch.b is None:
+        if launch.a.dtype not in _TRITON_DTYPES:
+            raise LaunchError(f"X has dtype {launch.a.dtype}: the Triton backend takes float16, "
+                              f"bfloat16 or float32; use backend='reference' for float64")
+        return
     for name, x in (("A", launch.a), ("B", launch.b)):
         if x.dtype not in _TRITON_DTYPES:
             raise LaunchError(f"{name} has dtype {x.dtype}: the Triton backend takes float16, "
@@ -248,12 +258,15 @@ def _check_dtypes(launch: Launch) -> None:
 
 
 def _layout(launch: Launch) -> str:
-    return f"a{int(launch.a.stride(1) == 1)}b{int(launch.b.stride(1) == 1)}"
+    b_layout = "-" if launch.b is None else int(launch.b.stride(1) == 1)
+    return f"a{int(launch.a.stride(1) == 1)}b{b_layout}"
 
 
 def _variant(launch: Launch) -> str:
-    """`hopper` where TMA descriptors can describe A and B, else `portable`."""
+    """`map` without B, `hopper` where TMA descriptors can describe A and B, else `portable`."""
     a, b = launch.a, launch.b
+    if b is None:
+        return "map"
     if not a.is_cuda or torch.cuda.get_device_capability(a.device)[0] != 9:
         return "portable"
     if a.dtype not in (torch.float16, torch.bfloat16):

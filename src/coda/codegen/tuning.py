@@ -33,6 +33,8 @@ class Config:
         """The kernel's compile-time arguments for this configuration."""
         meta = dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, BLOCK_K=self.block_k,
                     GROUP_M=self.group_m, num_warps=self.num_warps, num_stages=self.num_stages)
+        if variant == "map":
+            return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, num_warps=self.num_warps)
         if variant == "hopper":
             meta.update(EPILOGUE_SPLIT=self.split_epilogue, FLATTEN=self.flatten,
                         EPILOGUE_N=self.epilogue_block_n)
@@ -64,6 +66,8 @@ CANDIDATES = {
     ],
 }
 
+#: A map (no GEMM) is memory-bound: one modest tile shape serves.
+MAP_CONFIG = Config(32, 128, 0, num_warps=4)
 #: Under the Triton interpreter every program is numpy work: small tiles keep it quick.
 INTERPRETER_CONFIG = Config(32, 32, 32, group_m=4)
 

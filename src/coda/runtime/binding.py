@@ -33,11 +33,12 @@ class OutputSpec:
 
 @dataclass
 class Launch:
-    """One bound launch: the program, the GEMM operands and sizes, and the epilogue's operands."""
+    """One bound launch: the program, the GEMM operands and sizes (`b` None for a map, whose
+    `input` is `a`), and the epilogue's operands."""
 
     program: Program
     a: torch.Tensor
-    b: torch.Tensor
+    b: torch.Tensor | None
     m: int
     n: int
     k: int
@@ -59,15 +60,21 @@ class Launch:
 
 
 def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, seed=None) -> Launch:
-    """Validate a launch of `program` and resolve operand kinds and output shapes."""
-    _check_matrix("A", a)
-    _check_matrix("B", b)
-    if b.device != a.device:
-        raise LaunchError(f"B is on {b.device} but A is on {a.device}")
-    (m, k), (k2, n) = a.shape, b.shape
-    if k != k2:
-        raise LaunchError(f"A is [M, K] = {list(a.shape)} and B is [K, N] = {list(b.shape)}: "
-                          f"their K differ ({k} vs {k2})")
+    """Validate a launch of `program` and resolve operand kinds and output shapes.
+
+    With `b` None the launch is a map: `input` is `a` itself ([M, N]), no GEMM runs."""
+    if b is None:
+        _check_matrix("X", a)
+        (m, n), k = a.shape, 0
+    else:
+        _check_matrix("A", a)
+        _check_matrix("B", b)
+        if b.device != a.device:
+            raise LaunchError(f"B is on {b.device} but A is on {a.device}")
+        (m, k), (k2, n) = a.shape, b.shape
+        if k != k2:
+            raise LaunchError(f"A is [M, K] = {list(a.shape)} and B is [K, N] = {list(b.shape)}: "
+                              f"their K differ ({k} vs {k2})")
     epi = program.ir
     if program.has_unpack and n % 2:
         raise LaunchError(f"the program unpacks column pairs, so N must be even; got N = {n}")

@@ -60,6 +60,17 @@ class Program:
                  out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
                  seed: int | None = None, **operands) -> dict[str, torch.Tensor]:
         """Run `A @ B` and the epilogue; returns {output name: tensor}."""
+        return self._launch(a, b, backend, out, out_dtype, seed, operands)
+
+    def map(self, x: torch.Tensor, *, backend: str = "auto", out: torch.Tensor | None = None,
+            out_dtype: torch.dtype | None = None, seed: int | None = None,
+            **operands) -> dict[str, torch.Tensor]:
+        """Run the epilogue on an existing [M, N] tensor (`input` = x), without a GEMM: for the
+        element-wise and reduction steps whose input no GEMM produces (a norm's statistics of a
+        model input, an activation's derivative applied to an incoming gradient)."""
+        return self._launch(x, None, backend, out, out_dtype, seed, operands)
+
+    def _launch(self, a, b, backend, out, out_dtype, seed, operands) -> dict[str, torch.Tensor]:
         key = None
         if backend != "reference" and isinstance(a, torch.Tensor) and a.is_cuda:
             # The cached fast path: same shapes, strides, dtypes and alignment as a launch
