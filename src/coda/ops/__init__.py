@@ -1,0 +1,8 @@
+"""Transformer operators as GEMM + epilogue programs, forward and backward.
+
+Each op is a `torch.autograd.Function` whose passes are CODA programs (see docs/ops.md).
+"""
+
+from .common import as_rows, matmul, weight_grad
+
+__all__ = ["as_rows", "matmul", "weight_grad"]
