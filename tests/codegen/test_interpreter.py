@@ -205,3 +205,24 @@ def test_map_runs_the_epilogue_on_an_existing_tensor(dtype):
         assert rel(out[key], oracle.np64(ref[key])) < TOL[dtype], key
     with pytest.raises(coda.LaunchError, match="X must be 2-D"):
         prog.map(x[0], g=g, p=0.2, seed=4)
+
+
+def test_outputs_selects_what_is_written():
+    m, n, k = 70, 100, 30
+    prog = coda.compile("EPILOGUE(target: row) { output = input; lse = row_logsumexp(input);"
+                        " t = row_sum(where(col_index() == target, input, 0.0)); }")
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    target = torch.randint(0, n, (m,)).float()
+    out = prog(a, b, backend="triton", target=target, outputs=["lse", "t"])
+    assert sorted(out) == ["lse", "t"]
+    source = prog.triton.kernel(prog.bind(a, b, target=target, outputs=["lse", "t"])).source
+    assert "out_output" not in source          # the logits are never stored
+    acc = oracle.np64(a) @ oracle.np64(b)
+    assert rel(out["lse"], oracle.REDUCTIONS["row_logsumexp"](acc)) < 1e-6
+    assert rel(out["t"], acc[np.arange(m), target.long().numpy()]) < 1e-6
+    ref = prog(a, b, backend="reference", target=target, outputs=["t"])
+    assert sorted(ref) == ["t"]
+    with pytest.raises(coda.LaunchError, match="not an output"):
+        prog(a, b, target=target, outputs=["logits"])
+    with pytest.raises(coda.LaunchError, match="must include 'output'"):
+        coda.compile("output += input; s = row_sum(input);")(a, b, out=torch.zeros(m, n), outputs=["s"])

@@ -36,6 +36,7 @@ class Signature:
 
     kinds: tuple[tuple[str, str], ...]
     scalar_tensors: frozenset[str]
+    outputs: tuple[str, ...]            # the outputs this launch writes
     tma: frozenset[str] = frozenset()   # tile operands (`op_x`) and outputs (`out_y`) read or
                                         # written through TMA descriptors (Hopper mainloop)
 
@@ -53,6 +54,8 @@ def kernel_params(program: Program, sig: Signature) -> list[str]:
                        "col": [f"{base}_ptr", f"{base}_s0"],
                        "head": [f"{base}_ptr", f"{base}_s0", f"{base}_s1", f"{base}_h"]}[kind]
     for out in program.ir.outputs:
+        if out.name not in sig.outputs:
+            continue
         if out.reduction is None:
             params += [f"out_{out.name}_ptr", f"out_{out.name}_s0", f"out_{out.name}_s1"]
         elif out.reduction == "row_logsumexp":
@@ -133,7 +136,8 @@ class _Emitter:
             self.names[node] = f"v{index}"
             self.emit(f"v{index} = {self.value(node)}")
         for out in self.program.ir.outputs:
-            self.store(out)
+            if out.name in self.sig.outputs:
+                self.store(out)
         body = "\n".join(self.lines)
         return f"@triton.jit\ndef epilogue({params}):\n{body}\n"
 

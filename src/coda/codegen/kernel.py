@@ -236,7 +236,8 @@ def _signature(launch: Launch, variant: str) -> Signature:
             width_ok = spec.shape[-1] * spec.dtype.itemsize % 16 == 0
             if spec.reduction is None and width_ok and (out is None or _tma_ok(out, row_major=True)):
                 tma.add(f"out_{spec.name}")
-    return Signature(tuple(launch.kinds.items()), tensors, frozenset(tma))
+    written = tuple(spec.name for spec in launch.outputs)
+    return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma))
 
 
 def _check_dtypes(launch: Launch) -> None:

@@ -59,10 +59,12 @@ class Launch:
         return tensors
 
 
-def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, seed=None) -> Launch:
+def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, seed=None,
+         outputs=None) -> Launch:
     """Validate a launch of `program` and resolve operand kinds and output shapes.
 
-    With `b` None the launch is a map: `input` is `a` itself ([M, N]), no GEMM runs."""
+    With `b` None the launch is a map: `input` is `a` itself ([M, N]), no GEMM runs. `outputs`
+    names the outputs to produce (default: all); the others are neither computed nor written."""
     if b is None:
         _check_matrix("X", a)
         (m, n), k = a.shape, 0
@@ -88,9 +90,9 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
         _check_probabilities(epi, values)
     if out_dtype is None:
         out_dtype = out.dtype if isinstance(out, torch.Tensor) else a.dtype
-    outputs = _output_specs(program, m, n, out_dtype)
+    specs = _output_specs(program, m, n, out_dtype)
     if out is not None:
-        _check_out(out, outputs[0], a.device)
+        _check_out(out, specs[0], a.device)
     elif epi.accumulates:
         raise LaunchError("the program accumulates into `output` (it reads the prior output, as "
                           "`output += ...` does): pass the tensor to accumulate into as out=")
@@ -99,7 +101,23 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     if epi.uses_dropout and seed is None:
         raise LaunchError("the program uses dropout: pass an integer seed= (got None)")
     seed = int(seed or 0) & 0xFFFFFFFF
-    return Launch(program, a, b, m, n, k, kinds, values, outputs, out, seed)
+    selected = _select(specs, outputs)
+    if epi.accumulates and selected[0].name != "output":
+        raise LaunchError("the program accumulates into `output`: outputs= must include 'output'")
+    return Launch(program, a, b, m, n, k, kinds, values, selected, out, seed)
+
+
+def _select(specs: tuple[OutputSpec, ...], names) -> tuple[OutputSpec, ...]:
+    if names is None:
+        return specs
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise LaunchError(f"outputs= takes a list of output names, got {names!r}")
+    known = [s.name for s in specs]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise LaunchError(f"outputs=: {unknown[0] if unknown else 'no outputs'!r} is not an output "
+                          f"of the program; it has: {', '.join(known)}")
+    return tuple(s for s in specs if s.name in names)
 
 
 def _check_probabilities(epi, values: dict) -> None:

@@ -58,29 +58,35 @@ class Program:
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto",
                  out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-                 seed: int | None = None, **operands) -> dict[str, torch.Tensor]:
-        """Run `A @ B` and the epilogue; returns {output name: tensor}."""
-        return self._launch(a, b, backend, out, out_dtype, seed, operands)
+                 seed: int | None = None, outputs: list[str] | None = None,
+                 **operands) -> dict[str, torch.Tensor]:
+        """Run `A @ B` and the epilogue; returns {output name: tensor}. `outputs` selects
+        which outputs to produce (default all): a cross-entropy can keep its row reductions
+        and never write the logits."""
+        return self._launch(a, b, backend, out, out_dtype, seed, outputs, operands)
 
     def map(self, x: torch.Tensor, *, backend: str = "auto", out: torch.Tensor | None = None,
             out_dtype: torch.dtype | None = None, seed: int | None = None,
-            **operands) -> dict[str, torch.Tensor]:
+            outputs: list[str] | None = None, **operands) -> dict[str, torch.Tensor]:
         """Run the epilogue on an existing [M, N] tensor (`input` = x), without a GEMM: for the
         element-wise and reduction steps whose input no GEMM produces (a norm's statistics of a
         model input, an activation's derivative applied to an incoming gradient)."""
-        return self._launch(x, None, backend, out, out_dtype, seed, operands)
+        return self._launch(x, None, backend, out, out_dtype, seed, outputs, operands)
 
-    def _launch(self, a, b, backend, out, out_dtype, seed, operands) -> dict[str, torch.Tensor]:
+    def _launch(self, a, b, backend, out, out_dtype, seed, outputs, operands
+                ) -> dict[str, torch.Tensor]:
         key = None
         if backend != "reference" and isinstance(a, torch.Tensor) and a.is_cuda:
             # The cached fast path: same shapes, strides, dtypes and alignment as a launch
             # that was validated before, so it needs no validation again.
             key = (backend, _meta(a), _meta(b), _meta(out), out_dtype, seed is None,
+                   outputs if outputs is None else tuple(outputs),
                    *((name, _meta(v)) for name, v in operands.items()))
             plan = self._plans.get(key)
             if plan is not None:
                 return plan.run(a, b, operands, out, int(seed or 0) & 0xFFFFFFFF)
-        launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed)
+        launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
+                      outputs=outputs)
         if self._pick_backend(backend, a) == "reference":
             return run_reference(launch)
         plan, outputs = self.triton.start(launch)
@@ -94,7 +100,7 @@ class Program:
 
     def bind(self, a: torch.Tensor, b: torch.Tensor, **kwargs) -> Launch:
         """Validate a launch without running it (what `__call__` does first)."""
-        options = {k: kwargs.pop(k) for k in ("out", "out_dtype", "seed") if k in kwargs}
+        options = {k: kwargs.pop(k) for k in ("out", "out_dtype", "seed", "outputs") if k in kwargs}
         return bind(self, a, b, kwargs, **options)
 
     @property
