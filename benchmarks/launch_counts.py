@@ -1,0 +1,55 @@
+"""Kernel launches per op, forward + backward: CODA against the unfused eager formula.
+
+    python benchmarks/launch_counts.py [--json benchmarks/results/launch_counts.json]
+
+Each `tests/gpu/test_ops_*.py` provides `launch_count_cases()`: (name, coda_fn, eager_fn)
+closures that run one forward and backward on CUDA bf16 tensors. Each closure runs once to warm
+up (compilation, tuning), then once under the PyTorch profiler, which counts the CUDA kernels.
+"""
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def kernels(fn) -> int:
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.startswith(("Memcpy", "Memset")))
+
+
+def cases():
+    for path in sorted((ROOT / "tests" / "gpu").glob("test_ops_*.py")):
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield from module.launch_count_cases()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", default="benchmarks/results/launch_counts.json")
+    args = parser.parse_args()
+    rows = []
+    for name, coda_fn, eager_fn in cases():
+        row = dict(op=name, coda=kernels(coda_fn), eager=kernels(eager_fn))
+        rows.append(row)
+        print(f"{name:40s} CODA {row['coda']:3d} kernels   eager {row['eager']:3d}", flush=True)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(), rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
