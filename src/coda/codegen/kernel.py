@@ -2,9 +2,9 @@
 
 Source is generated once per (operand signature, mainloop) and imported from a file in the cache
 directory (Triton reads kernel source from files); Triton caches the compiled binaries per dtype
-and configuration in memory and on disk. Launching a cached kernel is: bind (checks), look up
-kernel and configuration in dicts, allocate outputs, one kernel launch, one small finishing
-reduction per reduction output.
+and configuration in memory and on disk. The first launch of a shape returns a `Plan`, which
+`Program` keeps: a later launch of the same layout is allocate outputs, one direct kernel launch,
+and one small finishing reduction per reduction output.
 """
 
 from __future__ import annotations
@@ -100,9 +100,14 @@ class TritonProgram:
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))
-                config = tuning.autotune(key, kernel.variant, lambda c: Plan(kernel, c, launch).run(
-                    launch.a, launch.b, launch.values, _scratch_copy(launch.out), launch.seed),
-                    f"{self.program.name} {m}x{n}x{k}")
+                scratch = None if launch.out is None else launch.out.clone()  # tuning never
+                plans: dict[Config, Plan] = {}                                 # touches `out=`
+
+                def run(c: Config) -> None:
+                    plan = plans.setdefault(c, Plan(kernel, c, launch))
+                    plan.run(launch.a, launch.b, launch.values, scratch, launch.seed)
+
+                config = tuning.autotune(key, kernel.variant, run, f"{self.program.name} {m}x{n}x{k}")
             self._configs[bucket] = config
         return config
 
@@ -195,11 +200,6 @@ class Plan:
         for name, bufs in partials.items():
             _finish(self.reductions[name], bufs, outputs[name])
         return outputs
-
-
-def _scratch_copy(out: torch.Tensor | None) -> torch.Tensor | None:
-    """Tuning launches write here, so tuning never changes the user's `out=`."""
-    return None if out is None else out.clone()
 
 
 def _finish(reduction: str, bufs: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
