@@ -104,8 +104,9 @@ class TritonProgram:
                 plans: dict[Config, Plan] = {}                                 # touches `out=`
 
                 def run(c: Config) -> None:
-                    plan = plans.setdefault(c, Plan(kernel, c, launch))
-                    plan.run(launch.a, launch.b, launch.values, scratch, launch.seed)
+                    if c not in plans:
+                        plans[c] = Plan(kernel, c, launch)
+                    plans[c].run(launch.a, launch.b, launch.values, scratch, launch.seed)
 
                 config = tuning.autotune(key, kernel.variant, run, f"{self.program.name} {m}x{n}x{k}")
             self._configs[bucket] = config
