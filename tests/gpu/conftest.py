@@ -1,0 +1,16 @@
+"""GPU test setup: tests/gpu on the import path, and the accuracy records written at the end."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from accuracy import RECORDS
+
+    target = os.environ.get("CODA_ACCURACY_JSON")
+    if target and RECORDS:
+        Path(target).write_text(json.dumps(RECORDS, indent=1))
