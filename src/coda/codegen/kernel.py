@@ -30,7 +30,7 @@ from .mainloops import HEADER, MAINLOOPS
 from .tuning import Config
 
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_allocator_ready = False
+_thread = threading.local()   # Triton keeps its allocator per thread (a ContextVar)
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,6 @@ class Plan:
         self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": math.ceil(m / config.block_m)}
         tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
         if kernel.variant == "hopper":
-            _ensure_allocator()
             self.grid = (min(tiles, _num_sms(a.device)),)
             self.meta = config.meta("hopper") | dict(
                 NUM_SMS=self.grid[0], A_K_CONTIGUOUS=a.stride(1) == 1, B_N_CONTIGUOUS=b.stride(1) == 1)
@@ -192,6 +191,8 @@ class Plan:
                          for _ in range(2 if spec.reduction == "row_logsumexp" else 1))
             partials[spec.name] = bufs
             args += bufs
+        if self.kernel.variant == "hopper":
+            _ensure_allocator()
         if self.launcher is not None:
             self.launcher(*args, *self.constexprs)
         else:
@@ -297,14 +298,15 @@ def _num_sms(device: torch.device) -> int:
     return _sm_counts[index]
 
 
+def _alloc(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, device="cuda", dtype=torch.int8)
+
+
 def _ensure_allocator() -> None:
-    """Device-side tensor descriptors need scratch memory from a Triton allocator."""
-    global _allocator_ready
-    if not _allocator_ready:
+    """Device-side tensor descriptors need scratch memory from a Triton allocator, which Triton
+    keeps per thread: autograd runs backward passes on threads of its own."""
+    if not getattr(_thread, "allocator_set", False):
         import triton
 
-        def alloc(size: int, alignment: int, stream):
-            return torch.empty(size, device="cuda", dtype=torch.int8)
-
-        triton.set_allocator(alloc)
-        _allocator_ready = True
+        triton.set_allocator(_alloc)
+        _thread.allocator_set = True

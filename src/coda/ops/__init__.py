@@ -4,5 +4,7 @@ Each op is a `torch.autograd.Function` whose passes are CODA programs (see docs/
 """
 
 from .common import as_rows, matmul, weight_grad
+from .dropout import dropout
+from .linear import linear, mlp
 
-__all__ = ["as_rows", "matmul", "weight_grad"]
+__all__ = ["as_rows", "dropout", "linear", "matmul", "mlp", "weight_grad"]

@@ -16,6 +16,7 @@ import torch
 from ..errors import LaunchError
 from ..passes import infer_kinds
 from ..passes.widths import HALF
+from .rng import seed_word
 
 if TYPE_CHECKING:
     from .program import Program
@@ -100,7 +101,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
         raise LaunchError(f"seed= must be an integer, got {seed!r}")
     if epi.uses_dropout and seed is None:
         raise LaunchError("the program uses dropout: pass an integer seed= (got None)")
-    seed = int(seed or 0) & 0xFFFFFFFF
+    seed = seed_word(seed)
     selected = _select(specs, outputs)
     if epi.accumulates and selected[0].name != "output":
         raise LaunchError("the program accumulates into `output`: outputs= must include 'output'")

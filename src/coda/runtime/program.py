@@ -11,6 +11,7 @@ from ..ir import Epilogue, format_epilogue
 from ..passes import optimize, widths
 from .binding import Launch, bind
 from .reference import run_reference
+from .rng import seed_word
 
 BACKENDS = ("auto", "triton", "reference")
 
@@ -84,7 +85,7 @@ class Program:
                    *((name, _meta(v)) for name, v in operands.items()))
             plan = self._plans.get(key)
             if plan is not None:
-                return plan.run(a, b, operands, out, int(seed or 0) & 0xFFFFFFFF)
+                return plan.run(a, b, operands, out, seed_word(seed))
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
                       outputs=outputs)
         if self._pick_backend(backend, a) == "reference":

@@ -19,6 +19,13 @@ PHILOX_ROUNDS = 10
 _MASK32 = 0xFFFFFFFF
 
 
+def seed_word(seed: int | None) -> int:
+    """The 32 key bits of a seed, as a signed 32-bit integer: kernels then always receive an
+    int32 argument (their key is its bit pattern), whatever the seed's size."""
+    word = int(seed or 0) & _MASK32
+    return word - (1 << 32) if word >= 1 << 31 else word
+
+
 def _mulhilo(a: int, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """High and low 32 bits of a * b for 32-bit a and b, without overflowing int64."""
     b_hi, b_lo = b >> 16, b & 0xFFFF

@@ -1,0 +1,282 @@
+"""Linear layers and the two-layer MLP, with bias, activation and dropout fused into the GEMMs.
+
+x is [..., K] (viewed as rows [M, K]); weights have nn.Linear's layout, w: [N, K]; f is the
+activation and f' its derivative, both evaluated at the pre-activation.
+
+linear(x, w, bias, activation, dropout_p):
+    pre = x @ w.T + bias,  y = dropout(f(pre), p)
+  forward   y (and pre)   = forward_program  GEMM x @ w.T; epilogue: + bias, save pre (only when
+                            f' needs it and a gradient is wanted), f, dropout
+  backward  dpre, db      = backward_program.map(dy): dropout(dy, p) * f'(pre), db = col_sum(dpre)
+            dx            = dpre @ w      (matmul)
+            dw            = dpre.T @ x    (weight_grad)
+  dy comes from outside CODA (no CODA GEMM produces it), so f' and the bias gradient take one map
+  program over dy. Without activation and dropout dpre = dy and db = column_sum(dy).
+
+mlp(x, w1, b1, w2, b2, activation, dropout_p, residual):
+    pre = x @ w1.T + b1,  h = f(pre),  y = dropout(h @ w2.T + b2, p) + residual
+  forward   h, pre        = forward_program  GEMM x @ w1.T; epilogue: + b1, save pre, f
+            y             = forward_program  GEMM h @ w2.T; epilogue: + b2, dropout, + residual
+  backward  dy', db2      = backward_program.map(dy): dropout(dy, p), db2 = col_sum(dy')
+                            (without dropout: dy' = dy and db2 = column_sum(dy))
+            dw2           = dy'.T @ h     (weight_grad; h is the saved fc1 output)
+            dpre, db1     = backward_program  GEMM dy' @ w2; epilogue: * f'(pre), db1 = col_sum
+            dx, dw1       = dpre @ w1, dpre.T @ x
+            dresidual     = dy
+  The fc1 derivative and its bias gradient ride in the epilogue of the GEMM that produces dh, so
+  dh is never written and dpre takes no extra pass.
+
+Dropout's mask is a function of (seed, row, column) of the output (docs/dsl.md#dropout): the
+backward regenerates it from the saved seed. Without a seed one is drawn from torch's CPU
+generator. Programs are built from one template per role (forward, backward) and cached per
+variant (activation x bias x dropout x residual x saved pre-activation).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .. import compile as compile_program
+from ..errors import LaunchError
+from ..runtime.program import Program
+from .common import PLAIN, as_rows, matmul, weight_grad
+from .dropout import check_probability, resolve_seed
+
+#: activation -> (f, f') as DSL expressions of the pre-activation `{h}`; f' None: no derivative
+#: to apply, so nothing is saved for it.
+ACTIVATIONS: dict[str | None, tuple[str, str | None]] = {
+    None: ("{h}", None),
+    "gelu": ("gelu({h})", "gelu_grad({h})"),             # tanh approximation
+    "gelu_erf": ("gelu_erf({h})", "gelu_erf_grad({h})"),  # exact
+    "relu": ("relu({h})", "relu_grad({h})"),
+    "silu": ("silu({h})", "silu_grad({h})"),
+    "squared_relu": ("square(relu({h}))", "2.0 * relu({h})"),
+}
+
+
+@functools.cache
+def forward_program(activation: str | None, bias: bool, dropout: bool, residual: bool,
+                    save_pre: bool) -> Program:
+    """`output = dropout(f(input + bias), p) + residual`, with `save pre = input + bias` if asked.
+
+    For example ("gelu", True, True, False, True) is
+        EPILOGUE linear_gelu(bias: col, p: scalar) {
+          h = input + bias; save pre = h; output = dropout(gelu(h), p);
+        }
+    """
+    f = ACTIVATIONS[activation][0].format(h="h")
+    y = f"dropout({f}, p)" if dropout else f
+    y = f"{y} + residual" if residual else y
+    params = ["bias: col"] * bias + ["p: scalar"] * dropout + ["residual: tile"] * residual
+    body = ["h = input + bias;" if bias else "h = input;"]
+    if save_pre:
+        body.append("save pre = h;")
+    body.append(f"output = {y};")
+    return compile_program(f"EPILOGUE linear_{activation or 'identity'}({', '.join(params)}) "
+                           f"{{ {' '.join(body)} }}")
+
+
+@functools.cache
+def backward_program(activation: str | None, dropout: bool, bias_grad: bool) -> Program:
+    """`output = dropout(input, p) * f'(pre)` and `db = col_sum(output)` if asked: the gradient at
+    the pre-activation and the bias gradient. Launched as `.map(dy)` on an incoming gradient, or
+    as the epilogue of the GEMM `dy @ w` that produces it.
+
+    For example ("gelu", False, True) is
+        EPILOGUE linear_gelu_grad(pre: tile) {
+          output = input * (gelu_grad(pre)); db = col_sum(output);
+        }
+    """
+    df = ACTIVATIONS[activation][1]
+    g = "dropout(input, p)" if dropout else "input"
+    g = f"{g} * ({df.format(h='pre')})" if df else g
+    params = ["pre: tile"] * (df is not None) + ["p: scalar"] * dropout
+    body = [f"output = {g};"]
+    if bias_grad:
+        body.append("db = col_sum(output);")
+    return compile_program(f"EPILOGUE linear_{activation or 'identity'}_grad({', '.join(params)}) "
+                           f"{{ {' '.join(body)} }}")
+
+
+def column_sum(dy: torch.Tensor) -> torch.Tensor:
+    """The sum of dy's rows ([M, N] -> [N], float32; float64 for float64) as the GEMM ones[1, M] @ dy:
+    it reads dy once and writes N numbers (a map program would also write a copy of dy)."""
+    ones = dy.new_ones(1, dy.shape[0])
+    out_dtype = torch.float64 if dy.dtype == torch.float64 else torch.float32
+    return PLAIN(ones, dy, out_dtype=out_dtype)["output"][0]
+
+
+def grad_at_preactivation(dy: torch.Tensor, activation: str | None, p: float, seed: int | None,
+                          pre: torch.Tensor | None, bias_grad: bool
+                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(dpre, db) for an incoming gradient dy [M, N] that no CODA GEMM produced:
+    dpre = dropout(dy, p) * f'(pre) and db = col_sum(dpre) (None unless `bias_grad`)."""
+    if activation is None and p == 0.0:
+        return dy, column_sum(dy) if bias_grad else None
+    prog = backward_program(activation, p > 0.0, bias_grad)
+    outs = prog.map(dy, seed=seed, **_given(pre=pre, p=p or None))
+    return outs["output"], outs.get("db")
+
+
+class LinearFunction(torch.autograd.Function):
+    """y = dropout(f(x @ w.T + bias), p): one GEMM forward; one map and two GEMMs backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                activation: str | None, p: float, seed: int | None, grad: bool) -> torch.Tensor:
+        rows, lead = as_rows(x)
+        save_pre = grad and ACTIVATIONS[activation][1] is not None
+        prog = forward_program(activation, bias is not None, p > 0.0, False, save_pre)
+        outs = prog(rows, w.T, seed=seed, **_given(bias=bias, p=p or None))
+        ctx.save_for_backward(x, w, outs.get("pre"))
+        ctx.activation, ctx.p, ctx.seed = activation, p, seed
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return outs["output"].reshape(*lead, w.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        x, w, pre = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, pre, need_b)
+        dx = matmul(dpre, w).reshape(x.shape) if need_x else None
+        dw = weight_grad(dpre, as_rows(x)[0]) if need_w else None
+        db = db.to(ctx.bias_dtype) if need_b else None
+        return dx, dw, db, None, None, None, None
+
+
+class MLPFunction(torch.autograd.Function):
+    """y = dropout(f(x @ w1.T + b1) @ w2.T + b2, p) + residual: two GEMMs forward; backward
+    one map (with dropout) and five GEMMs, fc1's derivative and bias gradient in dh's epilogue."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
+                b2: torch.Tensor | None, activation: str | None, p: float, seed: int | None,
+                residual: torch.Tensor | None, grad: bool) -> torch.Tensor:
+        rows, lead = as_rows(x)
+        save_pre = grad and ACTIVATIONS[activation][1] is not None
+        fc1 = forward_program(activation, b1 is not None, False, False, save_pre)
+        outs = fc1(rows, w1.T, **_given(bias=b1))
+        h = outs["output"]
+        fc2 = forward_program(None, b2 is not None, p > 0.0, residual is not None, False)
+        res = None if residual is None else as_rows(residual)[0]
+        y = fc2(h, w2.T, seed=seed, **_given(bias=b2, p=p or None, residual=res))["output"]
+        ctx.save_for_backward(x, w1, w2, outs.get("pre"), h)
+        ctx.activation, ctx.p, ctx.seed = activation, p, seed
+        ctx.bias_dtypes = tuple(None if b is None else b.dtype for b in (b1, b2))
+        return y.reshape(*lead, w2.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        x, w1, w2, pre, h = ctx.saved_tensors
+        need_x, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:5]
+        dresidual = dy if ctx.needs_input_grad[8] else None
+        if not any(ctx.needs_input_grad[:5]):
+            return None, None, None, None, None, None, None, None, dresidual, None
+        dy2, db2 = grad_at_preactivation(as_rows(dy)[0], None, ctx.p, ctx.seed, None, need_b2)
+        dw2 = weight_grad(dy2, h) if need_w2 else None
+        dx = dw1 = db1 = None
+        if need_x or need_w1 or need_b1:
+            # dh = dy' @ w2 is never written: its epilogue applies f'(pre) and sums db1.
+            prog = backward_program(ctx.activation, False, need_b1)
+            outs = prog(dy2, w2, **_given(pre=pre))
+            dpre, db1 = outs["output"], outs.get("db")
+            dx = matmul(dpre, w1).reshape(x.shape) if need_x else None
+            dw1 = weight_grad(dpre, as_rows(x)[0]) if need_w1 else None
+        db1 = db1.to(ctx.bias_dtypes[0]) if need_b1 else None
+        db2 = db2.to(ctx.bias_dtypes[1]) if need_b2 else None
+        return dx, dw1, db1, dw2, db2, None, None, None, dresidual, None
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+           activation: str | None = None, dropout_p: float = 0.0, seed: int | None = None
+           ) -> torch.Tensor:
+    """`dropout(f(x @ w.T + bias), dropout_p)`: x [..., K], w [N, K], bias [N] -> [..., N].
+
+    activation: None, "gelu" (tanh approximation), "gelu_erf", "relu", "silu" or "squared_relu"
+    (relu(x)**2). The dropout mask is keyed on `seed` (drawn from torch's CPU generator when None).
+    """
+    _check_activation(activation)
+    _check_input(x)
+    n = _check_weight(w, x.shape[-1], x, "w")
+    _check_vector(bias, n, x, "bias")
+    p = check_probability(dropout_p, "dropout_p")
+    seed = resolve_seed(p, seed)
+    return LinearFunction.apply(x, w, bias, activation, p, seed, _grad_wanted(x, w, bias))
+
+
+def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
+        b2: torch.Tensor | None = None, activation: str | None = "gelu", dropout_p: float = 0.0,
+        seed: int | None = None, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """`dropout(f(x @ w1.T + b1) @ w2.T + b2, dropout_p) + residual`.
+
+    x [..., K], w1 [N1, K], b1 [N1], w2 [N2, N1], b2 [N2], residual [..., N2] -> [..., N2].
+    activation as in `linear`; dropout (keyed on `seed`) is applied after fc2, before the residual.
+    """
+    _check_activation(activation)
+    _check_input(x)
+    n1 = _check_weight(w1, x.shape[-1], x, "w1")
+    n2 = _check_weight(w2, n1, x, "w2")
+    _check_vector(b1, n1, x, "b1")
+    _check_vector(b2, n2, x, "b2")
+    if residual is not None and (not isinstance(residual, torch.Tensor)
+                                 or residual.shape != (*x.shape[:-1], n2)
+                                 or not residual.is_floating_point()):
+        raise LaunchError(f"residual must be a floating-point tensor of the output's shape "
+                          f"{[*x.shape[:-1], n2]}, got {_describe(residual)}")
+    p = check_probability(dropout_p, "dropout_p")
+    seed = resolve_seed(p, seed)
+    grad = _grad_wanted(x, w1, b1, w2, b2)
+    return MLPFunction.apply(x, w1, b1, w2, b2, activation, p, seed, residual, grad)
+
+
+def _grad_wanted(*tensors: torch.Tensor | None) -> bool:
+    """Whether a backward can follow (the forward saves the pre-activation only then)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _given(**operands: object) -> dict[str, object]:
+    """The launch operands that are present (None marks an operand the variant does not declare)."""
+    return {name: value for name, value in operands.items() if value is not None}
+
+
+# argument checks: every mistake a LaunchError naming the argument ---------------------------------
+def _check_activation(activation: object) -> None:
+    if not isinstance(activation, (str, type(None))) or activation not in ACTIVATIONS:
+        names = ", ".join(repr(a) for a in ACTIVATIONS)
+        raise LaunchError(f"activation must be one of {names}; got {activation!r}")
+
+
+def _check_input(x: object) -> None:
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        raise LaunchError(f"x must be a tensor [..., in_features], got {_describe(x)}")
+    if not x.is_floating_point():
+        raise LaunchError(f"x has dtype {x.dtype}; expected float16, bfloat16, float32 or float64")
+
+
+def _check_weight(w: object, in_features: int, x: torch.Tensor, name: str) -> int:
+    """w [N, in_features] of x's dtype; returns N."""
+    if not isinstance(w, torch.Tensor) or w.dim() != 2:
+        raise LaunchError(f"{name} must be a 2-D tensor [out_features, in_features], got {_describe(w)}")
+    if w.shape[1] != in_features:
+        raise LaunchError(f"{name} is {list(w.shape)} = [out_features, in_features]; expected "
+                          f"in_features = {in_features}")
+    if w.dtype != x.dtype:
+        raise LaunchError(f"{name} has dtype {w.dtype} but x has {x.dtype}: they must match")
+    return w.shape[0]
+
+
+def _check_vector(b: object, n: int, x: torch.Tensor, name: str) -> None:
+    if b is None:
+        return
+    if not isinstance(b, torch.Tensor) or b.shape != (n,) or not b.is_floating_point():
+        raise LaunchError(f"{name} must be a floating-point tensor of shape [{n}], got {_describe(b)}")
+    if b.device != x.device:
+        raise LaunchError(f"{name} is on {b.device} but x is on {x.device}")
+
+
+def _describe(x: object) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"shape {list(x.shape)} ({x.dtype})"
+    return type(x).__name__
