@@ -103,3 +103,14 @@ def test_dropout_mask_is_independent_of_the_domain_size():
     big = rng.dropout_mask(5, 0.5, 64, 70)
     assert torch.equal(big[:9, :31], rng.dropout_mask(5, 0.5, 9, 31))
     assert torch.equal(big[:1, :1], rng.dropout_mask(5, 0.5, 1, 1))
+
+
+@pytest.mark.parametrize("seed", [0, 5, 2**31 - 1, 2**31, 2**32 - 1, 2**40 + 3, None])
+def test_seed_word_is_an_int32_with_the_same_key_bits(seed):
+    from coda.runtime.rng import seed_word, uniform
+
+    word = seed_word(seed)
+    assert -(2**31) <= word < 2**31
+    assert word & 0xFFFFFFFF == (seed or 0) & 0xFFFFFFFF
+    rows, cols = torch.arange(3)[:, None], torch.arange(8)[None, :]
+    assert torch.equal(uniform(word, rows, cols), uniform(seed or 0, rows, cols))
