@@ -4,7 +4,12 @@ Each op is a `torch.autograd.Function` whose passes are CODA programs (see docs/
 """
 
 from .common import as_rows, matmul, weight_grad
+from .cross_entropy import linear_cross_entropy
 from .dropout import dropout
+from .gated_mlp import deinterleave, geglu_mlp, interleave, swiglu_mlp
 from .linear import linear, mlp
+from .rope import permute_for_interleaved_rope, qkv_rope
 
-__all__ = ["as_rows", "dropout", "linear", "matmul", "mlp", "weight_grad"]
+__all__ = ["as_rows", "deinterleave", "dropout", "geglu_mlp", "interleave", "linear",
+           "linear_cross_entropy", "matmul", "mlp", "permute_for_interleaved_rope", "qkv_rope",
+           "swiglu_mlp", "weight_grad"]

@@ -1,0 +1,97 @@
+"""LM head + cross-entropy, forward + backward: peak memory and time of CODA, eager PyTorch and
+Liger's fused linear cross-entropy.
+
+    python benchmarks/cross_entropy_memory.py [--tokens 8192] [--json benchmarks/results/cross_entropy.json]
+
+bf16, tokens x hidden hidden states, a [vocab, hidden] head without bias, mean loss over all rows.
+- coda:  coda.ops.linear_cross_entropy (no logits in the forward; [tokens, chunk] blocks backward)
+- eager: F.cross_entropy(x @ w.T, target) (the [tokens, vocab] logits and their gradient in bf16)
+- liger: liger_kernel's LigerFusedLinearCrossEntropyLoss, when importable (skipped otherwise)
+Peak memory is torch.cuda.max_memory_allocated() during one forward + backward, minus what was
+allocated before it (the inputs), so it counts the op's own allocations: gradients included.
+Times are medians of `triton.testing.do_bench` over forward + backward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton.testing
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from coda.ops.cross_entropy import default_chunk_size, linear_cross_entropy
+
+SHAPES = [(2048, 32000), (2048, 128256), (4096, 32000), (4096, 128256)]  # (hidden, vocab)
+
+
+def impls() -> dict:
+    """name -> loss(x, w, target)."""
+    found = {"coda": lambda x, w, t: linear_cross_entropy(x, w, t),
+             "eager": lambda x, w, t: F.cross_entropy(x @ w.T, t)}
+    try:
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+    except ImportError:
+        print("liger_kernel is not importable: Liger skipped", flush=True)
+    else:
+        liger = LigerFusedLinearCrossEntropyLoss()
+        found["liger"] = lambda x, w, t: liger(w, x, t)
+    return found
+
+
+def measure(loss_fn, tokens: int, hidden: int, vocab: int) -> dict:
+    torch.manual_seed(0)
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16).requires_grad_()
+    w = (torch.randn(vocab, hidden, device="cuda") / hidden**0.5).to(torch.bfloat16).requires_grad_()
+    target = torch.randint(0, vocab, (tokens,), device="cuda")
+
+    def step():
+        loss = loss_fn(x, w, target)
+        return loss.detach(), torch.autograd.grad(loss, [x, w])
+
+    loss = step()[0]   # compile, tune (the gradients are dropped at once)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    ms = triton.testing.do_bench(step)
+    return dict(loss=loss.item(), peak_mib=peak / 2**20, ms=ms)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--json", default="benchmarks/results/cross_entropy.json")
+    args = parser.parse_args()
+    rows = []
+    for hidden, vocab in SHAPES:
+        for name, fn in impls().items():
+            try:
+                result = measure(fn, args.tokens, hidden, vocab)
+            except torch.cuda.OutOfMemoryError:
+                result = dict(error="out of memory")
+            torch.cuda.empty_cache()
+            row = dict(impl=name, tokens=args.tokens, hidden=hidden, vocab=vocab, **result)
+            if name == "coda":
+                row["chunk_size"] = default_chunk_size(args.tokens, vocab)
+            rows.append(row)
+            shown = (f"peak {row['peak_mib']:9.1f} MiB  {row['ms']:8.3f} ms  loss {row['loss']:.5f}"
+                     if "ms" in row else row["error"])
+            print(f"{args.tokens}x{hidden}x{vocab:<7d} {name:6s} {shown}", flush=True)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(dict(
+        gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,329 @@
+"""The LM head and its cross-entropy, without materializing the [tokens, vocab] logits.
+
+x is [..., H] (viewed as rows [T, H]), w the head's weight [V, H] (nn.Linear layout), target [...]
+integer classes; ε is the label smoothing, c the soft cap. Per row i:
+
+    z = x @ w.T + bias,   ℓ = c·tanh(z / c)   (ℓ = z without a cap)
+    lse = logsumexp_j ℓ_j,   t = ℓ_target,   s = Σ_j ℓ_j
+    loss = (1 - ε)(lse - t) + ε(lse - s / V)  =  lse - (1 - ε)·t - (ε / V)·s
+
+rows whose target is `ignore_index` have loss 0; "mean" divides the sum by the number of other
+rows (torch.nn.functional.cross_entropy's definition, smoothing included). The gradient of the
+loss of row i with respect to its logits, times the row's weight α_i (dL/dloss_i: 1 / n_valid for
+"mean", 0 on ignored rows), is
+
+    dℓ = (softmax(ℓ) - (1 - ε)·onehot(target) - ε / V) · α,    dz = dℓ · (1 - tanh²(z / c)).
+
+The vocabulary is cut into chunks of columns (`chunk_size`, default: about 2**25 logits per chunk)
+and every pass walks the chunks; each chunk is one [T, chunk] block of the logit matrix.
+
+  forward   lse, t, s   = FORWARD(c)  GEMM x @ w_c.T; epilogue: bias, cap, then the reductions
+                          lse = row_logsumexp(ℓ), t = row_sum(where(col == target, ℓ, 0)),
+                          s = row_sum(ℓ) (only with smoothing). Launched with outputs= naming
+                          these, so no tile is stored: the logits never reach memory. The
+                          chunks' statistics combine in O(T): lse by logaddexp, t and s by sums.
+                          Saved for backward: x, w, bias, target, lse (O(T) beyond the inputs).
+  backward  G_c, db_c   = GRAD(c)  GEMM x @ w_c.T again; epilogue: dz as above (lse, target and
+                          α are row operands), db_c = col_sum(dz). G_c [T, chunk] in x's dtype is
+                          the one materialized block: it feeds the two GEMMs below.
+            dw_c        = G_c.T @ x, written straight into rows c of dw: complete, one GEMM
+            dx         += G_c @ w_c    in a float32 accumulator [T, H]; the last chunk's GEMM
+                          adds the accumulator in its epilogue (DX) and writes dx in x's dtype.
+                          With a single chunk dx = G @ w, no accumulator.
+  Chunking the vocabulary (not the tokens) keeps dw and db complete per chunk; only dx sums
+  across chunks, and in float32: summing partial products in bf16 would grow dx's error with the
+  number of chunks (about 3x eager PyTorch's at 8 chunks).
+
+With `norm_weight` g the head is preceded by an RMSNorm that is folded into the GEMMs: x is the
+un-normalized hidden state h, x̂ = rstd ⊙ h ⊙ g with rstd = rsqrt(mean(h²) + eps), and
+
+    z = rstd ⊙_row ((h ⊙ g) @ w.T) + bias.
+
+  forward   hg, ss      = NORM_INPUT.map(h): output = h ⊙ g, ss = row_sum(h²) (one pass over h);
+                          rstd = rsqrt(ss / H + eps) is O(T); hg is the GEMMs' A operand, and
+                          every epilogue above multiplies by the row operand rstd.
+  backward  G'_c = dz ⊙ rstd (dL/d(hg @ w.T)) and r = row_sum(G' ⊙ (hg @ w.T)) from GRAD, summed
+            over chunks; dw = G'.T @ hg; with q = G' @ w (= rstd·dx̂),
+            dh = g ⊙ q - (rstd² r / H) ⊙ h,   dg = col_sum(q ⊙ h),
+            both in the epilogue of the last dx GEMM (DX with the norm terms).
+
+Targets ride as float row operands (exact below 2**24, so V must be smaller); an ignored row gets
+the target -1, which matches no column. Targets outside [0, V) other than `ignore_index` are not
+checked (that would synchronize with the device): such a row's target logit counts as 0.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .. import compile as compile_program
+from ..errors import LaunchError
+from ..runtime.program import Program
+from .common import ACCUMULATE, PLAIN, as_rows, matmul
+
+REDUCTIONS = ("mean", "sum", "none")
+#: Logits per chunk when `chunk_size` is None: 2**25 (128 MB as float32; the backward's one
+#: materialized block, in bf16, is then 64 MB, the size of Liger's chunk at 8192 x 4096).
+CHUNK_LOGITS = 2**25
+#: Chunk widths are multiples of this (whole GEMM tiles), except the last.
+CHUNK_ALIGN = 256
+#: Targets travel as float32: exact below 2**24.
+MAX_VOCAB = 2**24
+
+# h ⊙ g (the GEMMs' A operand when an RMSNorm is folded in) and h's sum of squares, in one pass.
+NORM_INPUT = compile_program("EPILOGUE ce_norm_input(g: col) {"
+                             " output = input * g; ss = row_sum(input * input); }")
+
+
+def _logit(bias: bool, norm: bool, softcap: bool) -> list[str]:
+    """DSL statements computing `z` (input with the norm's row scale and the bias) and `logit`;
+    with a cap also `th` = tanh(z / cap), whose derivative the backward reuses."""
+    z = "input" + " * rstd" * norm + " + bias" * bias
+    if softcap:
+        return [f"z = {z};", "th = tanh(z / cap);", "logit = cap * th;"]
+    return [f"logit = {z};"]
+
+
+def _params(bias: bool, norm: bool, softcap: bool) -> list[str]:
+    return ["bias: col"] * bias + ["rstd: row"] * norm + ["cap: scalar"] * softcap + [
+        "target: row", "offset: scalar"]
+
+
+@functools.cache
+def forward_program(bias: bool, norm: bool, softcap: bool) -> Program:
+    """The per-row statistics of one chunk; `offset` is the chunk's first column. For example
+    (True, False, True) is
+        EPILOGUE ce_forward(bias: col, cap: scalar, target: row, offset: scalar) {
+          z = input + bias; th = tanh(z / cap); logit = cap * th;
+          lse = row_logsumexp(logit);
+          t = row_sum(where(col_index() + offset == target, logit, 0.0));
+          s = row_sum(logit);
+          output = logit;      # never stored: launched with outputs=("lse", "t"[, "s"])
+        }
+    """
+    body = [*_logit(bias, norm, softcap),
+            "lse = row_logsumexp(logit);",
+            "t = row_sum(where(col_index() + offset == target, logit, 0.0));",
+            "s = row_sum(logit);",
+            "output = logit;"]
+    return compile_program(f"EPILOGUE ce_forward({', '.join(_params(bias, norm, softcap))}) "
+                           f"{{ {' '.join(body)} }}")
+
+
+@functools.cache
+def grad_program(bias: bool, norm: bool, softcap: bool) -> Program:
+    """The logits' gradient of one chunk, recomputed from the GEMM: `hit` = 1 - ε, `smooth` =
+    ε / V, `alpha` the rows' loss weights. For example (True, True, False) is
+        EPILOGUE ce_grad(bias: col, rstd: row, target: row, offset: scalar, lse: row,
+                         alpha: row, hit: scalar, smooth: scalar) {
+          logit = input * rstd + bias;
+          dz = (exp(logit - lse) - where(col_index() + offset == target, hit, 0.0) - smooth)
+               * alpha;
+          db = col_sum(dz);
+          output = dz * rstd;
+          r = row_sum(output * input);
+        }
+    """
+    params = [*_params(bias, norm, softcap), "lse: row", "alpha: row", "hit: scalar",
+              "smooth: scalar"]
+    dlogit = "(exp(logit - lse) - where(col_index() + offset == target, hit, 0.0) - smooth) * alpha"
+    body = [*_logit(bias, norm, softcap),
+            f"dz = {dlogit} * (1.0 - th * th);" if softcap else f"dz = {dlogit};",
+            "db = col_sum(dz);" * bias,
+            "output = dz * rstd;" if norm else "output = dz;",
+            "r = row_sum(output * input);" * norm]
+    return compile_program(f"EPILOGUE ce_grad({', '.join(params)}) {{ {' '.join(body)} }}")
+
+
+@functools.cache
+def dx_program(accumulated: bool, norm: bool) -> Program:
+    """The last dx GEMM's epilogue: q = G_c @ w_c (+ the float32 accumulator `partial` of the other
+    chunks); with the norm, dh = g ⊙ q - k ⊙ h (k = rstd² r / H, a row) and dg = col_sum(q ⊙ h).
+    (False, False) is a plain GEMM: use `matmul`."""
+    q = "input + partial" if accumulated else "input"
+    params = ["partial: tile"] * accumulated + ["g: col", "k: row", "h: tile"] * norm
+    body = (["q = " + q + ";", "output = g * q - k * h;", "dg = col_sum(q * h);"] if norm
+            else [f"output = {q};"])
+    name = "ce_dx_norm" if norm else "ce_dx"
+    return compile_program(f"EPILOGUE {name}({', '.join(params)}) {{ {' '.join(body)} }}")
+
+
+def default_chunk_size(tokens: int, vocab: int) -> int:
+    """Vocabulary columns per chunk: about CHUNK_LOGITS logits, whole tiles, at most `vocab`."""
+    return min(vocab, max(CHUNK_ALIGN, CHUNK_LOGITS // max(tokens, 1) // CHUNK_ALIGN * CHUNK_ALIGN))
+
+
+def _given(**operands: object) -> dict[str, object]:
+    """The launch operands that are present (None marks an operand the variant does not declare)."""
+    return {name: value for name, value in operands.items() if value is not None}
+
+
+class LinearCrossEntropyFunction(torch.autograd.Function):
+    """Per-row cross-entropy of x @ w.T (+ bias, cap, folded RMSNorm): one GEMM per chunk forward
+    (reductions only), three per chunk backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
+                norm_weight: torch.Tensor | None, ignore_index: int, reduction: str,
+                label_smoothing: float, softcap: float | None, chunk_size: int, norm_eps: float
+                ) -> torch.Tensor:
+        h, lead = as_rows(x)
+        vocab = w.shape[0]
+        stat = torch.float64 if x.dtype == torch.float64 else torch.float32
+        target = target.reshape(-1)
+        valid = target != ignore_index
+        target_f = torch.where(valid, target, -1).to(stat)
+        if norm_weight is None:
+            a, rstd = h, None
+        else:
+            outs = NORM_INPUT.map(h, g=norm_weight)
+            a, rstd = outs["output"], torch.rsqrt(outs["ss"] / h.shape[1] + norm_eps)
+        chunks = [(c0, min(c0 + chunk_size, vocab)) for c0 in range(0, vocab, chunk_size)]
+        prog = forward_program(bias is not None, rstd is not None, softcap is not None)
+        names = ["lse", "t", "s"] if label_smoothing else ["lse", "t"]
+        lse = t = s = None
+        for c0, c1 in chunks:
+            outs = prog(a, w[c0:c1].T, outputs=names, target=target_f, offset=float(c0),
+                        **_given(bias=None if bias is None else bias[c0:c1], rstd=rstd, cap=softcap))
+            if lse is None:
+                lse, t, s = outs["lse"], outs["t"], outs.get("s")
+            else:
+                lse = torch.logaddexp(lse, outs["lse"])
+                t = t + outs["t"]
+                s = s + outs["s"] if label_smoothing else None
+        loss = lse - (1.0 - label_smoothing) * t
+        if label_smoothing:
+            loss = loss - (label_smoothing / vocab) * s
+        loss = torch.where(valid, loss, 0.0)
+        weight = valid.to(stat)   # dL/dloss_i: alpha for an upstream gradient of 1
+        if reduction == "mean":
+            weight = weight / valid.sum()
+        result = (loss.sum() if reduction == "sum" else (loss * weight).sum() if reduction == "mean"
+                  else loss.reshape(lead))
+        ctx.save_for_backward(h, a, w, bias, norm_weight, target_f, lse, rstd, weight)
+        ctx.options = (label_smoothing, softcap, chunks, lead)
+        return result.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        h, a, w, bias, g, target_f, lse, rstd, weight = ctx.saved_tensors
+        label_smoothing, softcap, chunks, lead = ctx.options
+        need_x, need_w, _, need_b, need_g = ctx.needs_input_grad[:5]
+        need_q = need_x or need_g
+        vocab, norm = w.shape[0], g is not None
+        alpha = grad.reshape(-1).to(weight.dtype) * weight
+        prog = grad_program(bias is not None, norm, softcap is not None)
+        names = ["output"] + ["db"] * need_b + ["r"] * (norm and need_q)
+        width = chunks[0][1] - chunks[0][0]
+        # One G buffer serves every chunk; rows padded to 16 bytes so TMA can read G and G.T.
+        pad = 16 // a.element_size()
+        buf = a.new_empty(a.shape[0], -(-width // pad) * pad)
+        dw = torch.empty_like(w) if need_w else None
+        db_parts, r, acc = [], None, None
+        dx = dg = None
+        for index, (c0, c1) in enumerate(chunks):
+            wc = w[c0:c1]
+            outs = prog(a, wc.T, out=buf[:, :c1 - c0], outputs=names, target=target_f,
+                        offset=float(c0), lse=lse, alpha=alpha, hit=1.0 - label_smoothing,
+                        smooth=label_smoothing / vocab,
+                        **_given(bias=None if bias is None else bias[c0:c1], rstd=rstd, cap=softcap))
+            gc = outs["output"]
+            if need_b:
+                db_parts.append(outs["db"])
+            if "r" in outs:
+                r = outs["r"] if r is None else r + outs["r"]
+            if need_w:
+                PLAIN(gc.T, a, out=dw[c0:c1])
+            if not need_q:
+                continue
+            if index < len(chunks) - 1:   # every chunk but the last: accumulate q in float32
+                acc = (PLAIN(gc, wc, out_dtype=lse.dtype) if acc is None
+                       else ACCUMULATE(gc, wc, out=acc))["output"]
+            elif acc is None and not norm:
+                dx = matmul(gc, wc)
+            else:
+                k = None if not norm else rstd * rstd * r / h.shape[1]
+                final = dx_program(acc is not None, norm)
+                outs = final(gc, wc, outputs=["output"] * need_x + ["dg"] * need_g,
+                             **_given(partial=acc, g=g, k=k, h=h if norm else None))
+                dx, dg = outs.get("output"), outs.get("dg")
+        dx = dx.reshape(*lead, h.shape[1]) if need_x else None
+        db = torch.cat(db_parts).to(bias.dtype) if need_b else None
+        dg = dg.to(g.dtype) if need_g else None
+        return dx, dw, None, db, dg, None, None, None, None, None, None
+
+
+def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
+                         bias: torch.Tensor | None = None, ignore_index: int = -100,
+                         reduction: str = "mean", label_smoothing: float = 0.0,
+                         softcap: float | None = None, chunk_size: int | None = None,
+                         norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6
+                         ) -> torch.Tensor:
+    """cross_entropy(x @ w.T + bias, target) without the logits in memory.
+
+    x [..., H]; w [V, H]; target [...] integer classes; bias [V]. `softcap` c replaces each logit
+    by c·tanh(logit / c); `norm_weight` g [H] applies an RMSNorm with weight g and `norm_eps` to
+    x first (folded into the GEMMs). `chunk_size` is the number of vocabulary columns per chunk
+    (default: about 2**25 logits per chunk). `ignore_index`, `reduction` and `label_smoothing` as
+    in torch.nn.functional.cross_entropy. Returns a scalar ("mean", "sum") or a loss per row of
+    x's leading shape ("none"), in x's dtype.
+    """
+    _check_tensor(x, "x", "[..., H]")
+    if x.dim() == 0 or not x.is_floating_point():
+        raise LaunchError(f"x must be a floating-point tensor [..., H], got {_describe(x)}")
+    hidden = x.shape[-1]
+    _check_tensor(w, "w", "[V, H]")
+    if w.dim() != 2 or w.shape[1] != hidden or w.dtype != x.dtype:
+        raise LaunchError(f"w must be [V, H = {hidden}] of x's dtype {x.dtype}, got {_describe(w)}")
+    vocab = w.shape[0]
+    if not 0 < vocab < MAX_VOCAB:
+        raise LaunchError(f"w has V = {vocab} rows; expected 0 < V < 2**24 (targets are compared as "
+                          f"float32)")
+    _check_tensor(target, "target", "[...] of integer classes")
+    if target.shape != x.shape[:-1] or target.is_floating_point() or target.dtype == torch.bool:
+        raise LaunchError(f"target must be an integer tensor of shape {list(x.shape[:-1])} (x's "
+                          f"leading shape), got {_describe(target)}")
+    for name, vec, size in (("bias", bias, vocab), ("norm_weight", norm_weight, hidden)):
+        if vec is not None:
+            _check_tensor(vec, name, f"[{size}]")
+            if vec.shape != (size,) or not vec.is_floating_point():
+                raise LaunchError(f"{name} must be a floating-point tensor of shape [{size}], got "
+                                  f"{_describe(vec)}")
+    for name, t in (("w", w), ("target", target), ("bias", bias), ("norm_weight", norm_weight)):
+        if t is not None and t.device != x.device:
+            raise LaunchError(f"{name} is on {t.device} but x is on {x.device}")
+    if reduction not in REDUCTIONS:
+        raise LaunchError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}; got "
+                          f"{reduction!r}")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise LaunchError(f"ignore_index must be an int, got {ignore_index!r}")
+    if not _is_number(label_smoothing) or not 0.0 <= label_smoothing <= 1.0:
+        raise LaunchError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    if softcap is not None and (not _is_number(softcap) or not softcap > 0):
+        raise LaunchError(f"softcap must be None or a positive number, got {softcap!r}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                   or chunk_size < 1):
+        raise LaunchError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
+    if not _is_number(norm_eps) or not norm_eps >= 0:
+        raise LaunchError(f"norm_eps must be a non-negative number, got {norm_eps!r}")
+    chunk = min(chunk_size or default_chunk_size(target.numel(), vocab), vocab)
+    return LinearCrossEntropyFunction.apply(
+        x, w, target, bias, norm_weight, ignore_index, reduction, float(label_smoothing),
+        None if softcap is None else float(softcap), chunk, float(norm_eps))
+
+
+def _check_tensor(x: object, name: str, shape: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise LaunchError(f"{name} must be a tensor {shape}, got {_describe(x)}")
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _describe(x: object) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"shape {list(x.shape)} ({x.dtype})"
+    return type(x).__name__

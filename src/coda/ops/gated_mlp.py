@@ -1,0 +1,248 @@
+"""Gated MLPs (SwiGLU, GeGLU) as GEMM + epilogue programs, forward and backward.
+
+x is [..., H] (viewed as rows [M, H]); w_gate_up is [2F, H] with the gate and up projections
+interleaved (row 2j is gate row j, row 2j+1 is up row j: `interleave`), so the GEMM's output
+column pairs (2j, 2j+1) are (gate_j, up_j); w_down is [O, F] (nn.Linear layouts). f is silu
+(SwiGLU) or gelu with the tanh approximation (GeGLU), f' its derivative; r is an optional
+RMSNorm row scale (rstd, [M]) folded in: then x is the un-normalized input and w_gate_up already
+carries the norm's gain, w_gate_up = w ⊙ g (see docs/ops.md).
+
+    pre      = r ⊙_row (x @ w_gate_up.T)          [M, 2F]   gate = pre[:, 0::2], up = pre[:, 1::2]
+    h        = f(gate) * up                       [M, F]
+    y        = h @ w_down.T + residual            [M, O]
+    ss       = row_sum(y * y)                     [M]       (stats=True: the next RMSNorm's input)
+
+forward   h, gate, up    = up_program     GEMM x @ w_gate_up.T; epilogue: * r, unpack, f(gate) * up,
+                                          save gate and up (only when a backward can follow)
+          y, ss          = down_program   GEMM h @ w_down.T; epilogue: + residual, ss = row_sum(y*y)
+backward  dy'            = dy + 2 dss ⊙_row y      (STATS_GRAD.map, only when ss carries a gradient)
+          dgate, dup, dr = grad_program   GEMM dy' @ w_down = dh; epilogue:
+                                          dgate = r dh up f'(gate),  dup = r dh f(gate),
+                                          dr = row_sum(dh up f'(gate) gate + dh f(gate) up)
+          dx             = dgate @ w_gate_up[0::2]  (float32 partial, PLAIN)
+                           + dup @ w_gate_up[1::2]  (ADD_PARTIAL: the second GEMM adds the partial)
+          dw_gate_up     = dgate.T @ x into rows 0::2, dup.T @ x into rows 1::2  (PLAIN, out= views)
+          dw_down        = dy'.T @ h  (h is the up GEMM's output, kept alive: no recompute)
+          dresidual      = dy',   drstd = dr / r   (sum_c dpre * pre = r * d(loss)/dr)
+
+dgate and dup stay two [M, F] tensors and the two backward GEMMs that would read them interleaved
+run as two GEMMs each, reading w_gate_up's gate rows and up rows through strided views: an
+epilogue writes only its primary output into a caller's buffer (`out=`), so an interleaved
+[M, 2F] gradient would cost a copy of 2MF elements, more than the dx partial (2MH in float32):
+docs/ops.md counts every alternative.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .. import compile as compile_program
+from ..errors import LaunchError
+from ..runtime.program import Program
+from .common import PLAIN, as_rows, weight_grad
+
+#: activation -> (f, f') by primitive name; the op names follow the activation.
+ACTIVATIONS = {"silu": ("silu", "silu_grad"), "gelu": ("gelu", "gelu_grad")}
+OP_NAMES = {"silu": "swiglu", "gelu": "geglu"}
+
+# The second half of dx: dup @ w_up plus the float32 partial dgate @ w_gate (one rounding).
+ADD_PARTIAL = compile_program("EPILOGUE add_partial(partial: tile) { output = input + partial; }")
+# The gradient reaching y when ss = row_sum(y * y) is used too: dy + 2 dss y (a map over dy).
+STATS_GRAD = compile_program("EPILOGUE ss_grad(y: tile, dss: row) { output = input + 2.0 * dss * y; }")
+
+
+@functools.cache
+def up_program(activation: str, rstd: bool, save: bool) -> Program:
+    """GEMM x @ w_gate_up.T; epilogue: `output = f(gate) * up` over the unpacked column pairs.
+
+    For example ("silu", True, True) is
+        EPILOGUE swiglu_up(rstd: row) {
+          gate, up = unpack(input * rstd); save g = gate; save u = up; output = silu(gate) * up;
+        }
+    """
+    f = ACTIVATIONS[activation][0]
+    pre = "input * rstd" if rstd else "input"
+    body = [f"gate, up = unpack({pre});", "save g = gate; save u = up;" * save,
+            f"output = {f}(gate) * up;"]
+    return compile_program(f"EPILOGUE {OP_NAMES[activation]}_up({'rstd: row' * rstd}) "
+                           f"{{ {' '.join(body)} }}")
+
+
+@functools.cache
+def down_program(residual: bool, stats: bool) -> Program:
+    """GEMM h @ w_down.T; epilogue: `output = input + residual; ss = row_sum(output * output);`
+    (either part only when asked)."""
+    if not residual and not stats:
+        return PLAIN
+    body = ["output = input + residual;" if residual else "output = input;",
+            "ss = row_sum(output * output);" * stats]
+    return compile_program(f"EPILOGUE gated_down({'residual: tile' * residual}) {{ {' '.join(body)} }}")
+
+
+@functools.cache
+def grad_program(activation: str, rstd: bool, rstd_grad: bool) -> Program:
+    """GEMM dy @ w_down = dh; epilogue: the gradients at gate and up (times r when folded in),
+    and `dr = row_sum(dpre * pre)` when r needs a gradient.
+
+    For example ("silu", True, True) is
+        EPILOGUE swiglu_grad(g: tile, u: tile, rstd: row) {
+          dg = input * u * silu_grad(g); du = input * silu(g);
+          output = dg * rstd; save dup = du * rstd; dr = row_sum(dg * g + du * u);
+        }
+    """
+    f, df = ACTIVATIONS[activation]
+    scale = " * rstd" if rstd else ""
+    body = [f"dg = input * u * {df}(g);", f"du = input * {f}(g);",
+            f"output = dg{scale};", f"save dup = du{scale};", "dr = row_sum(dg * g + du * u);" * rstd_grad]
+    params = "g: tile, u: tile" + ", rstd: row" * rstd
+    return compile_program(f"EPILOGUE {OP_NAMES[activation]}_grad({params}) {{ {' '.join(body)} }}")
+
+
+def interleave(w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+    """The fused up-projection weight [2F, ...] from w_gate and w_up [F, ...]: row 2j is
+    w_gate[j], row 2j + 1 is w_up[j] (a bias [F] works too)."""
+    for name, w in (("w_gate", w_gate), ("w_up", w_up)):
+        if not isinstance(w, torch.Tensor) or w.dim() == 0:
+            raise LaunchError(f"{name} must be a tensor [F, H], got {_describe(w)}")
+    if w_gate.shape != w_up.shape or w_gate.dtype != w_up.dtype:
+        raise LaunchError(f"w_gate and w_up must have one shape and dtype; got {_describe(w_gate)} "
+                          f"and {_describe(w_up)}")
+    return torch.stack((w_gate, w_up), dim=1).flatten(0, 1)
+
+
+def deinterleave(w_gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w_gate, w_up) from an interleaved [2F, ...] weight: the standard layout for checkpoints
+    (contiguous copies, so saving one does not save the whole fused storage)."""
+    if not isinstance(w_gate_up, torch.Tensor) or w_gate_up.dim() == 0 or w_gate_up.shape[0] % 2:
+        raise LaunchError(f"w_gate_up must be a tensor [2F, ...] with an even first dimension, got "
+                          f"{_describe(w_gate_up)}")
+    return w_gate_up[0::2].contiguous(), w_gate_up[1::2].contiguous()
+
+
+class GatedMLPFunction(torch.autograd.Function):
+    """y = f(gate) * up @ w_down.T + residual (and ss): two GEMMs forward; backward one GEMM for
+    dh with the gated derivative in its epilogue, two for dx, three for the weight gradients."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
+                residual: torch.Tensor | None, rstd: torch.Tensor | None, activation: str,
+                stats: bool, grad: bool):
+        ctx.set_materialize_grads(False)
+        rows, lead = as_rows(x)
+        r = None if rstd is None else rstd.reshape(-1)
+        up = up_program(activation, r is not None, grad)(rows, w_gate_up.T, **_given(rstd=r))
+        res = None if residual is None else as_rows(residual)[0]
+        down = down_program(res is not None, stats)(up["output"], w_down.T, **_given(residual=res))
+        y = down["output"].reshape(*lead, w_down.shape[0])
+        ctx.save_for_backward(x, w_gate_up, w_down, r, up.get("g"), up.get("u"), up["output"],
+                              y if stats else None)
+        ctx.activation = activation
+        ctx.residual = None if residual is None else (residual.shape, residual.dtype)
+        ctx.rstd = None if rstd is None else (rstd.shape, rstd.dtype)
+        if stats:
+            return y, down["ss"].reshape(lead)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor | None, dss: torch.Tensor | None = None):
+        x, w_gate_up, w_down, r, gate, up, h, y = ctx.saved_tensors
+        need_x, need_wgu, need_wd, need_res, need_r = ctx.needs_input_grad[:5]
+        rows = as_rows(x)[0]
+        dy = as_rows(torch.zeros_like(y) if dy is None else dy)[0]   # dy is None: only ss is used
+        if dss is not None:
+            dy = STATS_GRAD.map(dy, y=as_rows(y)[0], dss=dss.reshape(-1))["output"]
+        dx = dw_gate_up = drstd = None
+        if need_x or need_wgu or need_r:
+            prog = grad_program(ctx.activation, r is not None, need_r)
+            outs = prog(dy, w_down, g=gate, u=up, **_given(rstd=r))
+            dgate, dup = outs["output"], outs["dup"]
+            if need_x:
+                wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+                partial = PLAIN(dgate, w_gate_up[0::2], out_dtype=wide)["output"]
+                dx = ADD_PARTIAL(dup, w_gate_up[1::2], partial=partial)["output"].reshape(x.shape)
+            if need_wgu:
+                dw_gate_up = w_gate_up.new_empty(w_gate_up.shape)
+                PLAIN(dgate.T, rows, out=dw_gate_up[0::2])
+                PLAIN(dup.T, rows, out=dw_gate_up[1::2])
+            if need_r:
+                shape, dtype = ctx.rstd
+                drstd = (outs["dr"] / r).to(dtype).reshape(shape)
+        dw_down = weight_grad(dy, h) if need_wd else None
+        dresidual = None
+        if need_res:
+            shape, dtype = ctx.residual
+            dresidual = dy.reshape(shape).to(dtype)
+        return dx, dw_gate_up, dw_down, dresidual, drstd, None, None, None
+
+
+def swiglu_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
+               residual: torch.Tensor | None = None, rstd: torch.Tensor | None = None,
+               stats: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """`(silu(gate) * up) @ w_down.T + residual`, gate and up the interleaved column pairs of
+    `rstd ⊙_row (x @ w_gate_up.T)`.
+
+    x [..., H], w_gate_up [2F, H] (`interleave(w_gate, w_up)`), w_down [O, F], residual [..., O],
+    rstd [...] (an RMSNorm's row scale, folded in). Returns y [..., O], or (y, ss) with
+    stats=True, ss = sum(y * y, -1) in float32 (the next RMSNorm's statistics). Differentiable in
+    every tensor argument, ss included.
+    """
+    return _gated_mlp("silu", x, w_gate_up, w_down, residual, rstd, stats)
+
+
+def geglu_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
+              residual: torch.Tensor | None = None, rstd: torch.Tensor | None = None,
+              stats: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """`swiglu_mlp` with gelu (tanh approximation) in place of silu."""
+    return _gated_mlp("gelu", x, w_gate_up, w_down, residual, rstd, stats)
+
+
+def _gated_mlp(activation: str, x, w_gate_up, w_down, residual, rstd, stats: bool):
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or not x.is_floating_point():
+        raise LaunchError(f"x must be a floating-point tensor [..., hidden], got {_describe(x)}")
+    lead = x.shape[:-1]
+    _check_weight("w_gate_up", w_gate_up, x, x.shape[-1])
+    if w_gate_up.shape[0] % 2:
+        raise LaunchError(f"w_gate_up is {list(w_gate_up.shape)}: expected [2F, H] with interleaved "
+                          f"gate and up rows (an even number of rows)")
+    _check_weight("w_down", w_down, x, w_gate_up.shape[0] // 2)
+    _check_tensor("residual", residual, (*lead, w_down.shape[0]), x)
+    _check_tensor("rstd", rstd, tuple(lead), x)
+    if not isinstance(stats, bool):
+        raise LaunchError(f"stats must be True or False, got {stats!r}")
+    grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, w_gate_up, w_down, residual, rstd))
+    return GatedMLPFunction.apply(x, w_gate_up, w_down, residual, rstd, activation, stats, grad)
+
+
+def _given(**operands: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """The launch operands that are present (None marks an operand the variant does not declare)."""
+    return {name: value for name, value in operands.items() if value is not None}
+
+
+def _describe(x: object) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a {x.dtype} tensor of shape {list(x.shape)}"
+    return type(x).__name__
+
+
+def _check_weight(name: str, w: object, x: torch.Tensor, in_features: int) -> None:
+    if not isinstance(w, torch.Tensor) or w.dim() != 2:
+        raise LaunchError(f"{name} must be a 2-D tensor [out_features, in_features], got {_describe(w)}")
+    if w.shape[1] != in_features:
+        raise LaunchError(f"{name} is {list(w.shape)} = [out_features, in_features]; expected "
+                          f"in_features = {in_features}")
+    if w.dtype != x.dtype or w.device != x.device:
+        raise LaunchError(f"{name} is {w.dtype} on {w.device} but x is {x.dtype} on {x.device}: "
+                          f"they must match")
+
+
+def _check_tensor(name: str, t: object, shape: tuple[int, ...], x: torch.Tensor) -> None:
+    if t is None:
+        return
+    if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or not t.is_floating_point():
+        raise LaunchError(f"{name} must be a floating-point tensor of shape {list(shape)}, got "
+                          f"{_describe(t)}")
+    if t.device != x.device:
+        raise LaunchError(f"{name} is on {t.device} but x is on {x.device}")

@@ -1,0 +1,92 @@
+"""GPU checks of coda.ops.linear_cross_entropy: bf16 at real shapes.
+
+For the loss and every gradient: CODA's relative error against float64 (the unfused formula, the
+logits materialized, run on the same bf16 inputs upcast) must be at most twice the relative error
+of eager PyTorch running the unfused formula in bf16, plus 1e-6 (tests/gpu/accuracy.py).
+`launch_count_cases()` gives the lead's profiler forward+backward closures to count kernels.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from accuracy import assert_within_eager
+
+from coda.ops.cross_entropy import linear_cross_entropy
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+BF16 = torch.bfloat16
+EPS = 1e-6
+
+
+def formula(x, w, target, b, nw, **options):
+    """RMSNorm (optional), LM head, cap and cross-entropy, unfused, in the inputs' dtype."""
+    if nw is not None:
+        x = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + EPS) * nw
+    logits = F.linear(x, w, b)
+    if options.get("softcap") is not None:
+        logits = options["softcap"] * torch.tanh(logits / options["softcap"])
+    return F.cross_entropy(logits, target, reduction=options.get("reduction", "mean"),
+                           label_smoothing=options.get("label_smoothing", 0.0))
+
+
+def run(fn, inputs, target, upstream, **options):
+    """The loss and the gradients of <loss, upstream> w.r.t. every tensor input."""
+    leaves = [None if t is None else t.detach().clone().requires_grad_() for t in inputs]
+    loss = fn(*leaves[:2], target, *leaves[2:], **options)
+    grads = torch.autograd.grad(loss, [t for t in leaves if t is not None], upstream.to(loss.dtype))
+    return [loss, *grads]
+
+
+def coda_fn(x, w, target, b, nw, **options):
+    return linear_cross_entropy(x, w, target, bias=b, norm_weight=nw, norm_eps=EPS, **options)
+
+
+@pytest.mark.parametrize(("tokens", "hidden", "vocab", "bias", "norm", "options"), [
+    (4096, 768, 50257, False, False, {}),   # GPT-2: 7 chunks, the last of odd width
+    (4096, 2048, 32000, True, False, dict(label_smoothing=0.1, softcap=30.0)),
+    (2048, 4096, 128256, False, True, {}),  # Llama 3 with its final norm folded: 8 chunks
+    (2048, 4096, 32000, False, False, dict(reduction="none", chunk_size=4096)),
+])
+def test_linear_cross_entropy_bf16(tokens, hidden, vocab, bias, norm, options):
+    torch.manual_seed(5)
+    x = torch.randn(tokens, hidden, device="cuda").to(BF16)
+    w = (torch.randn(vocab, hidden, device="cuda") * 2 / hidden**0.5).to(BF16)
+    b = (torch.randn(vocab, device="cuda") * 0.5).to(BF16) if bias else None
+    nw = (torch.rand(hidden, device="cuda") + 0.5).to(BF16) if norm else None
+    target = torch.randint(0, vocab, (tokens,), device="cuda")
+    target[torch.rand(tokens, device="cuda") < 0.1] = -100
+    upstream = torch.randn(tokens if options.get("reduction") == "none" else (), device="cuda")
+    inputs = [x, w, b, nw]
+    ours = run(coda_fn, inputs, target, upstream, **options)
+    eager = run(formula, inputs, target, upstream, **options)
+    exact = run(formula, [None if t is None else t.double() for t in inputs], target,
+                upstream.double(), **options)
+    names = ["loss", "dx", "dw"] + ["db"] * bias + ["dnorm_weight"] * norm
+    for name, a, e, r in zip(names, ours, eager, exact, strict=True):
+        assert a.dtype == e.dtype and a.shape == e.shape, name
+        assert_within_eager(f"cross_entropy {tokens}x{hidden}x{vocab} {name}", a, e, r)
+
+
+# kernel counts (the lead's profiler) ---------------------------------------------------------------
+def launch_count_cases():
+    """(name, coda_fn, eager_fn): forward + backward once, bf16 on CUDA, hidden 2048, 4096 tokens;
+    vocabulary 32000 (4 chunks by default) and 128256 (16 chunks), and 32000 after an RMSNorm."""
+    torch.manual_seed(6)
+    tokens, hidden = 4096, 2048
+    x = torch.randn(tokens, hidden, device="cuda").to(BF16).requires_grad_()
+    nw = (torch.rand(hidden, device="cuda") + 0.5).to(BF16).requires_grad_()
+    cases = []
+    for vocab, norm in ((32000, False), (128256, False), (32000, True)):
+        w = (torch.randn(vocab, hidden, device="cuda") / hidden**0.5).to(BF16).requires_grad_()
+        target = torch.randint(0, vocab, (tokens,), device="cuda")
+        leaves = [x, w, nw] if norm else [x, w]
+
+        def fwd_bwd(fn, w=w, target=target, leaves=leaves, nw=nw if norm else None):
+            return lambda: torch.autograd.grad(fn(x, w, target, None, nw), leaves)
+
+        name = f"{'rmsnorm_' * norm}lm_head_cross_entropy_v{vocab}"
+        cases.append((name, fwd_bwd(coda_fn), fwd_bwd(formula)))
+    return cases

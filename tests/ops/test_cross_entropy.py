@@ -1,0 +1,203 @@
+"""coda.ops.linear_cross_entropy against cross-entropy of the materialized logits.
+
+The reference materializes the logits in float64 with plain torch ops (RMSNorm, bias, soft cap
+written out here) and applies torch.nn.functional.cross_entropy, an implementation independent
+of CODA. Checks:
+- float64 on the reference backend: torch.autograd.gradcheck (the math of the backward), and the
+  loss and every gradient against PyTorch autograd of the reference;
+- float32 through the Triton interpreter (the real kernels) at small odd shapes;
+- chunking does not change the result; the forward stores no [tokens, vocab] tile;
+- argument errors are LaunchErrors naming the argument.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import coda
+from coda.ops.cross_entropy import linear_cross_entropy
+
+F64 = torch.float64
+
+
+def reference(x, w, target, bias=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+              softcap=None, chunk_size=None, norm_weight=None, norm_eps=1e-6):
+    """F.cross_entropy of the materialized logits, in x's dtype (float64 in these tests)."""
+    if norm_weight is not None:
+        x = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + norm_eps) * norm_weight
+    logits = x @ w.T
+    if bias is not None:
+        logits = logits + bias
+    if softcap is not None:
+        logits = softcap * torch.tanh(logits / softcap)
+    return F.cross_entropy(logits.reshape(-1, w.shape[0]), target.reshape(-1), ignore_index=ignore_index,
+                           reduction=reduction, label_smoothing=label_smoothing).reshape(
+        target.shape if reduction == "none" else ())
+
+
+def make(tokens, hidden, vocab, *, bias, norm, dtype=F64, seed=0, ignored=(1,)):
+    """(x, w, target, bias, norm_weight): logits of order one, some rows ignored (-100)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*tokens, hidden, generator=g, dtype=F64)
+    w = torch.randn(vocab, hidden, generator=g, dtype=F64) / hidden**0.5
+    b = torch.randn(vocab, generator=g, dtype=F64) if bias else None
+    nw = torch.rand(hidden, generator=g, dtype=F64) + 0.5 if norm else None
+    target = torch.randint(0, vocab, tokens, generator=g)
+    target.view(-1)[list(ignored)] = -100
+    leaves = [None if t is None else t.to(dtype).requires_grad_() for t in (x, w, b, nw)]
+    return leaves[0], leaves[1], target, leaves[2], leaves[3]
+
+
+def loss_and_grads(fn, x, w, target, b, nw, **options):
+    """The loss and the gradients of <loss, upstream> w.r.t. x, w and the present b, norm weight."""
+    loss = fn(x, w, target, bias=b, norm_weight=nw, **options)
+    upstream = torch.randn(loss.shape, generator=torch.Generator().manual_seed(7), dtype=F64)
+    leaves = [t for t in (x, w, b, nw) if t is not None]
+    return (loss, *torch.autograd.grad(loss, leaves, upstream.to(loss.dtype)))
+
+
+def upcast(*tensors):
+    return [None if t is None or not t.is_floating_point() else t.detach().to(F64).requires_grad_()
+            for t in tensors]
+
+
+def assert_close(got, want, tol):
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        b = b.detach().to(F64)
+        torch.testing.assert_close(a.to(F64), b, rtol=tol, atol=tol * max(b.abs().max().item(), 1.0))
+
+
+CASES = [  # tokens, hidden, vocab, bias, norm, options
+    ((6,), 5, 9, False, False, {}),
+    ((2, 3), 5, 11, True, False, dict(label_smoothing=0.2, chunk_size=4)),
+    ((7,), 4, 10, True, False, dict(softcap=1.5, reduction="sum", chunk_size=3)),
+    ((5,), 6, 8, False, False, dict(reduction="none", label_smoothing=0.1, softcap=2.0)),
+    ((6,), 5, 9, True, True, dict(chunk_size=4, label_smoothing=0.1)),
+    ((2, 3), 6, 7, False, True, dict(reduction="none", softcap=2.5, chunk_size=3)),
+    ((5,), 4, 6, False, False, dict(ignore_index=2)),   # an ignore_index that is a class id
+]
+
+
+# float64, reference backend -----------------------------------------------------------------------
+@pytest.mark.parametrize(("tokens", "hidden", "vocab", "bias", "norm", "options"), CASES)
+def test_float64_gradcheck_and_reference(tokens, hidden, vocab, bias, norm, options):
+    x, w, target, b, nw = make(tokens, hidden, vocab, bias=bias, norm=norm, seed=len(options))
+    if "ignore_index" in options:
+        target.view(-1)[:2] = options["ignore_index"]
+    leaves = [t for t in (x, w, b, nw) if t is not None]
+
+    def fn(*ts):
+        full = iter(ts)
+        args = [next(full) if t is not None else None for t in (x, w, b, nw)]
+        return linear_cross_entropy(args[0], args[1], target, bias=args[2], norm_weight=args[3],
+                                    **options)
+
+    assert torch.autograd.gradcheck(fn, leaves)
+    assert_close(loss_and_grads(linear_cross_entropy, x, w, target, b, nw, **options),
+                 loss_and_grads(reference, x, w, target, b, nw, **options), 1e-10)
+
+
+@pytest.mark.parametrize(("bias", "norm", "options"), [
+    (True, False, dict(label_smoothing=0.1, softcap=3.0)), (False, True, dict(reduction="none"))])
+def test_chunking_invariance_float64(bias, norm, options):
+    x, w, target, b, nw = make((4, 6), 8, 45, bias=bias, norm=norm, seed=3, ignored=(0, 9))
+    whole = loss_and_grads(linear_cross_entropy, x, w, target, b, nw, **options)
+    for chunk in (7, 1, 44):
+        chunked = loss_and_grads(linear_cross_entropy, x, w, target, b, nw, chunk_size=chunk, **options)
+        assert_close(chunked, whole, 1e-12)
+
+
+@pytest.mark.parametrize("wanted", ["x", "w", "bias", "norm_weight", "bias+norm_weight"])
+def test_float64_only_some_inputs_need_grad(wanted):
+    x, w, target, b, nw = make((7,), 6, 13, bias=True, norm=True, seed=4)
+    leaves = dict(x=x, w=w, bias=b, norm_weight=nw)
+    for name, t in leaves.items():
+        t.requires_grad_(name in wanted.split("+"))
+    wanted_leaves = [t for t in leaves.values() if t.requires_grad]
+    for chunk in (None, 4):
+        got = torch.autograd.grad(linear_cross_entropy(x, w, target, bias=b, norm_weight=nw,
+                                                       chunk_size=chunk), wanted_leaves)
+        want = torch.autograd.grad(reference(x, w, target, bias=b, norm_weight=nw), wanted_leaves)
+        assert_close(got, want, 1e-10)
+
+
+def test_all_rows_ignored_gives_nan_mean_like_torch():
+    x, w, target, _, _ = make((3,), 4, 5, bias=False, norm=False, ignored=(0, 1, 2))
+    assert torch.isnan(linear_cross_entropy(x, w, target)).item()
+    assert torch.isnan(reference(x, w, target)).item()
+    assert linear_cross_entropy(x, w, target, reduction="sum").item() == 0.0
+
+
+# float32 through the Triton interpreter -----------------------------------------------------------
+# Float32 errors: the logits carry a few ulps times sqrt(K) (K <= 96), the log-sum-exp and the
+# softmax in the epilogue a few ulps more, and dx and dw sum V <= 97 or T <= 45 float32 products.
+# 2e-5, relative and of the largest magnitude, leaves room for the interpreter's exp and tanh.
+TOL32 = 2e-5
+
+
+@pytest.mark.parametrize(("tokens", "hidden", "vocab", "bias", "norm", "options"), [
+    ((45,), 40, 97, True, False, dict(label_smoothing=0.1, softcap=4.0)),
+    ((3, 11), 24, 70, False, False, dict(reduction="none", chunk_size=32)),
+    ((29,), 33, 96, True, True, dict(chunk_size=40, reduction="sum")),
+    ((16,), 96, 17, False, True, dict(label_smoothing=0.3)),
+])
+def test_interpreter_float32(tokens, hidden, vocab, bias, norm, options):
+    x, w, target, b, nw = make(tokens, hidden, vocab, bias=bias, norm=norm, dtype=torch.float32,
+                               seed=hidden, ignored=(0, 5))
+    got = loss_and_grads(linear_cross_entropy, x, w, target, b, nw, **options)
+    want = loss_and_grads(reference, *upcast(x, w), target, *upcast(b, nw), **options)
+    assert got[0].dtype == torch.float32
+    assert_close(got, want, TOL32)
+
+
+def test_chunking_invariance_interpreter():
+    x, w, target, b, _ = make((37,), 48, 83, bias=True, norm=False, dtype=torch.float32, seed=9)
+    whole = loss_and_grads(linear_cross_entropy, x, w, target, b, None, label_smoothing=0.1)
+    chunked = loss_and_grads(linear_cross_entropy, x, w, target, b, None, label_smoothing=0.1,
+                             chunk_size=7)
+    assert_close(chunked, whole, TOL32)
+
+
+def test_forward_stores_no_logits(monkeypatch):
+    """Every forward launch produces only [T] statistics: no [T, V] (or [T, chunk]) tile."""
+    shapes = []
+    call = coda.Program.__call__
+
+    def recording(self, *args, **kwargs):
+        outs = call(self, *args, **kwargs)
+        shapes.extend(t.shape for t in outs.values())
+        return outs
+
+    monkeypatch.setattr(coda.Program, "__call__", recording)
+    x, w, target, b, _ = make((21,), 16, 50, bias=True, norm=False, dtype=torch.float32)
+    with torch.no_grad():
+        linear_cross_entropy(x, w, target, bias=b, label_smoothing=0.1, chunk_size=20)
+    assert shapes and all(s == (21,) for s in shapes)
+
+
+# argument errors ----------------------------------------------------------------------------------
+def test_errors_name_the_argument():
+    x, w, target, b, nw = make((4,), 6, 9, bias=True, norm=True)
+    bad = [
+        (dict(x=x[0, 0]), "x"),
+        (dict(x=x.detach().long()), "x"),
+        (dict(w=w[:, :5]), "w"),
+        (dict(w=w.detach().float()), "w"),
+        (dict(target=target[:3]), "target"),
+        (dict(target=target.double()), "target"),
+        (dict(bias=b[:8]), "bias"),
+        (dict(norm_weight=nw[:2]), "norm_weight"),
+        (dict(reduction="avg"), "reduction"),
+        (dict(label_smoothing=1.5), "label_smoothing"),
+        (dict(softcap=0.0), "softcap"),
+        (dict(chunk_size=0), "chunk_size"),
+        (dict(ignore_index=1.0), "ignore_index"),
+        (dict(norm_eps=-1.0), "norm_eps"),
+    ]
+    for change, name in bad:
+        args = dict(x=x, w=w, target=target, bias=b, norm_weight=nw) | change
+        with pytest.raises(coda.CodaError, match=name):
+            linear_cross_entropy(**args)
