@@ -290,3 +290,12 @@ def test_bind_reports_kinds_shapes_and_seed():
     assert [(o.name, o.shape, o.dtype, o.reduction) for o in launch.outputs] == [
         ("output", (4, 6), torch.float32, None), ("pre", (4, 6), torch.float32, None),
         ("s", (6,), torch.float32, "col_sum"), ("t", (4,), torch.float32, "row_max")]
+
+
+def test_operands_may_be_named_like_the_launch_arguments():
+    prog = coda.compile("EPILOGUE(x: tile, a: row, b: col) { output = input + x * a * b; }")
+    a, b = torch.randn(4, 3, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
+    ones = dict(x=torch.ones(4, 5, dtype=torch.float64), a=torch.ones(4, dtype=torch.float64),
+                b=torch.ones(5, dtype=torch.float64))
+    assert torch.allclose(prog(a, b, **ones)["output"], a @ b + 1)
+    assert torch.allclose(prog.map(a @ b, **ones)["output"], a @ b + 1)

@@ -57,7 +57,7 @@ class Program:
         params = ", ".join(f"{p.name}: {p.kind or '?'}" for p in self.ir.params.values())
         return f"<coda.Program {self.name}({params}) -> {', '.join(self.output_names)}>"
 
-    def __call__(self, a: torch.Tensor, b: torch.Tensor, *, backend: str = "auto",
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, /, *, backend: str = "auto",
                  out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
                  seed: int | None = None, outputs: list[str] | None = None,
                  **operands) -> dict[str, torch.Tensor]:
@@ -66,7 +66,7 @@ class Program:
         and never write the logits."""
         return self._launch(a, b, backend, out, out_dtype, seed, outputs, operands)
 
-    def map(self, x: torch.Tensor, *, backend: str = "auto", out: torch.Tensor | None = None,
+    def map(self, x: torch.Tensor, /, *, backend: str = "auto", out: torch.Tensor | None = None,
             out_dtype: torch.dtype | None = None, seed: int | None = None,
             outputs: list[str] | None = None, **operands) -> dict[str, torch.Tensor]:
         """Run the epilogue on an existing [M, N] tensor (`input` = x), without a GEMM: for the
@@ -95,11 +95,11 @@ class Program:
             self._plans[key] = plan
         return outputs
 
-    def reference(self, a: torch.Tensor, b: torch.Tensor, **kwargs) -> dict[str, torch.Tensor]:
+    def reference(self, a: torch.Tensor, b: torch.Tensor, /, **kwargs) -> dict[str, torch.Tensor]:
         """The same launch on the reference backend (eager PyTorch): the ground truth."""
         return self(a, b, backend="reference", **kwargs)
 
-    def bind(self, a: torch.Tensor, b: torch.Tensor, **kwargs) -> Launch:
+    def bind(self, a: torch.Tensor, b: torch.Tensor | None, /, **kwargs) -> Launch:
         """Validate a launch without running it (what `__call__` does first)."""
         options = {k: kwargs.pop(k) for k in ("out", "out_dtype", "seed", "outputs") if k in kwargs}
         return bind(self, a, b, kwargs, **options)

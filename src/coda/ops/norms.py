@@ -1,0 +1,420 @@
+"""Norm-folded linear layers, and the out projection whose epilogue feeds them their statistics.
+
+x is [..., K] (viewed as rows [M, K], n = K the hidden size); w has nn.Linear's layout [N, K];
+g, beta are [K]; bias is [N]. ⊙_row scales each row, W' = w ⊙ g[None, :] is the folded weight.
+
+rms_norm_linear(x, g, w, eps, bias, sumsq):
+    y = RMSNorm(x) @ w.T + bias = rstd ⊙_row (x @ W'.T) + bias,   rstd = rsqrt(ss / n + eps),
+    ss = Σ_k x_k² per row (given as `sumsq` by the producer of x, e.g. out_proj_residual)
+  forward   ss            = RMS_STATS.map(x)           (only without sumsq)
+            W'            = FOLD.map(w)                 g is a col operand of w
+            y             = RMS_LINEAR  GEMM x @ W'.T; epilogue: * rsqrt(ss / n + eps) + bias
+  backward  (dxhat = dy @ W', t = Σ_k dxhat ⊙ x = Σ_j dy ⊙ (x @ W'.T))
+            dxhat, t      = RMS_DXHAT  GEMM dy @ w; epilogue: * g, t = row_sum(dxhat * x)
+            dx, xn        = RMS_DX.map(dxhat): rstd dxhat − (rstd³ / n) t x,  save xn = rstd x
+            dw, dg        = NORM_DW  GEMM dy.T @ xn (= dW'); epilogue: dw = dW' * g,
+                            dg = col_sum(dW' * w)
+            db            = column_sums(dy)            (with bias; SUMS.map(dy): col_sum)
+  The rstd term of dx is the derivative through rstd(x), so sumsq is not differentiated: it must
+  be Σ x² of this x, and x's gradient then carries everything.
+
+layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq):
+    y = LayerNorm(x) @ w.T + bias = rstd ⊙_row (x @ W'.T − mean ⊗ u) + cv,
+    u_n = Σ_k W'_nk,  cv = w @ beta + bias,  mean and rstd from shifted row sums:
+    s = Σ_k (x_k − c), ss = Σ_k (x_k − c)²,  mean = c + s / n,  var = ss / n − (s / n)²
+  The shift c is x[:, 0] for the statistics computed here (one pass, and no cancellation when
+  |mean| >> std), 0 for `rowsum` / `sumsq` given by the producer (raw sums: see docs/ops/norms.md);
+  as for RMSNorm, given sums are not differentiated: the backward differentiates mean(x), rstd(x).
+  forward   s, ss         = LN_STATS.map(x)            (only without rowsum / sumsq)
+            W', cv        = FOLD_LN.map(w): W' = w * g, cv = row_sum(w * beta)
+            u             = SUMS.map(W'): row_sum       Σ_k of the *rounded* W' the GEMM reads
+            y             = LN_LINEAR  GEMM x @ W'.T; epilogue: rstd (input − mean u) + cv + bias
+  backward  (dxhat = dy @ W', xhat = (x − mean) rstd)
+            dxhat, a, b   = LN_DXHAT  GEMM dy @ w; epilogue: * g, a = row_sum(dxhat),
+                            b = row_sum(dxhat * xhat)
+            dx, xhat      = LN_DX.map(dxhat): rstd (dxhat − (a + xhat b) / n),  save xhat
+            db            = column_sums(dy)
+            dw, dg, dbeta = LN_DW  GEMM dy.T @ xhat; epilogue: dw = input * g + db ⊗ beta,
+                            dg = col_sum(input * w), dbeta = col_sum(db * w)
+
+out_proj_residual(x, w, residual, bias, dropout_p, seed, stats):
+    y = residual + dropout(x @ w.T + bias),  with ss = Σ y² (stats "rms"; also s = Σ y for "layer")
+  forward   y, [ss, s]    = out_proj_program  GEMM x @ w.T; epilogue: + bias, dropout, + residual,
+                            ss = row_sum(output * output), s = row_sum(output)
+  backward  dpre, db      = DROPOUT_GRAD.map(dy): dropout(dy, p), db = col_sum   (with dropout;
+                            without, dpre = dy and db = column_sums(dy))
+            dx, dw        = dpre @ w, dpre.T @ x;   dresidual = dy
+  ss and s are statistics, not differentiated: the consumer's backward differentiates through
+  its own rstd(x) (see above), so out_proj_residual -> rms_norm_linear(sumsq=ss) is exact.
+
+Row statistics (rstd, mean) are never materialized: every epilogue that needs them recomputes
+them per row from the [M] sums (a few flops per row), so no O(M) glue kernels run. The folded
+weight W' is recomputed per call (one map over w, 4NK bytes) and never saved: the backward
+applies g in epilogues instead (docs/ops/norms.md explains why it is not cached). Launches name
+the outputs they need (`outputs=`): a map that only sums never stores its `output`, and no
+gradient that no input needs is stored.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+
+import torch
+
+from .. import compile as compile_program
+from ..errors import LaunchError
+from ..runtime.program import Program
+from .common import as_rows, matmul, weight_grad
+
+# -- the statistics of each row, as DSL text spliced into the programs that need them -----------
+RMS_ROW = "rstd = rsqrt(ss * inv_n + eps);"
+LN_ROW = "m = s * inv_n; mean = shift + m; rstd = rsqrt(max(ss * inv_n - m * m, 0.0) + eps);"
+RMS_ROW_PARAMS = "ss: row, inv_n: scalar, eps: scalar"
+LN_ROW_PARAMS = "shift: row, s: row, ss: row, inv_n: scalar, eps: scalar"
+
+# -- maps: sums over a tensor that no CODA GEMM produced (launched with outputs= naming only the
+#    sums, so `output` is never stored), and the weight folds (g, beta: [K], columns of w [N, K])
+SUMS = compile_program("EPILOGUE sums() { output = input; rows = row_sum(input); cols = col_sum(input); }")
+RMS_STATS = compile_program("EPILOGUE rms_stats() { output = input; ss = row_sum(input * input); }")
+LN_STATS = compile_program("EPILOGUE ln_stats(shift: row) {"
+                           " d = input - shift; output = d; s = row_sum(d); ss = row_sum(d * d); }")
+FOLD = compile_program("EPILOGUE fold(g: col) { output = input * g; }")
+FOLD_LN = compile_program("EPILOGUE fold_ln(g: col, beta: col) {"
+                          " output = input * g; cv = row_sum(input * beta); }")
+
+# -- forward GEMMs: x @ W'.T, the norm applied per row in the epilogue --------------------------
+RMS_LINEAR = {bias: compile_program(
+    f"EPILOGUE rms_linear({RMS_ROW_PARAMS}{', bias: col' * bias}) {{"
+    f" {RMS_ROW} output = input * rstd{' + bias' * bias}; }}") for bias in (False, True)}
+LN_LINEAR = {bias: compile_program(
+    f"EPILOGUE ln_linear({LN_ROW_PARAMS}, u: col, cv: col{', bias: col' * bias}) {{"
+    f" {LN_ROW} output = rstd * (input - mean * u) + cv{' + bias' * bias}; }}") for bias in (False, True)}
+
+# -- RMSNorm backward ----------------------------------------------------------------------------
+# dxhat = (dy @ w) * g = dy @ W';  t = Σ_k dxhat x = Σ_j dy (x @ W'.T), the gradient through rstd.
+RMS_DXHAT = compile_program("EPILOGUE rms_dxhat(g: col, xin: tile) {"
+                            " output = input * g; t = row_sum(output * xin); }")
+# dx = rstd dxhat − (rstd³ / n) t x, and xn = rstd x, the B operand of the weight gradient
+# (without dx, xn is RMS_LINEAR[False].map(x): the forward's epilogue is exactly that row scale).
+RMS_DX = compile_program(f"EPILOGUE rms_dx({RMS_ROW_PARAMS}, t: row, xin: tile) {{ {RMS_ROW}"
+                         " save xn = rstd * xin; output = rstd * (input - rstd * rstd * t * inv_n * xin); }")
+# dW' = dy.T @ xn: dw = dW' * g (g is a column of [N, K]) and dg = Σ_n dW' w.
+NORM_DW = compile_program("EPILOGUE norm_dw(g: col, w: tile) {"
+                          " output = input * g; dg = col_sum(input * w); }")
+
+# -- LayerNorm backward --------------------------------------------------------------------------
+# dxhat = (dy @ w) * g;  a = Σ_k dxhat, b = Σ_k dxhat xhat.
+LN_DXHAT = compile_program(f"EPILOGUE ln_dxhat({LN_ROW_PARAMS}, g: col, xin: tile) {{ {LN_ROW}"
+                           " output = input * g; a = row_sum(output);"
+                           " b = row_sum(output * (xin - mean) * rstd); }")
+# dx = rstd (dxhat − (a + xhat b) / n), and xhat, the B operand of the weight gradient.
+LN_DX = compile_program(f"EPILOGUE ln_dx({LN_ROW_PARAMS}, a: row, b: row, xin: tile) {{ {LN_ROW}"
+                        " save xhat = (xin - mean) * rstd;"
+                        " output = rstd * (input - (a + xhat * b) * inv_n); }")
+LN_XHAT = compile_program(f"EPILOGUE ln_xhat({LN_ROW_PARAMS}) {{ {LN_ROW} output = (input - mean) * rstd; }}")
+# dy.T @ xhat: dw = input * g + db ⊗ beta, dg = Σ_n input w, dbeta = Σ_n db w (db is a row of [N, K]).
+LN_DW = compile_program("EPILOGUE ln_dw(g: col, beta: col, db: row, w: tile) {"
+                        " output = input * g + db * beta; dg = col_sum(input * w);"
+                        " dbeta = col_sum(db * w); }")
+
+# -- out projection backward: the dropout derivative is the same mask (same seed) --------------
+DROPOUT_GRAD = compile_program("EPILOGUE dropout_grad(p: scalar) {"
+                               " output = dropout(input, p); db = col_sum(output); }")
+
+#: stats= of out_proj_residual -> the row sums its epilogue stores besides y
+STATS = {None: [], "rms": ["ss"], "layer": ["ss", "s"]}
+
+
+@functools.cache
+def out_proj_program(bias: bool, dropout: bool) -> Program:
+    """`output = residual + dropout(input + bias, p)` and the next norm's row sums (launched with
+    outputs= naming the ones wanted). For example (True, True) is
+        EPILOGUE out_proj_residual(residual: tile, bias: col, p: scalar) {
+          output = residual + dropout(input + bias, p);
+          ss = row_sum(output * output); s = row_sum(output); }
+    """
+    pre = "input + bias" if bias else "input"
+    pre = f"dropout({pre}, p)" if dropout else pre
+    params = ["residual: tile"] + ["bias: col"] * bias + ["p: scalar"] * dropout
+    return compile_program(f"EPILOGUE out_proj_residual({', '.join(params)}) {{ output = residual + {pre};"
+                           f" ss = row_sum(output * output); s = row_sum(output); }}")
+
+
+def column_sums(t: torch.Tensor) -> torch.Tensor:
+    """Σ over the rows of t [M, N] -> [N] (float32; float64 for float64): one map reading t."""
+    return SUMS.map(t, outputs=["cols"])["cols"]
+
+
+def _shift(rows: torch.Tensor, shifted: bool) -> torch.Tensor:
+    """The shift c of LayerNorm's row sums: each row's first value (|mean - c| is then about one
+    std, so var = ss / n - (s / n)² does not cancel), or 0 for raw sums from a producer (a
+    stride-0 view of one cached zero: no fill kernel per call)."""
+    return rows[:, 0] if shifted else _zero(rows.device, rows.dtype).expand(rows.shape[0])
+
+
+@functools.cache
+def _zero(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros((), device=device, dtype=dtype)
+
+
+def _wanted(**flags: bool) -> list[str]:
+    """The outputs= of a launch: the names whose flag is set (the others are never stored)."""
+    return [name for name, wanted in flags.items() if wanted]
+
+
+def _given(**kwargs) -> dict:
+    """Only the operands that are present."""
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+# ------------------------------------------------------------------------------------------------
+class RMSNormLinearFunction(torch.autograd.Function):
+    """rstd ⊙_row (x @ W'.T) + bias: 2 CODA kernels forward (3 without sumsq), 3 backward (4 with
+    bias)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                sumsq: torch.Tensor | None, eps: float) -> torch.Tensor:
+        rows, lead = as_rows(x)
+        ss = RMS_STATS.map(rows, outputs=["ss"])["ss"] if sumsq is None else sumsq.reshape(-1)
+        folded = FOLD.map(w, g=g)["output"]
+        row = dict(ss=ss, inv_n=1.0 / rows.shape[1], eps=eps)
+        y = RMS_LINEAR[bias is not None](rows, folded.T, **row, **_given(bias=bias))["output"]
+        ctx.save_for_backward(x, g, w, ss)
+        ctx.eps, ctx.bias_dtype = eps, None if bias is None else bias.dtype
+        return y.reshape(*lead, w.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        x, g, w, ss = ctx.saved_tensors
+        need_x, need_g, need_w, need_b = ctx.needs_input_grad[:4]
+        rows, dy = as_rows(x)[0], as_rows(dy)[0]
+        row = dict(ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
+        dx = dg = dw = db = None
+        if need_x:
+            pre = RMS_DXHAT(dy, w, g=g, xin=rows)
+            outs = RMS_DX.map(pre["output"], **row, t=pre["t"], xin=rows,
+                              outputs=_wanted(output=True, xn=need_g or need_w))
+            dx, xn = outs["output"].reshape(x.shape), outs.get("xn")
+        elif need_g or need_w:
+            xn = RMS_LINEAR[False].map(rows, **row)["output"]
+        if need_g or need_w:
+            outs = NORM_DW(dy.T, xn, g=g, w=w, outputs=_wanted(output=need_w, dg=need_g))
+            dw = outs["output"].to(w.dtype) if need_w else None
+            dg = outs["dg"].to(g.dtype) if need_g else None
+        if need_b:
+            db = column_sums(dy).to(ctx.bias_dtype)
+        return dx, dg, dw, db, None, None
+
+
+class LayerNormLinearFunction(torch.autograd.Function):
+    """rstd ⊙_row (x @ W'.T − mean ⊗ u) + cv: 3 CODA kernels forward (4 without rowsum/sumsq),
+    4 backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: torch.Tensor,
+                bias: torch.Tensor | None, eps: float, rowsum: torch.Tensor | None,
+                sumsq: torch.Tensor | None) -> torch.Tensor:
+        rows, lead = as_rows(x)
+        shift = _shift(rows, rowsum is None)
+        if rowsum is None:
+            stats = LN_STATS.map(rows, shift=shift, outputs=["s", "ss"])
+            s, ss = stats["s"], stats["ss"]
+        else:
+            s, ss = rowsum.reshape(-1), sumsq.reshape(-1)
+        fold = FOLD_LN.map(w, g=g, beta=beta)
+        folded = fold["output"]
+        u = SUMS.map(folded, outputs=["rows"])["rows"]   # Σ_k of the rounded W' the GEMM reads
+        row = dict(shift=shift, s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=eps)
+        prog = LN_LINEAR[bias is not None]
+        y = prog(rows, folded.T, **row, u=u, cv=fold["cv"], **_given(bias=bias))["output"]
+        ctx.save_for_backward(x, g, beta, w, s, ss)
+        ctx.eps, ctx.shifted = eps, rowsum is None
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        return y.reshape(*lead, w.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        x, g, beta, w, s, ss = ctx.saved_tensors
+        need_x, need_g, need_beta, need_w, need_b = ctx.needs_input_grad[:5]
+        need_weights = need_g or need_beta or need_w
+        rows, dy = as_rows(x)[0], as_rows(dy)[0]
+        row = dict(shift=_shift(rows, ctx.shifted), s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
+        dx = dg = dbeta = dw = db = None
+        if need_x:
+            pre = LN_DXHAT(dy, w, **row, g=g, xin=rows)
+            outs = LN_DX.map(pre["output"], **row, a=pre["a"], b=pre["b"], xin=rows,
+                             outputs=_wanted(output=True, xhat=need_weights))
+            dx, xhat = outs["output"].reshape(x.shape), outs.get("xhat")
+        elif need_weights:
+            xhat = LN_XHAT.map(rows, **row)["output"]
+        if need_weights or need_b:
+            db = column_sums(dy)
+        if need_weights:
+            outs = LN_DW(dy.T, xhat, g=g, beta=beta, db=db, w=w,
+                         outputs=_wanted(output=need_w, dg=need_g, dbeta=need_beta))
+            dw = outs["output"].to(w.dtype) if need_w else None
+            dg = outs["dg"].to(g.dtype) if need_g else None
+            dbeta = outs["dbeta"].to(beta.dtype) if need_beta else None
+        db = db.to(ctx.bias_dtype) if need_b else None
+        return dx, dg, dbeta, dw, db, None, None, None
+
+
+class OutProjResidualFunction(torch.autograd.Function):
+    """residual + dropout(x @ w.T + bias) and its row sums: 1 CODA kernel forward, 2 backward
+    (3 with dropout, or with bias)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor,
+                bias: torch.Tensor | None, p: float, seed: int | None, stats: str | None):
+        rows, lead = as_rows(x)
+        prog = out_proj_program(bias is not None, p > 0.0)
+        outs = prog(rows, w.T, residual=as_rows(residual)[0], seed=seed, outputs=["output", *STATS[stats]],
+                    **_given(bias=bias, p=p or None))
+        y = outs["output"].reshape(*lead, w.shape[0])
+        ctx.save_for_backward(x, w)
+        ctx.p, ctx.seed = p, seed
+        ctx.dtypes = residual.dtype, None if bias is None else bias.dtype
+        sums = [outs[name].reshape(lead) for name in STATS[stats]]
+        ctx.mark_non_differentiable(*sums)
+        return (y, *sums) if sums else y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor, *unused_stat_grads):
+        x, w = ctx.saved_tensors
+        need_x, need_w, need_r, need_b = ctx.needs_input_grad[:4]
+        residual_dtype, bias_dtype = ctx.dtypes
+        dpre, db = as_rows(dy)[0], None
+        if ctx.p > 0.0:
+            outs = DROPOUT_GRAD.map(dpre, p=ctx.p, seed=ctx.seed, outputs=_wanted(output=True, db=need_b))
+            dpre, db = outs["output"], outs.get("db")
+        elif need_b:
+            db = column_sums(dpre)
+        dx = matmul(dpre, w).reshape(x.shape) if need_x else None
+        dw = weight_grad(dpre, as_rows(x)[0]).to(w.dtype) if need_w else None
+        dresidual = dy.to(residual_dtype) if need_r else None
+        db = db.to(bias_dtype) if need_b else None
+        return dx, dw, dresidual, db, None, None, None
+
+
+# -- the functional ops --------------------------------------------------------------------------
+def rms_norm_linear(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, eps: float = 1e-6,
+                    bias: torch.Tensor | None = None, sumsq: torch.Tensor | None = None) -> torch.Tensor:
+    """RMSNorm(x; g, eps) @ w.T (+ bias), the norm folded into the GEMM (see the module docstring).
+
+    x: [..., K]; g: [K]; w: [N, K] with x's dtype; bias: [N]; sumsq: the float32 per-row Σ x²
+    ([...] or [M]) when the producer of x computed it (out_proj_residual(..., stats="rms")),
+    otherwise one map program computes it. Returns [..., N] in x's dtype.
+    """
+    m, k, n = _check_linear("rms_norm_linear", x, w)
+    _check_vector("rms_norm_linear", "g", g, k, x)
+    _check_bias("rms_norm_linear", bias, n, x)
+    _check_row_stats("rms_norm_linear", x, m, sumsq=sumsq)
+    return RMSNormLinearFunction.apply(x, g, w, bias, sumsq, _check_eps("rms_norm_linear", eps))
+
+
+def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: torch.Tensor,
+                      bias: torch.Tensor | None = None, eps: float = 1e-5,
+                      rowsum: torch.Tensor | None = None,
+                      sumsq: torch.Tensor | None = None) -> torch.Tensor:
+    """LayerNorm(x; g, beta, eps) @ w.T (+ bias), the norm folded into the GEMM.
+
+    x: [..., K]; g, beta: [K]; w: [N, K] with x's dtype; bias: [N]. `rowsum` and `sumsq` are
+    the float32 per-row Σ x and Σ x² ([...] or [M]) when the producer of x computed them
+    (out_proj_residual(..., stats="layer")); give both or neither. Without them one map program
+    computes shifted sums, accurate also when |mean| >> std. Returns [..., N] in x's dtype.
+    """
+    m, k, n = _check_linear("layer_norm_linear", x, w)
+    _check_vector("layer_norm_linear", "g", g, k, x)
+    _check_vector("layer_norm_linear", "beta", beta, k, x)
+    _check_bias("layer_norm_linear", bias, n, x)
+    _check_row_stats("layer_norm_linear", x, m, rowsum=rowsum, sumsq=sumsq)
+    if (rowsum is None) != (sumsq is None):
+        missing = "sumsq" if sumsq is None else "rowsum"
+        raise LaunchError(f"layer_norm_linear: rowsum and sumsq come together; {missing} is missing")
+    eps = _check_eps("layer_norm_linear", eps)
+    return LayerNormLinearFunction.apply(x, g, beta, w, bias, eps, rowsum, sumsq)
+
+
+def out_proj_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor,
+                      bias: torch.Tensor | None = None, dropout_p: float = 0.0, seed: int | None = None,
+                      stats: str | None = "rms") -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """y = residual + dropout(x @ w.T + bias), one GEMM whose epilogue also sums what the next
+    norm needs: returns (y, ss) for stats="rms", (y, ss, s) for "layer", y alone for None, with
+    ss = Σ y² and s = Σ y per row (float32, shape x.shape[:-1], not differentiable).
+
+    x: [..., K]; w: [N, K] with x's dtype; residual: [..., N]; bias: [N]. The dropout mask is a
+    function of (seed, row, column) (docs/dsl.md#dropout); without `seed` one is drawn from
+    torch's CPU generator. y has x's dtype.
+    """
+    n = _check_linear("out_proj_residual", x, w)[2]
+    _check_bias("out_proj_residual", bias, n, x)
+    _check_tensor("out_proj_residual", "residual", residual, x)
+    if tuple(residual.shape) != (*x.shape[:-1], n):
+        raise LaunchError(f"out_proj_residual: residual must have shape {[*x.shape[:-1], n]} "
+                          f"(x's rows, N), got {list(residual.shape)}")
+    if stats not in STATS:
+        raise LaunchError(f"out_proj_residual: stats must be one of {tuple(STATS)}, got {stats!r}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or not 0 <= dropout_p <= 1:
+        raise LaunchError(f"out_proj_residual: dropout_p must be a number in [0, 1], got {dropout_p!r}")
+    p = float(dropout_p)
+    if p == 0.0:
+        seed = None
+    elif seed is None:
+        seed = int(torch.randint(2**31, ()).item())
+    elif isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise LaunchError(f"out_proj_residual: seed must be an int or None, got {seed!r}")
+    return OutProjResidualFunction.apply(x, w, residual, bias, p, seed, stats)
+
+
+# -- argument checks: a LaunchError naming the argument ------------------------------------------
+def _check_tensor(op: str, name: str, t, x: torch.Tensor | None = None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise LaunchError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise LaunchError(f"{op}: {name} has dtype {t.dtype}; expected float16, bfloat16, float32 "
+                          f"or float64")
+    if x is not None and t.device != x.device:
+        raise LaunchError(f"{op}: {name} is on {t.device} but x is on {x.device}")
+
+
+def _check_linear(op: str, x, w) -> tuple[int, int, int]:
+    """x [..., K] and w [N, K] of one dtype; returns (M rows, K, N)."""
+    _check_tensor(op, "x", x)
+    if x.dim() == 0 or x.shape[-1] == 0:
+        raise LaunchError(f"{op}: x must be [..., K] with K > 0, got shape {list(x.shape)}")
+    _check_tensor(op, "w", w, x)
+    k = x.shape[-1]
+    if w.dim() != 2 or w.shape[1] != k:
+        raise LaunchError(f"{op}: w must be [N, K] with K = {k} (x's last dim), got shape {list(w.shape)}")
+    if w.dtype != x.dtype:
+        raise LaunchError(f"{op}: w has dtype {w.dtype} but x has {x.dtype}; they must match")
+    return x.numel() // k, k, w.shape[0]
+
+
+def _check_vector(op: str, name: str, t, size: int, x: torch.Tensor) -> None:
+    _check_tensor(op, name, t, x)
+    if tuple(t.shape) != (size,):
+        raise LaunchError(f"{op}: {name} must have shape [{size}], got {list(t.shape)}")
+
+
+def _check_bias(op: str, bias, n: int, x: torch.Tensor) -> None:
+    if bias is not None:
+        _check_vector(op, "bias", bias, n, x)
+
+
+def _check_row_stats(op: str, x: torch.Tensor, m: int, **sums: torch.Tensor | None) -> None:
+    for name, t in sums.items():
+        if t is None:
+            continue
+        _check_tensor(op, name, t, x)
+        if tuple(t.shape) not in (tuple(x.shape[:-1]), (m,)):
+            raise LaunchError(f"{op}: {name} must have one value per row of x, shape "
+                              f"{list(x.shape[:-1])} or [{m}], got {list(t.shape)}")
+
+
+def _check_eps(op: str, eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps >= 0:
+        raise LaunchError(f"{op}: eps must be a number >= 0, got {eps!r}")
+    return float(eps)

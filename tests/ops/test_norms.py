@@ -1,0 +1,300 @@
+"""coda.ops.rms_norm_linear, layer_norm_linear and out_proj_residual against the plain formulas.
+
+- float64 on the reference backend: torch.autograd.gradcheck (the math of each backward, including
+  the composition out_proj_residual -> norm_linear(statistics from the producer)), and the forward
+  and every gradient against PyTorch autograd of the unfused formula written here;
+- float32 through the Triton interpreter (the real kernels) at small odd shapes, against the same
+  float64 formula;
+- LayerNorm's statistics when |mean| >> std (the cancellation in E[x²] - mean²), measured;
+- argument errors name the argument.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import coda
+from coda.ops.norms import layer_norm_linear, out_proj_residual, rms_norm_linear
+from oracle import philox_uniform
+
+F64 = torch.float64
+F32 = torch.float32
+TOL32 = 2e-5
+
+
+# the unfused formulas, in plain torch ops ----------------------------------------------------------
+def ref_rms(x, g, w, eps, bias=None):
+    h = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * g
+    return h @ w.T + (0 if bias is None else bias)
+
+
+def ref_ln(x, g, beta, w, bias=None, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    h = (x - mean) / torch.sqrt(var + eps) * g + beta
+    return h @ w.T + (0 if bias is None else bias)
+
+
+def keep_mask(seed: int, p: float, m: int, n: int) -> torch.Tensor:
+    """The contract's dropout mask over an [m, n] output (pure-Python Philox, tests/oracle.py)."""
+    u = [[philox_uniform(seed, i, j) for j in range(n)] for i in range(m)]
+    return torch.tensor(u, dtype=F64) >= p
+
+
+def ref_out_proj(x, w, residual, bias=None, p=0.0, seed=0):
+    h = x @ w.T + (0 if bias is None else bias)
+    if p > 0:
+        rows = h.reshape(-1, h.shape[-1])
+        h = (rows * keep_mask(seed, p, *rows.shape) / (1 - p)).reshape(h.shape)
+    return residual + h
+
+
+# helpers ------------------------------------------------------------------------------------------
+def make(*shapes, dtype=F64, seed=0, scale=1.0, shift=0.0):
+    g = torch.Generator().manual_seed(seed)
+    return [None if s is None else (torch.randn(*s, generator=g, dtype=F64) * scale + shift).to(dtype)
+            .requires_grad_() for s in shapes]
+
+
+def upcast(tensors):
+    return [None if t is None else t.detach().to(F64).requires_grad_() for t in tensors]
+
+
+def forward_backward(fn, inputs, upstream_seed=1):
+    """fn's output and the gradients of <output, upstream> w.r.t. every tensor input."""
+    y = fn(*inputs)
+    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(upstream_seed), dtype=F64)
+    grads = torch.autograd.grad(y, [t for t in inputs if t is not None], g.to(y.dtype))
+    return y, grads
+
+
+def assert_matches(got, want, tol):
+    """Every tensor within `tol` of the float64 one, relative to its largest magnitude."""
+    for a, b in zip((got[0], *got[1]), (want[0], *want[1]), strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a.to(F64), b.detach(), rtol=tol, atol=tol * max(b.abs().max().item(), 1.0))
+
+
+def rel(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((x.detach().to(F64) - ref).norm() / ref.norm()).item()
+
+
+# float64, reference backend -----------------------------------------------------------------------
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_rms_norm_linear_float64(with_bias):
+    inputs = make((2, 3, 7), (7,), (5, 7), (5,) if with_bias else None, seed=1)
+    fn = lambda x, g, w, b: rms_norm_linear(x, g, w, 1e-6, bias=b)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, inputs)
+    assert_matches(forward_backward(fn, inputs),
+                   forward_backward(lambda x, g, w, b: ref_rms(x, g, w, 1e-6, b), upcast(inputs)), 1e-12)
+
+
+def test_rms_norm_linear_float64_sumsq_is_a_function_of_x():
+    """With sumsq given, the backward still differentiates rstd(x): gradcheck recomputes Σ x² for
+    every perturbed x (as the producer would), the analytical gradient comes from x alone."""
+    inputs = make((6, 7), (7,), (5, 7), seed=2)
+    fn = lambda x, g, w: rms_norm_linear(x, g, w, 1e-6, sumsq=(x * x).sum(-1).detach())  # noqa: E731
+    assert torch.autograd.gradcheck(fn, inputs)
+    assert_matches(forward_backward(fn, inputs),
+                   forward_backward(lambda x, g, w: ref_rms(x, g, w, 1e-6), upcast(inputs)), 1e-12)
+
+
+@pytest.mark.parametrize(("with_bias", "given_stats"), [(False, False), (True, False), (True, True)])
+def test_layer_norm_linear_float64(with_bias, given_stats):
+    inputs = make((2, 3, 7), (7,), (7,), (5, 7), (5,) if with_bias else None, seed=3)
+
+    def fn(x, g, beta, w, b):
+        stats = dict(rowsum=x.sum(-1).detach(), sumsq=(x * x).sum(-1).detach()) if given_stats else {}
+        return layer_norm_linear(x, g, beta, w, bias=b, **stats)
+
+    assert torch.autograd.gradcheck(fn, inputs)
+    assert_matches(forward_backward(fn, inputs), forward_backward(ref_ln, upcast(inputs)), 1e-12)
+
+
+@pytest.mark.parametrize(("stats", "p", "with_bias"), [("rms", 0.0, True), ("layer", 0.4, True),
+                                                       (None, 0.4, False), ("rms", 0.0, False)])
+def test_out_proj_residual_float64(stats, p, with_bias):
+    inputs = make((2, 3, 6), (5, 6), (2, 3, 5), (5,) if with_bias else None, seed=4)
+    fn = lambda x, w, r, b: out_proj_residual(x, w, r, b, p, seed=7, stats=stats)  # noqa: E731
+    first = lambda *t: fn(*t)[0] if stats else fn(*t)  # noqa: E731
+    assert torch.autograd.gradcheck(first, inputs)
+    assert_matches(forward_backward(first, inputs),
+                   forward_backward(lambda x, w, r, b: ref_out_proj(x, w, r, b, p, 7), upcast(inputs)), 1e-12)
+    if stats:
+        y, *sums = fn(*inputs)
+        y = y.detach()
+        torch.testing.assert_close(sums[0], (y * y).sum(-1), rtol=1e-12, atol=0)
+        if stats == "layer":
+            torch.testing.assert_close(sums[1], y.sum(-1), rtol=1e-12, atol=1e-12)
+        assert not any(s.requires_grad for s in sums)
+
+
+def rms_block(x, w1, residual, b1, g, w2):
+    y, ss = out_proj_residual(x, w1, residual, b1, 0.3, seed=11, stats="rms")
+    return rms_norm_linear(y, g, w2, 1e-6, sumsq=ss)
+
+
+def ln_block(x, w1, residual, b1, g, beta, w2):
+    y, ss, s = out_proj_residual(x, w1, residual, b1, 0.3, seed=11, stats="layer")
+    return layer_norm_linear(y, g, beta, w2, rowsum=s, sumsq=ss)
+
+
+def ref_rms_block(x, w1, residual, b1, g, w2):
+    return ref_rms(ref_out_proj(x, w1, residual, b1, 0.3, 11), g, w2, 1e-6)
+
+
+def ref_ln_block(x, w1, residual, b1, g, beta, w2):
+    return ref_ln(ref_out_proj(x, w1, residual, b1, 0.3, 11), g, beta, w2)
+
+
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_out_proj_then_norm_linear_gradcheck(norm):
+    """The statistics flow from the producer's epilogue into the next norm, undifferentiated; the
+    gradients of the whole block are still exact (the consumer differentiates rstd(x))."""
+    shapes = [(5, 6), (7, 6), (5, 7), (7,), (7,), (7,), (4, 7)]
+    if norm == "rms":
+        shapes.pop(5)  # no beta
+    inputs = make(*shapes, seed=5, scale=0.7)
+    block, ref_block = (rms_block, ref_rms_block) if norm == "rms" else (ln_block, ref_ln_block)
+    assert torch.autograd.gradcheck(block, inputs)
+    assert_matches(forward_backward(block, inputs), forward_backward(ref_block, upcast(inputs)), 1e-12)
+
+
+def rms_as_ln(x, g, beta, w, b):
+    return rms_norm_linear(x, g, w, 1e-6, b)
+
+
+def ref_rms_as_ln(x, g, beta, w, b):
+    return ref_rms(x, g, w, 1e-6, b)
+
+
+@pytest.mark.parametrize(("wanted", "dtype", "tol"), [("weights", F64, 1e-12), ("input", F64, 1e-12),
+                                                      ("weights", F32, TOL32), ("input", F32, TOL32)])
+def test_gradients_of_some_inputs(wanted, dtype, tol):
+    """Only the weights (the backward skips dx and makes xn / xhat with one map), or only x (no
+    weight GEMM, and the dx map stores no xn / xhat). For RMSNorm beta is unused: no gradient.
+    float64 on the reference backend, float32 through the interpreter."""
+    which = [1, 2, 3, 4] if wanted == "weights" else [0]
+    for fn, ref in ((rms_as_ln, ref_rms_as_ln), (layer_norm_linear, ref_ln)):
+        inputs = [t.detach() for t in make((19, 24), (24,), (24,), (17, 24), (17,), dtype=dtype, seed=7)]
+        inputs64 = upcast(inputs)
+        for i in which:
+            inputs[i].requires_grad_()
+        y, y64 = fn(*inputs), ref(*inputs64)
+        up = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=F64)
+        got = torch.autograd.grad(y, [inputs[i] for i in which], up.to(dtype), allow_unused=True)
+        want = torch.autograd.grad(y64, [inputs64[i] for i in which], up, allow_unused=True)
+        assert_matches((y, [a for a in got if a is not None]), (y64, [e for e in want if e is not None]), tol)
+        assert [a is None for a in got] == [e is None for e in want]
+
+
+# float32, the real kernels through the Triton interpreter -----------------------------------------
+@pytest.mark.parametrize(("lead", "k", "n", "with_bias"), [((3, 7), 33, 47, True), ((16,), 96, 17, False)])
+def test_rms_norm_linear_interpreter(lead, k, n, with_bias):
+    inputs = make((*lead, k), (k,), (n, k), (n,) if with_bias else None, dtype=F32, seed=8)
+    inputs[2].data /= k**0.5
+    got = forward_backward(lambda x, g, w, b: rms_norm_linear(x, g, w, 1e-6, b), inputs)
+    want = forward_backward(lambda x, g, w, b: ref_rms(x, g, w, 1e-6, b), upcast(inputs))
+    assert_matches(got, want, TOL32)
+
+
+@pytest.mark.parametrize(("lead", "k", "n", "with_bias"), [((19,), 45, 64, True), ((2, 8), 32, 29, False)])
+def test_layer_norm_linear_interpreter(lead, k, n, with_bias):
+    inputs = make((*lead, k), (k,), (k,), (n, k), (n,) if with_bias else None, dtype=F32, seed=9)
+    inputs[3].data /= k**0.5
+    got = forward_backward(layer_norm_linear, inputs)
+    want = forward_backward(ref_ln, upcast(inputs))
+    assert_matches(got, want, TOL32)
+
+
+def test_out_proj_into_norms_interpreter():
+    """The fused block at float32: out projection (+ dropout, + residual, statistics) feeding both
+    norms, and the statistics themselves."""
+    inputs = make((23, 40), (36, 40), (23, 36), (36,), (36,), (36,), (17, 36), dtype=F32, seed=10, scale=0.5)
+
+    def block(x, w1, residual, b1, g, beta, w2):
+        y, ss, s = out_proj_residual(x, w1, residual, b1, 0.25, seed=3, stats="layer")
+        return torch.cat([rms_norm_linear(y, g, w2, 1e-6, sumsq=ss),
+                          layer_norm_linear(y, g, beta, w2, rowsum=s, sumsq=ss)], -1)
+
+    def ref_block(x, w1, residual, b1, g, beta, w2):
+        y = ref_out_proj(x, w1, residual, b1, 0.25, 3)
+        return torch.cat([ref_rms(y, g, w2, 1e-6), ref_ln(y, g, beta, w2)], -1)
+
+    assert_matches(forward_backward(block, inputs), forward_backward(ref_block, upcast(inputs)), TOL32)
+    _, ss, s = out_proj_residual(*inputs[:4], 0.25, seed=3, stats="layer")
+    y64 = ref_out_proj(*upcast(inputs[:4]), 0.25, 3).detach()
+    torch.testing.assert_close(ss.to(F64), (y64 * y64).sum(-1), rtol=TOL32, atol=0)
+    torch.testing.assert_close(s.to(F64), y64.sum(-1), rtol=TOL32, atol=TOL32 * y64.abs().sum().item())
+
+
+def test_rms_norm_linear_interpreter_expanded_upstream_gradient():
+    """`y.sum().backward()` hands the op a stride-0 gradient; the kernels take any strides."""
+    x, g, w = make((17, 24), (24,), (20, 24), dtype=F32, seed=11, scale=0.5)
+    rms_norm_linear(x, g, w).sum().backward()
+    x64, g64, w64 = upcast((x, g, w))
+    ref_rms(x64, g64, w64, 1e-6).sum().backward()
+    for got, want in ((x.grad, x64.grad), (g.grad, g64.grad), (w.grad, w64.grad)):
+        torch.testing.assert_close(got.to(F64), want, rtol=TOL32, atol=TOL32 * want.abs().max().item())
+
+
+def test_layer_norm_statistics_with_a_large_mean():
+    """Activations with mean 100 and std 1 at float32 (interpreter), numbers in docs/ops/norms.md.
+    The shifted one-pass sums (x - x[:, 0]) leave only the fold's own cancellation (x @ W'.T is
+    about |mean| / std times larger than the result: ~1e-5 here, torch ~3e-6); raw sums from a
+    producer (var = E[x²] - mean²) lose far more (~5e-4)."""
+    x, g, beta, w = make((64, 96), (96,), (96,), (48, 96), dtype=F32, seed=12)
+    x = (x.detach() + 100.0).requires_grad_()
+    w.data /= 96**0.5
+    inputs = [x, g, beta, w]
+    want = ref_ln(*upcast(inputs))
+    torch_err = rel(torch.nn.functional.layer_norm(x, (96,), g, beta, 1e-5) @ w.T, want)
+    shifted_err = rel(layer_norm_linear(*inputs), want)
+    raw = dict(rowsum=x.sum(-1).detach(), sumsq=(x * x).sum(-1).detach())
+    raw_err = rel(layer_norm_linear(*inputs, **raw), want)
+    print(f"mean 100, std 1, float32: torch {torch_err:.2e}, shifted {shifted_err:.2e}, raw {raw_err:.2e}")
+    assert shifted_err < 5e-5
+    assert raw_err > 10 * shifted_err   # the measured reason for the shift
+    # and the backward, with the shifted statistics
+    assert_matches(forward_backward(layer_norm_linear, inputs), forward_backward(ref_ln, upcast(inputs)),
+                   1e-4)
+
+
+# errors -------------------------------------------------------------------------------------------
+def test_errors_name_the_argument():
+    x, g, w, b, r = (t.detach() for t in make((4, 8), (8,), (6, 8), (6,), (4, 6), seed=13))
+    cases = [
+        (lambda: rms_norm_linear(x, g, w[:, :5]), "w must be"),
+        (lambda: rms_norm_linear(x, g, w.float()), "w has dtype"),
+        (lambda: rms_norm_linear(x.long(), g, w), "x has dtype"),
+        (lambda: rms_norm_linear(x[0, 0], g, w), "x must be"),
+        (lambda: rms_norm_linear(x, g[:5], w), "g must have shape"),
+        (lambda: rms_norm_linear(x, g, w, bias=b[:5]), "bias must have shape"),
+        (lambda: rms_norm_linear(x, g, w, sumsq=torch.ones(5, dtype=F64)), "sumsq must have"),
+        (lambda: rms_norm_linear(x, g, w, eps=-1.0), "eps"),
+        (lambda: rms_norm_linear(x, "g", w), "g must be a torch.Tensor"),
+        (lambda: layer_norm_linear(x, g, g[:3], w), "beta must have shape"),
+        (lambda: layer_norm_linear(x, g, g, w, rowsum=torch.ones(4, dtype=F64)), "sumsq is missing"),
+        (lambda: layer_norm_linear(x, g, g, w, rowsum=torch.ones(3, dtype=F64),
+                                   sumsq=torch.ones(4, dtype=F64)), "rowsum must have"),
+        (lambda: out_proj_residual(x, w, r[:, :5]), "residual must have shape"),
+        (lambda: out_proj_residual(x, w, r, stats="group"), "stats must be"),
+        (lambda: out_proj_residual(x, w, r, dropout_p=1.5), "dropout_p"),
+        (lambda: out_proj_residual(x, w, r, dropout_p=0.1, seed=1.5), "seed"),
+        (lambda: out_proj_residual(x, w, r.long()), "residual has dtype"),
+    ]
+    for fn, words in cases:
+        with pytest.raises(coda.LaunchError, match=words):
+            fn()
+
+
+def test_out_proj_residual_draws_and_keeps_a_seed():
+    """Without a seed, one is drawn from torch's CPU generator, and the backward reuses it."""
+    inputs = make((9, 6), (5, 6), (9, 5), seed=14)
+    torch.manual_seed(0)
+    got = forward_backward(lambda x, w, r: out_proj_residual(x, w, r, dropout_p=0.5, stats=None), inputs)
+    torch.manual_seed(0)
+    seed = int(torch.randint(2**31, ()).item())
+    want = forward_backward(lambda x, w, r: ref_out_proj(x, w, r, None, 0.5, seed), upcast(inputs))
+    assert_matches(got, want, 1e-12)
