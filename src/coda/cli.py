@@ -3,6 +3,7 @@
     coda check FILE.epi [--shape M,N,K] [--dtype float16] [--seed S] [--backend all]
     coda explain FILE.epi [--shape M,N,K]
     coda demo
+    coda train [--preset tiny] [--steps N] [--compare] ...   (see coda/train.py)
 
 `check` runs a program on random inputs on every available backend and compares each output with
 a float64 reference run; `explain` prints what the compiler made of a program; `demo` checks every
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from . import train
 from .errors import CodaError
 from .runtime.program import Program, interpreter_enabled
 
@@ -448,6 +450,11 @@ def build_parser() -> argparse.ArgumentParser:
                       metavar="DTYPE", help="dtypes to run (default: all three)")
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(func=cmd_demo)
+
+    training = commands.add_parser("train", help="train a small GPT on the bundled corpus with CODA's "
+                                   "fused operators (coda.train)")
+    train.add_arguments(training)
+    training.set_defaults(func=train.run)
     return parser
 
 
