@@ -93,13 +93,13 @@ def descriptor_prologue(program: Program, sig: Signature) -> str:
 
 def generate_epilogue(program: Program, sig: Signature) -> str:
     """The source of `epilogue(acc, pid_m, tile_n, M, N, seed, ..., BLOCK_M, BLOCK_N)`."""
-    return _Emitter(program, dict(sig.kinds), sig).run()
+    return _Emitter(program, sig).run()
 
 
 class _Emitter:
-    def __init__(self, program: Program, kinds: dict[str, str], sig: Signature):
+    def __init__(self, program: Program, sig: Signature):
         self.program = program
-        self.kinds = kinds
+        self.kinds = dict(sig.kinds)
         self.sig = sig
         self.domains = program.widths.nodes
         self.lines: list[str] = []
