@@ -309,9 +309,12 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     if not _is_number(norm_eps) or not norm_eps >= 0:
         raise LaunchError(f"norm_eps must be a non-negative number, got {norm_eps!r}")
     chunk = min(chunk_size or default_chunk_size(target.numel(), vocab), vocab)
-    return LinearCrossEntropyFunction.apply(
-        x, w, target, bias, norm_weight, ignore_index, reduction, float(label_smoothing),
-        None if softcap is None else float(softcap), chunk, float(norm_eps))
+    args = (x, w, target, bias, norm_weight, ignore_index, reduction, float(label_smoothing),
+            None if softcap is None else float(softcap), chunk, float(norm_eps))
+    from ..integrations import compile as custom  # here: that module imports this one
+    if custom.routed():   # inside torch.compile: the custom op coda::linear_cross_entropy
+        return custom.linear_cross_entropy_op(*args)
+    return LinearCrossEntropyFunction.apply(*args)
 
 
 def _check_tensor(x: object, name: str, shape: str) -> None:

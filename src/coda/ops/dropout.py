@@ -70,6 +70,9 @@ def dropout(x: torch.Tensor, p: float, seed: int | None = None) -> torch.Tensor:
     if not x.is_floating_point():
         raise LaunchError(f"x has dtype {x.dtype}; expected float16, bfloat16, float32 or float64")
     p = check_probability(p)
+    from ..integrations import compile as custom  # here: that module imports this one
+    if custom.routed():   # inside torch.compile: the custom op coda::dropout, no graph break
+        return custom.dropout_op(x, p, seed)
     seed = resolve_seed(p, seed)
     if seed is None:
         return x

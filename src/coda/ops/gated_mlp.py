@@ -213,6 +213,9 @@ def _gated_mlp(activation: str, x, w_gate_up, w_down, residual, rstd, stats: boo
         raise LaunchError(f"stats must be True or False, got {stats!r}")
     grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, w_gate_up, w_down, residual, rstd))
+    from ..integrations import compile as custom  # here: that module imports this one
+    if custom.routed():   # inside torch.compile: the custom op coda::gated_mlp, no graph break
+        return custom.gated_mlp_op(x, w_gate_up, w_down, residual, rstd, activation, stats, grad)
     return GatedMLPFunction.apply(x, w_gate_up, w_down, residual, rstd, activation, stats, grad)
 
 

@@ -202,6 +202,9 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
     n = _check_weight(w, x.shape[-1], x, "w")
     _check_vector(bias, n, x, "bias")
     p = check_probability(dropout_p, "dropout_p")
+    from ..integrations import compile as custom  # here: that module imports this one
+    if custom.routed():   # inside torch.compile: the custom op coda::linear, no graph break
+        return custom.linear_op(x, w, bias, activation, p, seed, _grad_wanted(x, w, bias))
     seed = resolve_seed(p, seed)
     return LinearFunction.apply(x, w, bias, activation, p, seed, _grad_wanted(x, w, bias))
 
@@ -226,8 +229,11 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Te
         raise LaunchError(f"residual must be a floating-point tensor of the output's shape "
                           f"{[*x.shape[:-1], n2]}, got {_describe(residual)}")
     p = check_probability(dropout_p, "dropout_p")
-    seed = resolve_seed(p, seed)
     grad = _grad_wanted(x, w1, b1, w2, b2)
+    from ..integrations import compile as custom  # here: that module imports this one
+    if custom.routed():   # inside torch.compile: the custom op coda::mlp, no graph break
+        return custom.mlp_op(x, w1, b1, w2, b2, activation, p, seed, residual, grad)
+    seed = resolve_seed(p, seed)
     return MLPFunction.apply(x, w1, b1, w2, b2, activation, p, seed, residual, grad)
 
 

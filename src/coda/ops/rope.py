@@ -159,6 +159,9 @@ def qkv_rope(x: torch.Tensor, w_qkv: torch.Tensor, cos: torch.Tensor, sin: torch
         _check_like("bias", bias, x, dtype=False)
     lead = x.shape[:-1]
     tables = [_table(name, t, lead, head_dim, x) for name, t in (("cos", cos), ("sin", sin))]
+    from ..integrations import compile as custom  # here: that module imports this one
+    if custom.routed():   # inside torch.compile: the custom op coda::qkv_rope, no graph break
+        return custom.qkv_rope_op(x, w_qkv, bias, *tables, (n_heads, n_kv_heads, head_dim))
     return QKVRopeFunction.apply(x, w_qkv, bias, *tables, (n_heads, n_kv_heads, head_dim))
 
 

@@ -1,0 +1,9 @@
+"""CODA inside other frameworks.
+
+`coda.integrations.compile`: the coda.ops operators as `torch.library` custom ops, so that models
+built on them compile with `torch.compile` without graph breaks (docs/integrations.md).
+"""
+
+from . import compile  # noqa: A004 - the submodule, named after what it integrates with
+
+__all__ = ["compile"]

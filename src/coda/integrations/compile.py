@@ -1,0 +1,551 @@
+"""coda.ops inside `torch.compile` graphs: every op, forward and backward, as a custom op.
+
+Dynamo cannot trace a CODA launch (Python-side plan caches, Triton launches), so an op it met as
+a plain `torch.autograd.Function` would break the graph. Importing this module registers the ops
+as `torch.library` custom ops in the `coda` namespace:
+
+    forward                      backward (called by the forward's `register_autograd` formula)
+    coda::linear                 coda::linear_backward
+    coda::mlp                    coda::mlp_backward
+    coda::dropout                coda::dropout itself, with the same seed (dropout is self-adjoint)
+    coda::gated_mlp              coda::gated_mlp_backward        (swiglu_mlp and geglu_mlp)
+    coda::qkv_rope               coda::qkv_rope_backward
+    coda::linear_cross_entropy   coda::linear_cross_entropy_backward
+
+Dynamo and AOTAutograd see each as one opaque node, in the forward graph and in the backward
+graph: neither has a break. A fake kernel gives the outputs' shapes, dtypes and (contiguous)
+strides; the real kernel runs the op's autograd.Function `forward` or `backward` unchanged, with
+`_Ctx` standing in for autograd's ctx. The math lives in coda.ops only.
+
+Routing. `coda.ops.linear` & co. take the custom ops while torch.compile traces
+(`torch.compiler.is_compiling()`) and their autograd.Functions otherwise, so eager code pays
+nothing (the custom-op dispatch costs tens of microseconds per call: docs/integrations.md). The
+functions of the same names here (`linear`, `mlp`, ..., same signatures) take the custom ops in
+eager mode too, as does any coda.ops call inside `with custom_ops():` (e.g. to run a model on
+FakeTensors or meta tensors).
+
+What each forward op returns. A custom op may not return its inputs, views of them, or two views
+of one tensor, nor None in place of a tensor. So each forward op returns its result plus the
+intermediates its backward needs (the pre-activation, h, the log-sum-exp, ...), marked
+non-differentiable; the tensors that are inputs are saved by `setup_context`; a tensor a variant
+lacks is an empty placeholder. qkv_rope returns its one [..., N] buffer: q, k and v are views of
+it taken outside the op (as in coda.ops), and autograd hands the backward op one [..., N]
+gradient, assembled from dq, dk and dv by the split's backward (one copy that coda.ops avoids).
+
+Seeds. With `seed=None` the eager ops draw an int from torch's CPU generator (`.item()`). In a
+graph that would be a break, or, drawn at trace time, a constant baked into the graph: every step
+would reuse one dropout mask. Here the seed is a tensor input of the op: `seed=None` becomes
+`torch.randint(2**31, (), device="cpu")` inside the graph, drawn at each run from torch's CPU
+generator (so `torch.manual_seed` makes compiled runs repeatable; the aot_eager backend draws
+exactly the seeds eager mode draws, Inductor its own from the same generator). The op reads it
+with `.item()` (a CPU scalar: no device synchronization) and `setup_context` saves it, so the
+backward regenerates the forward's mask. An int seed becomes `torch.tensor(seed)`; Dynamo guards
+on its value (a second value recompiles once, then the int is a dynamic input).
+"""
+
+import contextlib
+import contextvars
+import functools
+import math
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+from .. import ops
+from ..ops.cross_entropy import LinearCrossEntropyFunction
+from ..ops.dropout import DropoutFunction, resolve_seed
+from ..ops.gated_mlp import GatedMLPFunction
+from ..ops.linear import ACTIVATIONS, LinearFunction, MLPFunction
+from ..ops.rope import QKVRopeFunction
+
+_FORCED = contextvars.ContextVar("coda_custom_ops", default=False)
+
+
+def routed() -> bool:
+    """Whether coda.ops calls go through the custom ops: while torch.compile traces them, or
+    inside `custom_ops()`."""
+    return torch.compiler.is_compiling() or _FORCED.get()
+
+
+@contextlib.contextmanager
+def custom_ops(enabled: bool = True) -> Iterator[None]:
+    """Route coda.ops calls through the custom ops (or not) in eager mode too, within the block."""
+    token = _FORCED.set(enabled)
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+class _Ctx:
+    """Stands in for autograd's ctx when an op's autograd.Function runs inside a custom op: its
+    forward records what it saves; its backward finds the saved tensors, the gradients wanted and
+    the attributes its forward set, rebuilt from the backward op's arguments."""
+
+    def __init__(self, saved: tuple = (), needs: Sequence[bool] = (), **attributes: object):
+        self.saved_tensors = saved
+        # The Functions' later arguments (and tensors whose gradient is formed outside the op)
+        # want no gradient.
+        self.needs_input_grad = (*needs, *[False] * 8)
+        self.__dict__.update(attributes)
+
+    def save_for_backward(self, *tensors: Tensor | None) -> None:
+        self.saved_tensors = tensors
+
+    def set_materialize_grads(self, value: bool) -> None:
+        """Gradients reach the Function's backward as the backward op got them."""
+
+
+def _int(seed: Tensor | None) -> int | None:
+    return None if seed is None else int(seed.item())
+
+
+def _seed(p: float, seed: int | None) -> Tensor | None:
+    """The dropout seed as a tensor input: None without dropout, drawn in the graph when None."""
+    if p == 0.0:
+        return None
+    if seed is None:
+        return torch.randint(2**31, (), device="cpu")
+    # Only the low 32 bits key the mask (coda.runtime.rng.seed_word): any int fits an int64 so.
+    return torch.tensor(resolve_seed(p, seed) % 2**32, device="cpu")
+
+
+def _or_empty(t: Tensor | None, like: Tensor) -> Tensor:
+    """A custom op's stand-in for None: an empty tensor."""
+    return like.new_empty(0) if t is None else t
+
+
+def _wanted(grads: Sequence[Tensor], needs: Sequence[bool]) -> tuple[Tensor | None, ...]:
+    return tuple(g if need else None for g, need in zip(grads, needs, strict=True))
+
+
+def _rows(x: Tensor) -> int:
+    return math.prod(x.shape[:-1])
+
+
+def _stat_dtype(x: Tensor) -> torch.dtype:
+    """The dtype of reductions (row statistics): float32, float64 for a float64 launch."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _saves_pre(activation: str | None, grad: bool) -> bool:
+    """Whether linear / mlp keep the pre-activation for the backward (LinearFunction's rule)."""
+    return grad and ACTIVATIONS[activation][1] is not None
+
+
+# linear ------------------------------------------------------------------------------------------
+@torch.library.custom_op("coda::linear", mutates_args=())
+def _linear(x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None, p: float,
+            seed: Tensor | None, grad: bool) -> tuple[Tensor, Tensor]:
+    """(y, pre): LinearFunction.forward; pre is empty unless the backward needs it."""
+    ctx = _Ctx()
+    y = LinearFunction.forward(ctx, x, w, bias, activation, p, _int(seed), grad)
+    return y, _or_empty(ctx.saved_tensors[2], x)
+
+
+@_linear.register_fake
+def _linear_fake(x, w, bias, activation, p, seed, grad):
+    pre = x.new_empty(_rows(x), w.shape[0]) if _saves_pre(activation, grad) else x.new_empty(0)
+    return x.new_empty(*x.shape[:-1], w.shape[0]), pre
+
+
+def _linear_setup(ctx, inputs, output):
+    x, w, bias, activation, p, seed, _ = inputs
+    ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(x, w, output[1], seed)
+    ctx.activation, ctx.p = activation, p
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _linear_grad(ctx, dy, _):
+    x, w, pre, seed = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:3]
+    grads = torch.ops.coda.linear_backward(dy, x, w, pre, ctx.activation, ctx.p, seed, needs,
+                                           ctx.bias_dtype)
+    return *_wanted(grads, needs), None, None, None, None
+
+
+_linear.register_autograd(_linear_grad, setup_context=_linear_setup)
+
+
+@torch.library.custom_op("coda::linear_backward", mutates_args=())
+def _linear_backward(dy: Tensor, x: Tensor, w: Tensor, pre: Tensor, activation: str | None,
+                     p: float, seed: Tensor | None, needs: list[bool], bias_dtype: torch.dtype | None
+                     ) -> tuple[Tensor, Tensor, Tensor]:
+    """(dx, dw, db): LinearFunction.backward; empty where `needs` is False."""
+    ctx = _Ctx((x, w, pre if _saves_pre(activation, True) else None), needs, activation=activation,
+               p=p, seed=_int(seed), bias_dtype=bias_dtype)
+    return tuple(_or_empty(g, x) for g in LinearFunction.backward(ctx, dy)[:3])
+
+
+@_linear_backward.register_fake
+def _linear_backward_fake(dy, x, w, pre, activation, p, seed, needs, bias_dtype):
+    need_x, need_w, need_b = needs
+    return (x.new_empty(x.shape) if need_x else x.new_empty(0),
+            w.new_empty(w.shape) if need_w else x.new_empty(0),
+            x.new_empty(w.shape[0], dtype=bias_dtype) if need_b else x.new_empty(0))
+
+
+def linear_op(x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None, p: float,
+              seed: int | None, grad: bool) -> Tensor:
+    """coda.ops.linear's launch (checked arguments, the caller's seed) through coda::linear."""
+    return torch.ops.coda.linear(x, w, bias, activation, p, _seed(p, seed), grad)[0]
+
+
+# mlp ---------------------------------------------------------------------------------------------
+@torch.library.custom_op("coda::mlp", mutates_args=())
+def _mlp(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | None,
+         activation: str | None, p: float, seed: Tensor | None, residual: Tensor | None, grad: bool
+         ) -> tuple[Tensor, Tensor, Tensor]:
+    """(y, pre, h): MLPFunction.forward; pre is empty unless the backward needs it."""
+    ctx = _Ctx()
+    y = MLPFunction.forward(ctx, x, w1, b1, w2, b2, activation, p, _int(seed), residual, grad)
+    pre, h = ctx.saved_tensors[3:]
+    return y, _or_empty(pre, x), h
+
+
+@_mlp.register_fake
+def _mlp_fake(x, w1, b1, w2, b2, activation, p, seed, residual, grad):
+    h = x.new_empty(_rows(x), w1.shape[0])
+    pre = x.new_empty(h.shape) if _saves_pre(activation, grad) else x.new_empty(0)
+    return x.new_empty(*x.shape[:-1], w2.shape[0]), pre, h
+
+
+def _mlp_setup(ctx, inputs, output):
+    x, w1, b1, w2, b2, activation, p, seed, _, _ = inputs
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(x, w1, w2, *output[1:], seed)
+    ctx.activation, ctx.p = activation, p
+    ctx.bias_dtypes = [None if b is None else b.dtype for b in (b1, b2)]
+
+
+def _mlp_grad(ctx, dy, _pre, _h):
+    x, w1, w2, pre, h, seed = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:5]
+    grads = torch.ops.coda.mlp_backward(dy, x, w1, w2, pre, h, ctx.activation, ctx.p, seed, needs,
+                                        *ctx.bias_dtypes)
+    dresidual = dy if ctx.needs_input_grad[8] else None   # outside the op: it is dy itself
+    return *_wanted(grads, needs), None, None, None, dresidual, None
+
+
+_mlp.register_autograd(_mlp_grad, setup_context=_mlp_setup)
+
+
+@torch.library.custom_op("coda::mlp_backward", mutates_args=())
+def _mlp_backward(dy: Tensor, x: Tensor, w1: Tensor, w2: Tensor, pre: Tensor, h: Tensor,
+                  activation: str | None, p: float, seed: Tensor | None, needs: list[bool],
+                  b1_dtype: torch.dtype | None, b2_dtype: torch.dtype | None
+                  ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(dx, dw1, db1, dw2, db2): MLPFunction.backward; empty where `needs` is False."""
+    ctx = _Ctx((x, w1, w2, pre if _saves_pre(activation, True) else None, h), needs,
+               activation=activation, p=p, seed=_int(seed), bias_dtypes=(b1_dtype, b2_dtype))
+    return tuple(_or_empty(g, x) for g in MLPFunction.backward(ctx, dy)[:5])
+
+
+@_mlp_backward.register_fake
+def _mlp_backward_fake(dy, x, w1, w2, pre, h, activation, p, seed, needs, b1_dtype, b2_dtype):
+    shapes = (x.shape, w1.shape, w1.shape[:1], w2.shape, w2.shape[:1])
+    dtypes = (x.dtype, w1.dtype, b1_dtype, w2.dtype, b2_dtype)
+    return tuple(x.new_empty(shape, dtype=dtype) if need else x.new_empty(0)
+                 for shape, dtype, need in zip(shapes, dtypes, needs, strict=True))
+
+
+def mlp_op(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | None,
+           activation: str | None, p: float, seed: int | None, residual: Tensor | None, grad: bool
+           ) -> Tensor:
+    """coda.ops.mlp's launch (checked arguments, the caller's seed) through coda::mlp."""
+    return torch.ops.coda.mlp(x, w1, b1, w2, b2, activation, p, _seed(p, seed), residual, grad)[0]
+
+
+# dropout -----------------------------------------------------------------------------------------
+@torch.library.custom_op("coda::dropout", mutates_args=())
+def _dropout(x: Tensor, p: float, seed: Tensor) -> Tensor:
+    """DropoutFunction.forward. Its backward, the same map with the same seed, is this op too."""
+    return DropoutFunction.forward(_Ctx(), x, p, _int(seed))
+
+
+@_dropout.register_fake
+def _dropout_fake(x, p, seed):
+    return x.new_empty(x.shape)
+
+
+def _dropout_setup(ctx, inputs, output):
+    ctx.p, ctx.seed = inputs[1], inputs[2]
+
+
+def _dropout_grad(ctx, dy):
+    return torch.ops.coda.dropout(dy, ctx.p, ctx.seed), None, None
+
+
+_dropout.register_autograd(_dropout_grad, setup_context=_dropout_setup)
+
+
+def dropout_op(x: Tensor, p: float, seed: int | None) -> Tensor:
+    """coda.ops.dropout's launch (checked p, the caller's seed) through coda::dropout."""
+    return x if p == 0.0 else torch.ops.coda.dropout(x, p, _seed(p, seed))
+
+
+# gated MLPs --------------------------------------------------------------------------------------
+@torch.library.custom_op("coda::gated_mlp", mutates_args=())
+def _gated_mlp(x: Tensor, w_gate_up: Tensor, w_down: Tensor, residual: Tensor | None,
+               rstd: Tensor | None, activation: str, stats: bool, grad: bool
+               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(y, ss, gate, up, h): GatedMLPFunction.forward; ss is empty unless `stats`, gate and up
+    unless `grad`."""
+    ctx = _Ctx()
+    out = GatedMLPFunction.forward(ctx, x, w_gate_up, w_down, residual, rstd, activation, stats, grad)
+    y, ss = out if stats else (out, None)
+    gate, up, h = ctx.saved_tensors[4:7]
+    return y, _or_empty(ss, x), _or_empty(gate, x), _or_empty(up, x), h
+
+
+@_gated_mlp.register_fake
+def _gated_mlp_fake(x, w_gate_up, w_down, residual, rstd, activation, stats, grad):
+    lead, width = x.shape[:-1], w_gate_up.shape[0] // 2
+    ss = x.new_empty(lead, dtype=_stat_dtype(x)) if stats else x.new_empty(0)
+    h = x.new_empty(_rows(x), width)
+    gate, up = (x.new_empty(h.shape if grad else 0) for _ in range(2))
+    return x.new_empty(*lead, w_down.shape[0]), ss, gate, up, h
+
+
+def _gated_mlp_setup(ctx, inputs, output):
+    x, w_gate_up, w_down, residual, rstd, activation, stats, _ = inputs
+    y, ss, gate, up, h = output
+    ctx.mark_non_differentiable(gate, up, h, *(() if stats else (ss,)))
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(x, w_gate_up, w_down, rstd, gate, up, h, y if stats else None)
+    ctx.activation = activation
+    ctx.residual_dtype = None if residual is None else residual.dtype
+
+
+def _gated_mlp_grad(ctx, dy, dss, _gate, _up, _h):
+    x, w_gate_up, w_down, rstd, gate, up, h, y = ctx.saved_tensors
+    needs = list(ctx.needs_input_grad[:5])
+    # Without dss the residual's gradient is dy itself, which a custom op cannot return.
+    residual_outside = needs[3] and dss is None
+    needs[3] = needs[3] and not residual_outside
+    grads = torch.ops.coda.gated_mlp_backward(dy, dss, x, w_gate_up, w_down, rstd, gate, up, h, y,
+                                              ctx.activation, needs, ctx.residual_dtype)
+    dx, dw_gate_up, dw_down, dresidual, drstd = _wanted(grads, needs)
+    if residual_outside:
+        dresidual = dy.to(ctx.residual_dtype)
+    return dx, dw_gate_up, dw_down, dresidual, drstd, None, None, None
+
+
+_gated_mlp.register_autograd(_gated_mlp_grad, setup_context=_gated_mlp_setup)
+
+
+@torch.library.custom_op("coda::gated_mlp_backward", mutates_args=())
+def _gated_mlp_backward(dy: Tensor | None, dss: Tensor | None, x: Tensor, w_gate_up: Tensor,
+                        w_down: Tensor, rstd: Tensor | None, gate: Tensor, up: Tensor, h: Tensor,
+                        y: Tensor | None, activation: str, needs: list[bool],
+                        residual_dtype: torch.dtype | None
+                        ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(dx, dw_gate_up, dw_down, dresidual, drstd): GatedMLPFunction.backward; empty where
+    `needs` is False."""
+    r = None if rstd is None else rstd.reshape(-1)
+    ctx = _Ctx((x, w_gate_up, w_down, r, gate, up, h, y), needs, activation=activation,
+               residual=((*x.shape[:-1], w_down.shape[0]), residual_dtype),
+               rstd=None if rstd is None else (rstd.shape, rstd.dtype))
+    return tuple(_or_empty(g, x) for g in GatedMLPFunction.backward(ctx, dy, dss)[:5])
+
+
+@_gated_mlp_backward.register_fake
+def _gated_mlp_backward_fake(dy, dss, x, w_gate_up, w_down, rstd, gate, up, h, y, activation,
+                             needs, residual_dtype):
+    shapes = (x.shape, w_gate_up.shape, w_down.shape, (*x.shape[:-1], w_down.shape[0]),
+              x.shape[:-1])
+    dtypes = (x.dtype, x.dtype, x.dtype, residual_dtype, None if rstd is None else rstd.dtype)
+    return tuple(x.new_empty(shape, dtype=dtype) if need else x.new_empty(0)
+                 for shape, dtype, need in zip(shapes, dtypes, needs, strict=True))
+
+
+def gated_mlp_op(x: Tensor, w_gate_up: Tensor, w_down: Tensor, residual: Tensor | None,
+                 rstd: Tensor | None, activation: str, stats: bool, grad: bool
+                 ) -> Tensor | tuple[Tensor, Tensor]:
+    """swiglu_mlp's / geglu_mlp's launch (checked arguments) through coda::gated_mlp."""
+    y, ss, *_ = torch.ops.coda.gated_mlp(x, w_gate_up, w_down, residual, rstd, activation, stats, grad)
+    return (y, ss) if stats else y
+
+
+# qkv_rope ----------------------------------------------------------------------------------------
+@torch.library.custom_op("coda::qkv_rope", mutates_args=())
+def _qkv_rope(x: Tensor, w_qkv: Tensor, bias: Tensor | None, cos: Tensor, sin: Tensor,
+              n_heads: int, n_kv_heads: int, head_dim: int) -> Tensor:
+    """QKVRopeFunction.forward's one buffer [..., N], whose views are q, k and v."""
+    q = QKVRopeFunction.forward(_Ctx(), x, w_qkv, bias, cos, sin, (n_heads, n_kv_heads, head_dim))[0]
+    # q, k and v are the column blocks of one contiguous [M, N] buffer, q first: the whole buffer.
+    n = w_qkv.shape[0]
+    return q.as_strided((_rows(x), n), (n, 1)).view(*x.shape[:-1], n)
+
+
+@_qkv_rope.register_fake
+def _qkv_rope_fake(x, w_qkv, bias, cos, sin, n_heads, n_kv_heads, head_dim):
+    return x.new_empty(*x.shape[:-1], w_qkv.shape[0])
+
+
+def _qkv_rope_setup(ctx, inputs, output):
+    x, w_qkv, bias, cos, sin, *heads = inputs
+    ctx.save_for_backward(x, w_qkv, cos, sin)
+    ctx.heads, ctx.bias_dtype = heads, None if bias is None else bias.dtype
+
+
+def _qkv_rope_grad(ctx, dout):
+    x, w_qkv, cos, sin = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:3]
+    grads = torch.ops.coda.qkv_rope_backward(dout, x, w_qkv, cos, sin, *ctx.heads, needs,
+                                             ctx.bias_dtype)
+    return *_wanted(grads, needs), None, None, None, None, None
+
+
+_qkv_rope.register_autograd(_qkv_rope_grad, setup_context=_qkv_rope_setup)
+
+
+@torch.library.custom_op("coda::qkv_rope_backward", mutates_args=())
+def _qkv_rope_backward(dout: Tensor, x: Tensor, w_qkv: Tensor, cos: Tensor, sin: Tensor,
+                       n_heads: int, n_kv_heads: int, head_dim: int, needs: list[bool],
+                       bias_dtype: torch.dtype | None) -> tuple[Tensor, Tensor, Tensor]:
+    """(dx, dw_qkv, dbias): QKVRopeFunction.backward of dq, dk, dv (column blocks of dout);
+    empty where `needs` is False."""
+    ctx = _Ctx((x, w_qkv, cos, sin), needs, heads=(n_heads, n_kv_heads, head_dim),
+               bias_dtype=bias_dtype)
+    widths = (n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim)
+    grads = QKVRopeFunction.backward(ctx, *dout.reshape(-1, w_qkv.shape[0]).split(widths, dim=1))
+    return tuple(_or_empty(g, x) for g in grads[:3])
+
+
+@_qkv_rope_backward.register_fake
+def _qkv_rope_backward_fake(dout, x, w_qkv, cos, sin, n_heads, n_kv_heads, head_dim, needs,
+                            bias_dtype):
+    need_x, need_w, need_b = needs
+    return (x.new_empty(x.shape) if need_x else x.new_empty(0),
+            w_qkv.new_empty(w_qkv.shape) if need_w else x.new_empty(0),
+            x.new_empty(w_qkv.shape[0], dtype=bias_dtype) if need_b else x.new_empty(0))
+
+
+def qkv_rope_op(x: Tensor, w_qkv: Tensor, bias: Tensor | None, cos: Tensor, sin: Tensor,
+                heads: tuple[int, int, int]) -> tuple[Tensor, Tensor, Tensor]:
+    """qkv_rope's launch (checked arguments, [M, head_dim / 2] tables) through coda::qkv_rope:
+    q, k and v are views of its output, as in coda.ops."""
+    n_heads, n_kv_heads, head_dim = heads
+    out = torch.ops.coda.qkv_rope(x, w_qkv, bias, cos, sin, n_heads, n_kv_heads, head_dim)
+    q, k, v = out.split((n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim), dim=-1)
+    lead = x.shape[:-1]
+    return (q.view(*lead, n_heads, head_dim), k.view(*lead, n_kv_heads, head_dim),
+            v.view(*lead, n_kv_heads, head_dim))
+
+
+# linear_cross_entropy ----------------------------------------------------------------------------
+@torch.library.custom_op("coda::linear_cross_entropy", mutates_args=())
+def _linear_cross_entropy(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | None,
+                          norm_weight: Tensor | None, ignore_index: int, reduction: str,
+                          label_smoothing: float, softcap: float | None, chunk_size: int,
+                          norm_eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(loss, a, target_f, lse, rstd, weight): LinearCrossEntropyFunction.forward; a (the GEMMs'
+    normalized A operand) and rstd are empty without `norm_weight`."""
+    ctx = _Ctx()
+    loss = LinearCrossEntropyFunction.forward(ctx, x, w, target, bias, norm_weight, ignore_index,
+                                              reduction, label_smoothing, softcap, chunk_size,
+                                              norm_eps)
+    _, a, _, _, _, target_f, lse, rstd, weight = ctx.saved_tensors
+    norm = norm_weight is not None
+    return loss, a if norm else x.new_empty(0), target_f, lse, _or_empty(rstd, lse), weight
+
+
+@_linear_cross_entropy.register_fake
+def _linear_cross_entropy_fake(x, w, target, bias, norm_weight, ignore_index, reduction,
+                               label_smoothing, softcap, chunk_size, norm_eps):
+    rows, stat, norm = _rows(x), _stat_dtype(x), norm_weight is not None
+    loss = x.new_empty(x.shape[:-1] if reduction == "none" else ())
+    a = x.new_empty(rows, x.shape[-1]) if norm else x.new_empty(0)
+    target_f, lse, rstd, weight = (x.new_empty(n, dtype=stat) for n in (rows, rows, rows * norm, rows))
+    return loss, a, target_f, lse, rstd, weight
+
+
+def _linear_cross_entropy_setup(ctx, inputs, output):
+    x, w, _, bias, norm_weight = inputs[:5]
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(x, w, bias, norm_weight, *output[1:])
+    ctx.options = inputs[7:10]   # label_smoothing, softcap, chunk_size
+
+
+def _linear_cross_entropy_grad(ctx, grad, *_):
+    x, w, bias, norm_weight, a, target_f, lse, rstd, weight = ctx.saved_tensors
+    needs = [*ctx.needs_input_grad[:2], *ctx.needs_input_grad[3:5]]   # x, w, bias, norm_weight
+    grads = torch.ops.coda.linear_cross_entropy_backward(grad, x, w, bias, norm_weight, a, target_f,
+                                                         lse, rstd, weight, *ctx.options, needs)
+    dx, dw, db, dg = _wanted(grads, needs)
+    return dx, dw, None, db, dg, None, None, None, None, None, None
+
+
+_linear_cross_entropy.register_autograd(_linear_cross_entropy_grad,
+                                        setup_context=_linear_cross_entropy_setup)
+
+
+@torch.library.custom_op("coda::linear_cross_entropy_backward", mutates_args=())
+def _linear_cross_entropy_backward(grad: Tensor, x: Tensor, w: Tensor, bias: Tensor | None,
+                                   norm_weight: Tensor | None, a: Tensor, target_f: Tensor,
+                                   lse: Tensor, rstd: Tensor, weight: Tensor, label_smoothing: float,
+                                   softcap: float | None, chunk_size: int, needs: list[bool]
+                                   ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(dx, dw, dbias, dnorm_weight): LinearCrossEntropyFunction.backward; empty where `needs`
+    (x, w, bias, norm_weight) is False."""
+    h, lead = ops.as_rows(x)
+    norm, vocab = norm_weight is not None, w.shape[0]
+    chunks = [(c0, min(c0 + chunk_size, vocab)) for c0 in range(0, vocab, chunk_size)]
+    ctx = _Ctx((h, a if norm else h, w, bias, norm_weight, target_f, lse, rstd if norm else None,
+                weight), (needs[0], needs[1], False, needs[2], needs[3]),
+               options=(label_smoothing, softcap, chunks, lead))
+    dx, dw, _, db, dg = LinearCrossEntropyFunction.backward(ctx, grad)[:5]
+    return tuple(_or_empty(g, x) for g in (dx, dw, db, dg))
+
+
+@_linear_cross_entropy_backward.register_fake
+def _linear_cross_entropy_backward_fake(grad, x, w, bias, norm_weight, a, target_f, lse, rstd,
+                                        weight, label_smoothing, softcap, chunk_size, needs):
+    need_x, need_w, need_b, need_g = needs
+    return (x.new_empty(x.shape) if need_x else x.new_empty(0),
+            w.new_empty(w.shape) if need_w else x.new_empty(0),
+            bias.new_empty(bias.shape) if need_b else x.new_empty(0),
+            norm_weight.new_empty(norm_weight.shape) if need_g else x.new_empty(0))
+
+
+def linear_cross_entropy_op(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | None,
+                            norm_weight: Tensor | None, ignore_index: int, reduction: str,
+                            label_smoothing: float, softcap: float | None, chunk_size: int,
+                            norm_eps: float) -> Tensor:
+    """linear_cross_entropy's launch (checked arguments) through coda::linear_cross_entropy."""
+    return torch.ops.coda.linear_cross_entropy(x, w, target, bias, norm_weight, ignore_index,
+                                               reduction, label_smoothing, softcap, chunk_size,
+                                               norm_eps)[0]
+
+
+# the coda.ops functions, through the custom ops in eager mode too --------------------------------
+def _through_custom_ops(fn: Callable) -> Callable:
+    """`fn` (a coda.ops function) with its launches routed through the custom ops."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if torch.compiler.is_compiling():   # routed already (and no context manager to trace)
+            return fn(*args, **kwargs)
+        with custom_ops():
+            return fn(*args, **kwargs)
+
+    wrapper.__doc__ = f"`coda.ops.{fn.__name__}` through the custom ops, in eager mode too.\n\n{fn.__doc__}"
+    return wrapper
+
+
+linear = _through_custom_ops(ops.linear)
+mlp = _through_custom_ops(ops.mlp)
+dropout = _through_custom_ops(ops.dropout)
+swiglu_mlp = _through_custom_ops(ops.swiglu_mlp)
+geglu_mlp = _through_custom_ops(ops.geglu_mlp)
+qkv_rope = _through_custom_ops(ops.qkv_rope)
+linear_cross_entropy = _through_custom_ops(ops.linear_cross_entropy)
+
+__all__ = ["custom_ops", "dropout", "geglu_mlp", "linear", "linear_cross_entropy", "mlp",
+           "qkv_rope", "routed", "swiglu_mlp"]
