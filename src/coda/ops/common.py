@@ -12,6 +12,19 @@ from .. import compile as compile_program
 
 PLAIN = compile_program("EPILOGUE plain() { output = input; }")
 ACCUMULATE = compile_program("EPILOGUE accumulate() { output += input; }")
+# Row and column sums of a tensor (a map launched with outputs= naming the sums it needs).
+SUMS = compile_program("EPILOGUE sums() { output = input; rows = row_sum(input); cols = col_sum(input); }")
+
+
+def present(**operands: object) -> dict[str, object]:
+    """The launch operands that are given: None marks one that this variant does not declare."""
+    return {name: value for name, value in operands.items() if value is not None}
+
+
+def column_sum(t: torch.Tensor) -> torch.Tensor:
+    """The sum over the rows of t [M, N] -> [N] (float32; float64 for float64): one map reading
+    t, which writes nothing else (a bias gradient)."""
+    return SUMS.map(t, outputs=["cols"])["cols"]
 
 
 def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:

@@ -61,7 +61,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
-from .common import ACCUMULATE, PLAIN, as_rows, matmul
+from .common import ACCUMULATE, PLAIN, as_rows, matmul, present
 
 REDUCTIONS = ("mean", "sum", "none")
 #: Logits per chunk when `chunk_size` is None: 2**25 (128 MB as float32; the backward's one
@@ -155,10 +155,6 @@ def default_chunk_size(tokens: int, vocab: int) -> int:
     return min(vocab, max(CHUNK_ALIGN, CHUNK_LOGITS // max(tokens, 1) // CHUNK_ALIGN * CHUNK_ALIGN))
 
 
-def _given(**operands: object) -> dict[str, object]:
-    """The launch operands that are present (None marks an operand the variant does not declare)."""
-    return {name: value for name, value in operands.items() if value is not None}
-
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
     """Per-row cross-entropy of x @ w.T (+ bias, cap, folded RMSNorm): one GEMM per chunk forward
@@ -186,7 +182,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         lse = t = s = None
         for c0, c1 in chunks:
             outs = prog(a, w[c0:c1].T, outputs=names, target=target_f, offset=float(c0),
-                        **_given(bias=None if bias is None else bias[c0:c1], rstd=rstd, cap=softcap))
+                        **present(bias=None if bias is None else bias[c0:c1], rstd=rstd, cap=softcap))
             if lse is None:
                 lse, t, s = outs["lse"], outs["t"], outs.get("s")
             else:
@@ -228,7 +224,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
             outs = prog(a, wc.T, out=buf[:, :c1 - c0], outputs=names, target=target_f,
                         offset=float(c0), lse=lse, alpha=alpha, hit=1.0 - label_smoothing,
                         smooth=label_smoothing / vocab,
-                        **_given(bias=None if bias is None else bias[c0:c1], rstd=rstd, cap=softcap))
+                        **present(bias=None if bias is None else bias[c0:c1], rstd=rstd, cap=softcap))
             gc = outs["output"]
             if need_b:
                 db_parts.append(outs["db"])
@@ -247,7 +243,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
                 k = None if not norm else rstd * rstd * r / h.shape[1]
                 final = dx_program(acc is not None, norm)
                 outs = final(gc, wc, outputs=["output"] * need_x + ["dg"] * need_g,
-                             **_given(partial=acc, g=g, k=k, h=h if norm else None))
+                             **present(partial=acc, g=g, k=k, h=h if norm else None))
                 dx, dg = outs.get("output"), outs.get("dg")
         dx = dx.reshape(*lead, h.shape[1]) if need_x else None
         db = torch.cat(db_parts).to(bias.dtype) if need_b else None

@@ -41,7 +41,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
-from .common import PLAIN, as_rows, weight_grad
+from .common import PLAIN, as_rows, present, weight_grad
 
 #: activation -> (f, f') by primitive name; the op names follow the activation.
 ACTIVATIONS = {"silu": ("silu", "silu_grad"), "gelu": ("gelu", "gelu_grad")}
@@ -132,9 +132,9 @@ class GatedMLPFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         rows, lead = as_rows(x)
         r = None if rstd is None else rstd.reshape(-1)
-        up = up_program(activation, r is not None, grad)(rows, w_gate_up.T, **_given(rstd=r))
+        up = up_program(activation, r is not None, grad)(rows, w_gate_up.T, **present(rstd=r))
         res = None if residual is None else as_rows(residual)[0]
-        down = down_program(res is not None, stats)(up["output"], w_down.T, **_given(residual=res))
+        down = down_program(res is not None, stats)(up["output"], w_down.T, **present(residual=res))
         y = down["output"].reshape(*lead, w_down.shape[0])
         ctx.save_for_backward(x, w_gate_up, w_down, r, up.get("g"), up.get("u"), up["output"],
                               y if stats else None)
@@ -156,7 +156,7 @@ class GatedMLPFunction(torch.autograd.Function):
         dx = dw_gate_up = drstd = None
         if need_x or need_wgu or need_r:
             prog = grad_program(ctx.activation, r is not None, need_r)
-            outs = prog(dy, w_down, g=gate, u=up, **_given(rstd=r))
+            outs = prog(dy, w_down, g=gate, u=up, **present(rstd=r))
             dgate, dup = outs["output"], outs["dup"]
             if need_x:
                 wide = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -218,10 +218,6 @@ def _gated_mlp(activation: str, x, w_gate_up, w_down, residual, rstd, stats: boo
         return custom.gated_mlp_op(x, w_gate_up, w_down, residual, rstd, activation, stats, grad)
     return GatedMLPFunction.apply(x, w_gate_up, w_down, residual, rstd, activation, stats, grad)
 
-
-def _given(**operands: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """The launch operands that are present (None marks an operand the variant does not declare)."""
-    return {name: value for name, value in operands.items() if value is not None}
 
 
 def _describe(x: object) -> str:

@@ -41,7 +41,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
-from .common import PLAIN, as_rows, matmul, weight_grad
+from .common import as_rows, column_sum, matmul, present, weight_grad
 from .dropout import check_probability, resolve_seed
 
 #: activation -> (f, f') as DSL expressions of the pre-activation `{h}`; f' None: no derivative
@@ -100,14 +100,6 @@ def backward_program(activation: str | None, dropout: bool, bias_grad: bool) -> 
                            f"{{ {' '.join(body)} }}")
 
 
-def column_sum(dy: torch.Tensor) -> torch.Tensor:
-    """The sum of dy's rows ([M, N] -> [N], float32; float64 for float64) as the GEMM ones[1, M] @ dy:
-    it reads dy once and writes N numbers (a map program would also write a copy of dy)."""
-    ones = dy.new_ones(1, dy.shape[0])
-    out_dtype = torch.float64 if dy.dtype == torch.float64 else torch.float32
-    return PLAIN(ones, dy, out_dtype=out_dtype)["output"][0]
-
-
 def grad_at_preactivation(dy: torch.Tensor, activation: str | None, p: float, seed: int | None,
                           pre: torch.Tensor | None, bias_grad: bool
                           ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -116,7 +108,7 @@ def grad_at_preactivation(dy: torch.Tensor, activation: str | None, p: float, se
     if activation is None and p == 0.0:
         return dy, column_sum(dy) if bias_grad else None
     prog = backward_program(activation, p > 0.0, bias_grad)
-    outs = prog.map(dy, seed=seed, **_given(pre=pre, p=p or None))
+    outs = prog.map(dy, seed=seed, **present(pre=pre, p=p or None))
     return outs["output"], outs.get("db")
 
 
@@ -129,7 +121,7 @@ class LinearFunction(torch.autograd.Function):
         rows, lead = as_rows(x)
         save_pre = grad and ACTIVATIONS[activation][1] is not None
         prog = forward_program(activation, bias is not None, p > 0.0, False, save_pre)
-        outs = prog(rows, w.T, seed=seed, **_given(bias=bias, p=p or None))
+        outs = prog(rows, w.T, seed=seed, **present(bias=bias, p=p or None))
         ctx.save_for_backward(x, w, outs.get("pre"))
         ctx.activation, ctx.p, ctx.seed = activation, p, seed
         ctx.bias_dtype = None if bias is None else bias.dtype
@@ -157,11 +149,11 @@ class MLPFunction(torch.autograd.Function):
         rows, lead = as_rows(x)
         save_pre = grad and ACTIVATIONS[activation][1] is not None
         fc1 = forward_program(activation, b1 is not None, False, False, save_pre)
-        outs = fc1(rows, w1.T, **_given(bias=b1))
+        outs = fc1(rows, w1.T, **present(bias=b1))
         h = outs["output"]
         fc2 = forward_program(None, b2 is not None, p > 0.0, residual is not None, False)
         res = None if residual is None else as_rows(residual)[0]
-        y = fc2(h, w2.T, seed=seed, **_given(bias=b2, p=p or None, residual=res))["output"]
+        y = fc2(h, w2.T, seed=seed, **present(bias=b2, p=p or None, residual=res))["output"]
         ctx.save_for_backward(x, w1, w2, outs.get("pre"), h)
         ctx.activation, ctx.p, ctx.seed = activation, p, seed
         ctx.bias_dtypes = tuple(None if b is None else b.dtype for b in (b1, b2))
@@ -180,7 +172,7 @@ class MLPFunction(torch.autograd.Function):
         if need_x or need_w1 or need_b1:
             # dh = dy' @ w2 is never written: its epilogue applies f'(pre) and sums db1.
             prog = backward_program(ctx.activation, False, need_b1)
-            outs = prog(dy2, w2, **_given(pre=pre))
+            outs = prog(dy2, w2, **present(pre=pre))
             dpre, db1 = outs["output"], outs.get("db")
             dx = matmul(dpre, w1).reshape(x.shape) if need_x else None
             dw1 = weight_grad(dpre, as_rows(x)[0]) if need_w1 else None
@@ -241,10 +233,6 @@ def _grad_wanted(*tensors: torch.Tensor | None) -> bool:
     """Whether a backward can follow (the forward saves the pre-activation only then)."""
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
-
-def _given(**operands: object) -> dict[str, object]:
-    """The launch operands that are present (None marks an operand the variant does not declare)."""
-    return {name: value for name, value in operands.items() if value is not None}
 
 
 # argument checks: every mistake a LaunchError naming the argument ---------------------------------

@@ -14,7 +14,7 @@ rms_norm_linear(x, g, w, eps, bias, sumsq):
             dx, xn        = RMS_DX.map(dxhat): rstd dxhat − (rstd³ / n) t x,  save xn = rstd x
             dw, dg        = NORM_DW  GEMM dy.T @ xn (= dW'); epilogue: dw = dW' * g,
                             dg = col_sum(dW' * w)
-            db            = column_sums(dy)            (with bias; SUMS.map(dy): col_sum)
+            db            = column_sum(dy)            (with bias; SUMS.map(dy): col_sum)
   The rstd term of dx is the derivative through rstd(x), so sumsq is not differentiated: it must
   be Σ x² of this x, and x's gradient then carries everything.
 
@@ -33,7 +33,7 @@ layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq):
             dxhat, a, b   = LN_DXHAT  GEMM dy @ w; epilogue: * g, a = row_sum(dxhat),
                             b = row_sum(dxhat * xhat)
             dx, xhat      = LN_DX.map(dxhat): rstd (dxhat − (a + xhat b) / n),  save xhat
-            db            = column_sums(dy)
+            db            = column_sum(dy)
             dw, dg, dbeta = LN_DW  GEMM dy.T @ xhat; epilogue: dw = input * g + db ⊗ beta,
                             dg = col_sum(input * w), dbeta = col_sum(db * w)
 
@@ -42,7 +42,7 @@ out_proj_residual(x, w, residual, bias, dropout_p, seed, stats):
   forward   y, [ss, s]    = out_proj_program  GEMM x @ w.T; epilogue: + bias, dropout, + residual,
                             ss = row_sum(output * output), s = row_sum(output)
   backward  dpre, db      = DROPOUT_GRAD.map(dy): dropout(dy, p), db = col_sum   (with dropout;
-                            without, dpre = dy and db = column_sums(dy))
+                            without, dpre = dy and db = column_sum(dy))
             dx, dw        = dpre @ w, dpre.T @ x;   dresidual = dy
   ss and s are statistics, not differentiated: the consumer's backward differentiates through
   its own rstd(x) (see above), so out_proj_residual -> rms_norm_linear(sumsq=ss) is exact.
@@ -65,7 +65,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
-from .common import as_rows, matmul, weight_grad
+from .common import SUMS, as_rows, column_sum, matmul, present, weight_grad
 
 # -- the statistics of each row, as DSL text spliced into the programs that need them -----------
 RMS_ROW = "rstd = rsqrt(ss * inv_n + eps);"
@@ -75,7 +75,6 @@ LN_ROW_PARAMS = "shift: row, s: row, ss: row, inv_n: scalar, eps: scalar"
 
 # -- maps: sums over a tensor that no CODA GEMM produced (launched with outputs= naming only the
 #    sums, so `output` is never stored), and the weight folds (g, beta: [K], columns of w [N, K])
-SUMS = compile_program("EPILOGUE sums() { output = input; rows = row_sum(input); cols = col_sum(input); }")
 RMS_STATS = compile_program("EPILOGUE rms_stats() { output = input; ss = row_sum(input * input); }")
 LN_STATS = compile_program("EPILOGUE ln_stats(shift: row) {"
                            " d = input - shift; output = d; s = row_sum(d); ss = row_sum(d * d); }")
@@ -141,11 +140,6 @@ def out_proj_program(bias: bool, dropout: bool) -> Program:
                            f" ss = row_sum(output * output); s = row_sum(output); }}")
 
 
-def column_sums(t: torch.Tensor) -> torch.Tensor:
-    """Σ over the rows of t [M, N] -> [N] (float32; float64 for float64): one map reading t."""
-    return SUMS.map(t, outputs=["cols"])["cols"]
-
-
 def _shift(rows: torch.Tensor, shifted: bool) -> torch.Tensor:
     """The shift c of LayerNorm's row sums: each row's first value (|mean - c| is then about one
     std, so var = ss / n - (s / n)² does not cancel), or 0 for raw sums from a producer (a
@@ -163,10 +157,6 @@ def _wanted(**flags: bool) -> list[str]:
     return [name for name, wanted in flags.items() if wanted]
 
 
-def _given(**kwargs) -> dict:
-    """Only the operands that are present."""
-    return {k: v for k, v in kwargs.items() if v is not None}
-
 
 # ------------------------------------------------------------------------------------------------
 class RMSNormLinearFunction(torch.autograd.Function):
@@ -180,7 +170,7 @@ class RMSNormLinearFunction(torch.autograd.Function):
         ss = RMS_STATS.map(rows, outputs=["ss"])["ss"] if sumsq is None else sumsq.reshape(-1)
         folded = FOLD.map(w, g=g)["output"]
         row = dict(ss=ss, inv_n=1.0 / rows.shape[1], eps=eps)
-        y = RMS_LINEAR[bias is not None](rows, folded.T, **row, **_given(bias=bias))["output"]
+        y = RMS_LINEAR[bias is not None](rows, folded.T, **row, **present(bias=bias))["output"]
         ctx.save_for_backward(x, g, w, ss)
         ctx.eps, ctx.bias_dtype = eps, None if bias is None else bias.dtype
         return y.reshape(*lead, w.shape[0])
@@ -204,7 +194,7 @@ class RMSNormLinearFunction(torch.autograd.Function):
             dw = outs["output"].to(w.dtype) if need_w else None
             dg = outs["dg"].to(g.dtype) if need_g else None
         if need_b:
-            db = column_sums(dy).to(ctx.bias_dtype)
+            db = column_sum(dy).to(ctx.bias_dtype)
         return dx, dg, dw, db, None, None
 
 
@@ -228,7 +218,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
         u = SUMS.map(folded, outputs=["rows"])["rows"]   # Σ_k of the rounded W' the GEMM reads
         row = dict(shift=shift, s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=eps)
         prog = LN_LINEAR[bias is not None]
-        y = prog(rows, folded.T, **row, u=u, cv=fold["cv"], **_given(bias=bias))["output"]
+        y = prog(rows, folded.T, **row, u=u, cv=fold["cv"], **present(bias=bias))["output"]
         ctx.save_for_backward(x, g, beta, w, s, ss)
         ctx.eps, ctx.shifted = eps, rowsum is None
         ctx.bias_dtype = None if bias is None else bias.dtype
@@ -250,7 +240,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
         elif need_weights:
             xhat = LN_XHAT.map(rows, **row)["output"]
         if need_weights or need_b:
-            db = column_sums(dy)
+            db = column_sum(dy)
         if need_weights:
             outs = LN_DW(dy.T, xhat, g=g, beta=beta, db=db, w=w,
                          outputs=_wanted(output=need_w, dg=need_g, dbeta=need_beta))
@@ -271,7 +261,7 @@ class OutProjResidualFunction(torch.autograd.Function):
         rows, lead = as_rows(x)
         prog = out_proj_program(bias is not None, p > 0.0)
         outs = prog(rows, w.T, residual=as_rows(residual)[0], seed=seed, outputs=["output", *STATS[stats]],
-                    **_given(bias=bias, p=p or None))
+                    **present(bias=bias, p=p or None))
         y = outs["output"].reshape(*lead, w.shape[0])
         ctx.save_for_backward(x, w)
         ctx.p, ctx.seed = p, seed
@@ -290,7 +280,7 @@ class OutProjResidualFunction(torch.autograd.Function):
             outs = DROPOUT_GRAD.map(dpre, p=ctx.p, seed=ctx.seed, outputs=_wanted(output=True, db=need_b))
             dpre, db = outs["output"], outs.get("db")
         elif need_b:
-            db = column_sums(dpre)
+            db = column_sum(dpre)
         dx = matmul(dpre, w).reshape(x.shape) if need_x else None
         dw = weight_grad(dpre, as_rows(x)[0]).to(w.dtype) if need_w else None
         dresidual = dy.to(residual_dtype) if need_r else None
