@@ -454,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     training = commands.add_parser("train", help="train a small GPT on the bundled corpus with CODA's "
                                    "fused operators (coda.train)")
     train.add_arguments(training)
-    training.set_defaults(func=train.run)
+    training.set_defaults(func=train.cmd_train)
     return parser
 
 
