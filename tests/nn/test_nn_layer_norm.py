@@ -1,0 +1,104 @@
+"""coda.nn.layer_norm (LayerNorm as CODA map programs) against the plain formula.
+
+- float64, reference backend: gradcheck, and the forward and gradients against autograd of the
+  formula written here, with the row sums computed by the op or given by a producer;
+- float32 through the Triton interpreter (the real kernels) at odd shapes;
+- argument errors.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import coda
+from coda.nn import layer_norm
+from coda.ops.norms import out_proj_residual
+
+F64 = torch.float64
+
+
+def ref_layer_norm(x, g, beta, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps) * g + beta
+
+
+def inputs(shape, dtype=F64, offset=3.0, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    n = shape[-1]
+    x = torch.randn(*shape, generator=gen, dtype=dtype) + offset   # |mean| > std
+    g = 1.0 + 0.5 * torch.randn(n, generator=gen, dtype=dtype)
+    beta = torch.randn(n, generator=gen, dtype=dtype)
+    return x, g, beta
+
+
+def grads(fn, *tensors):
+    tensors = [t.detach().clone().requires_grad_() for t in tensors]
+    y = fn(*tensors)
+    dy = torch.linspace(-1.0, 1.0, y.numel(), dtype=y.dtype).reshape(y.shape)
+    (y * dy).sum().backward()
+    return y.detach(), [t.grad for t in tensors]
+
+
+def test_gradcheck_float64():
+    x, g, beta = inputs((2, 3, 7))
+    args = [t.requires_grad_() for t in (x, g, beta)]
+    assert torch.autograd.gradcheck(lambda *a: layer_norm(*a), args)
+
+
+@pytest.mark.parametrize("given_sums", [False, True])
+def test_matches_formula_float64(given_sums):
+    x, g, beta = inputs((3, 5, 24))
+
+    def coda_ln(x, g, beta):
+        if not given_sums:
+            return layer_norm(x, g, beta)
+        xd = x.detach()   # the producer's statistics of this x: not differentiated
+        return layer_norm(x, g, beta, rowsum=xd.sum(-1), sumsq=(xd * xd).sum(-1))
+
+    y, dgrads = grads(coda_ln, x, g, beta)
+    y_ref, ref_grads = grads(ref_layer_norm, x, g, beta)
+    torch.testing.assert_close(y, y_ref, rtol=1e-12, atol=1e-12)
+    for got, want in zip(dgrads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_statistics_from_out_proj_residual():
+    """out_proj_residual(stats="layer") -> layer_norm(rowsum, sumsq): the composition is exact."""
+    gen = torch.Generator().manual_seed(1)
+    a, w, res = (torch.randn(*s, generator=gen, dtype=F64) for s in ((9, 16), (12, 16), (9, 12)))
+    _, g, beta = inputs((1, 12))
+
+    def fused(a, w, res, g, beta):
+        y, ss, s = out_proj_residual(a, w, res, stats="layer")
+        return layer_norm(y, g, beta, rowsum=s, sumsq=ss)
+
+    got, got_grads = grads(fused, a, w, res, g, beta)
+    want, want_grads = grads(lambda a, w, res, g, beta: ref_layer_norm(res + a @ w.T, g, beta),
+                             a, w, res, g, beta)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for x, y in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("shape", [(37, 50), (2, 17, 96)])
+def test_interpreter_float32(shape):
+    """On a CPU machine conftest.py switches the interpreter on: the real kernels run."""
+    x, g, beta = inputs(shape)
+    y, dgrads = grads(layer_norm, *(t.float() for t in (x, g, beta)))
+    y_ref, ref_grads = grads(ref_layer_norm, x, g, beta)
+    # float32 epilogue math and one rounding per output: ~1e-7. dbeta sums M terms of dy whose
+    # signs cancel, so its relative error is larger (1.4e-6 measured).
+    for got, want in zip([y, *dgrads], [y_ref, *ref_grads], strict=True):
+        assert (got.double() - want).norm() / want.norm() < 1e-5
+
+
+def test_errors_name_the_argument():
+    x, g, beta = inputs((4, 8))
+    with pytest.raises(coda.LaunchError, match="beta"):
+        layer_norm(x, g, beta[:5])
+    with pytest.raises(coda.LaunchError, match="rowsum and sumsq"):
+        layer_norm(x, g, beta, rowsum=x.sum(-1))
+    with pytest.raises(coda.LaunchError, match="sumsq"):
+        layer_norm(x, g, beta, rowsum=x.sum(-1), sumsq=x.sum(-1)[:2])

@@ -1,0 +1,101 @@
+"""`coda train` / `python -m coda.train`: the training demo end to end on a CPU, and its pieces.
+
+The demo runs on the reference backend on a CPU (TRITON_INTERPRET unset or 0): conftest.py switches
+the interpreter on for the kernel tests, so these tests switch it off again while they run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from coda import cli, train
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def reference_backend(monkeypatch):
+    """CODA's reference backend for CPU tensors (TRITON_INTERPRET=0 at launch). Triton is imported
+    first, in this session's mode: it fixes its interpreter mode when first imported (the
+    optimizer's step imports it), and later kernel tests in this process need the interpreter."""
+    import triton  # noqa: F401
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+
+
+def test_coda_train_end_to_end(tmp_path, capsys, reference_backend):
+    out = tmp_path / "curves" / "loss.png"
+    code = cli.main(["train", "--steps", "3", "--preset", "tiny", "--out", str(out), "--sample", "16"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert out.read_bytes().startswith(PNG)
+    assert "reference backend" in printed
+    assert "step 3/3" in printed
+    assert "held-out loss" in printed and "continuation" in printed
+    held_out = float(printed.split("held-out loss ")[1].split(",")[0])
+    assert 4.0 < held_out < 6.0   # 3 steps from ln(256) = 5.55
+
+
+def test_compare_trains_the_same_model_in_eager(tmp_path, capsys, reference_backend):
+    code = cli.main(["train", "--steps", "2", "--batch-size", "4", "--compare", "--sample", "0",
+                     "--out", str(tmp_path / "loss.png")])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    lines = {line.split(":")[0].strip(): line for line in printed.splitlines() if "final train loss" in line}
+    assert lines.keys() == {"CODA", "eager"}
+    # float32 on the reference backend: the two runs agree to rounding
+    finals = [float(lines[k].split("final train loss ")[1].split(",")[0]) for k in ("CODA", "eager")]
+    assert finals[0] == pytest.approx(finals[1], abs=1e-3)
+    assert "CODA / eager throughput" in printed
+
+
+def test_python_m_coda_train(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "coda.train", "--steps", "2", "--batch-size", "2",
+                           "--sample", "0", "--out", str(tmp_path / "loss.png")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "loss.png").read_bytes().startswith(PNG)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is available")
+def test_cuda_without_a_gpu_is_an_error(capsys):
+    assert cli.main(["train", "--device", "cuda", "--steps", "1"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_corpus_and_batches():
+    corpus = train.load_corpus()
+    assert corpus.dtype == torch.uint8 and len(corpus) == 4_404_412
+    assert bytes(corpus[:22].tolist()) == b"Ge1:1 In the beginning"
+    gen = torch.Generator().manual_seed(0)
+    x, y = train.batch(corpus, 3, 8, gen, torch.device("cpu"))
+    assert x.shape == y.shape == (3, 8) and x.dtype == torch.long
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    again = train.batch(corpus, 3, 8, torch.Generator().manual_seed(0), torch.device("cpu"))
+    assert torch.equal(again[0], x)   # one seed, one data order
+
+
+def test_learning_rate_schedule():
+    lrs = [train.learning_rate(s, 100, 1.0) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.2) and lrs[4] == pytest.approx(1.0)   # 5 warmup steps
+    assert all(b <= a for a, b in itertools.pairwise(lrs[4:]))
+    assert lrs[-1] == pytest.approx(0.1, abs=1e-3)
+    assert math.isclose(train.learning_rate(0, 1, 2.0), 2.0)
+
+
+def test_moving_average():
+    assert train.moving_average([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+
+
+def test_package_data_is_declared():
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert "data/*.gz" in pyproject and "matplotlib" in pyproject
