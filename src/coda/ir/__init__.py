@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from ..errors import Loc
 from ..primitives import REDUCTION_AXIS
@@ -91,16 +92,21 @@ class Epilogue:
     def replace(self, **changes) -> Epilogue:
         return replace(self, **changes)
 
-    def nodes(self) -> list[Node]:
-        """Every node reachable from an output, each once, arguments before users."""
-        return toposort(o.value for o in self.outputs)
+    def nodes(self) -> tuple[Node, ...]:
+        """Every node reachable from an output, each once, arguments before users (computed
+        once: an Epilogue never changes, passes build new ones)."""
+        order = self.__dict__.get("_order")
+        if order is None:
+            order = tuple(toposort(o.value for o in self.outputs))
+            object.__setattr__(self, "_order", order)
+        return order
 
-    @property
+    @cached_property
     def accumulates(self) -> bool:
         """True when the program reads the prior output (`output += ...`): it needs `out=`."""
         return any(n.op == "prior" for n in self.nodes())
 
-    @property
+    @cached_property
     def uses_dropout(self) -> bool:
         return any(n.op == "dropout" for n in self.nodes())
 
