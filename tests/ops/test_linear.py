@@ -245,7 +245,7 @@ def test_errors_name_the_argument():
         (lambda: linear(x, w, b, "gelu_tanh"), "activation"),
         (lambda: linear(x, w[:, :5], b), "w is"),
         (lambda: linear(x, w[0], b), "w must be a 2-D"),
-        (lambda: linear(x, w.float(), b), "w has dtype"),
+        (lambda: linear(x, w.float(), b), "w is torch.float32 on cpu but x is torch.float64"),
         (lambda: linear(x.long(), w, b), "x has dtype"),
         (lambda: linear(x[0, 0], w, b), "x must be a tensor"),
         (lambda: linear(x, w, b[:5]), "bias must be"),

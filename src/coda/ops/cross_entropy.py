@@ -61,6 +61,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
+from . import checks
 from .common import ACCUMULATE, PLAIN, as_rows, matmul, present
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -268,11 +269,11 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     """
     _check_tensor(x, "x", "[..., H]")
     if x.dim() == 0 or not x.is_floating_point():
-        raise LaunchError(f"x must be a floating-point tensor [..., H], got {_describe(x)}")
+        raise LaunchError(f"x must be a floating-point tensor [..., H], got {checks.describe(x)}")
     hidden = x.shape[-1]
     _check_tensor(w, "w", "[V, H]")
     if w.dim() != 2 or w.shape[1] != hidden or w.dtype != x.dtype:
-        raise LaunchError(f"w must be [V, H = {hidden}] of x's dtype {x.dtype}, got {_describe(w)}")
+        raise LaunchError(f"w must be [V, H = {hidden}] of x's dtype {x.dtype}, got {checks.describe(w)}")
     vocab = w.shape[0]
     if not 0 < vocab < MAX_VOCAB:
         raise LaunchError(f"w has V = {vocab} rows; expected 0 < V < 2**24 (targets are compared as "
@@ -280,13 +281,13 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     _check_tensor(target, "target", "[...] of integer classes")
     if target.shape != x.shape[:-1] or target.is_floating_point() or target.dtype == torch.bool:
         raise LaunchError(f"target must be an integer tensor of shape {list(x.shape[:-1])} (x's "
-                          f"leading shape), got {_describe(target)}")
+                          f"leading shape), got {checks.describe(target)}")
     for name, vec, size in (("bias", bias, vocab), ("norm_weight", norm_weight, hidden)):
         if vec is not None:
             _check_tensor(vec, name, f"[{size}]")
             if vec.shape != (size,) or not vec.is_floating_point():
                 raise LaunchError(f"{name} must be a floating-point tensor of shape [{size}], got "
-                                  f"{_describe(vec)}")
+                                  f"{checks.describe(vec)}")
     for name, t in (("w", w), ("target", target), ("bias", bias), ("norm_weight", norm_weight)):
         if t is not None and t.device != x.device:
             raise LaunchError(f"{name} is on {t.device} but x is on {x.device}")
@@ -315,14 +316,9 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
 
 def _check_tensor(x: object, name: str, shape: str) -> None:
     if not isinstance(x, torch.Tensor):
-        raise LaunchError(f"{name} must be a tensor {shape}, got {_describe(x)}")
+        raise LaunchError(f"{name} must be a tensor {shape}, got {checks.describe(x)}")
 
 
 def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
-
-def _describe(x: object) -> str:
-    if isinstance(x, torch.Tensor):
-        return f"shape {list(x.shape)} ({x.dtype})"
-    return type(x).__name__

@@ -19,6 +19,7 @@ import torch
 
 from .. import compile as compile_program
 from ..errors import LaunchError
+from . import checks
 from .common import as_rows
 
 # The element-wise step, run as a map program over x (forward) or dy (backward).
@@ -66,7 +67,7 @@ def dropout(x: torch.Tensor, p: float, seed: int | None = None) -> torch.Tensor:
     torch's CPU generator. p == 0 returns x itself (no kernel).
     """
     if not isinstance(x, torch.Tensor) or x.dim() == 0:
-        raise LaunchError(f"x must be a tensor with at least one dimension, got {_describe(x)}")
+        raise LaunchError(f"x must be a tensor with at least one dimension, got {checks.describe(x)}")
     if not x.is_floating_point():
         raise LaunchError(f"x has dtype {x.dtype}; expected float16, bfloat16, float32 or float64")
     p = check_probability(p)
@@ -78,6 +79,3 @@ def dropout(x: torch.Tensor, p: float, seed: int | None = None) -> torch.Tensor:
         return x
     return DropoutFunction.apply(x, p, seed)
 
-
-def _describe(x: object) -> str:
-    return "a 0-d tensor" if isinstance(x, torch.Tensor) else type(x).__name__

@@ -41,6 +41,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
+from . import checks
 from .common import PLAIN, as_rows, present, weight_grad
 
 #: activation -> (f, f') by primitive name; the op names follow the activation.
@@ -105,10 +106,10 @@ def interleave(w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
     w_gate[j], row 2j + 1 is w_up[j] (a bias [F] works too)."""
     for name, w in (("w_gate", w_gate), ("w_up", w_up)):
         if not isinstance(w, torch.Tensor) or w.dim() == 0:
-            raise LaunchError(f"{name} must be a tensor [F, H], got {_describe(w)}")
+            raise LaunchError(f"{name} must be a tensor [F, H], got {checks.describe(w)}")
     if w_gate.shape != w_up.shape or w_gate.dtype != w_up.dtype:
-        raise LaunchError(f"w_gate and w_up must have one shape and dtype; got {_describe(w_gate)} "
-                          f"and {_describe(w_up)}")
+        raise LaunchError(f"w_gate and w_up must have one shape and dtype; got {checks.describe(w_gate)} "
+                          f"and {checks.describe(w_up)}")
     return torch.stack((w_gate, w_up), dim=1).flatten(0, 1)
 
 
@@ -117,7 +118,7 @@ def deinterleave(w_gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     (contiguous copies, so saving one does not save the whole fused storage)."""
     if not isinstance(w_gate_up, torch.Tensor) or w_gate_up.dim() == 0 or w_gate_up.shape[0] % 2:
         raise LaunchError(f"w_gate_up must be a tensor [2F, ...] with an even first dimension, got "
-                          f"{_describe(w_gate_up)}")
+                          f"{checks.describe(w_gate_up)}")
     return w_gate_up[0::2].contiguous(), w_gate_up[1::2].contiguous()
 
 
@@ -200,15 +201,15 @@ def geglu_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
 
 def _gated_mlp(activation: str, x, w_gate_up, w_down, residual, rstd, stats: bool):
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or not x.is_floating_point():
-        raise LaunchError(f"x must be a floating-point tensor [..., hidden], got {_describe(x)}")
+        raise LaunchError(f"x must be a floating-point tensor [..., hidden], got {checks.describe(x)}")
     lead = x.shape[:-1]
-    _check_weight("w_gate_up", w_gate_up, x, x.shape[-1])
+    checks.weight("w_gate_up", w_gate_up, x, x.shape[-1])
     if w_gate_up.shape[0] % 2:
         raise LaunchError(f"w_gate_up is {list(w_gate_up.shape)}: expected [2F, H] with interleaved "
                           f"gate and up rows (an even number of rows)")
-    _check_weight("w_down", w_down, x, w_gate_up.shape[0] // 2)
-    _check_tensor("residual", residual, (*lead, w_down.shape[0]), x)
-    _check_tensor("rstd", rstd, tuple(lead), x)
+    checks.weight("w_down", w_down, x, w_gate_up.shape[0] // 2)
+    checks.optional_tensor("residual", residual, (*lead, w_down.shape[0]), x)
+    checks.optional_tensor("rstd", rstd, tuple(lead), x)
     if not isinstance(stats, bool):
         raise LaunchError(f"stats must be True or False, got {stats!r}")
     grad = torch.is_grad_enabled() and any(
@@ -220,28 +221,5 @@ def _gated_mlp(activation: str, x, w_gate_up, w_down, residual, rstd, stats: boo
 
 
 
-def _describe(x: object) -> str:
-    if isinstance(x, torch.Tensor):
-        return f"a {x.dtype} tensor of shape {list(x.shape)}"
-    return type(x).__name__
 
 
-def _check_weight(name: str, w: object, x: torch.Tensor, in_features: int) -> None:
-    if not isinstance(w, torch.Tensor) or w.dim() != 2:
-        raise LaunchError(f"{name} must be a 2-D tensor [out_features, in_features], got {_describe(w)}")
-    if w.shape[1] != in_features:
-        raise LaunchError(f"{name} is {list(w.shape)} = [out_features, in_features]; expected "
-                          f"in_features = {in_features}")
-    if w.dtype != x.dtype or w.device != x.device:
-        raise LaunchError(f"{name} is {w.dtype} on {w.device} but x is {x.dtype} on {x.device}: "
-                          f"they must match")
-
-
-def _check_tensor(name: str, t: object, shape: tuple[int, ...], x: torch.Tensor) -> None:
-    if t is None:
-        return
-    if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or not t.is_floating_point():
-        raise LaunchError(f"{name} must be a floating-point tensor of shape {list(shape)}, got "
-                          f"{_describe(t)}")
-    if t.device != x.device:
-        raise LaunchError(f"{name} is on {t.device} but x is on {x.device}")

@@ -41,6 +41,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
+from . import checks
 from .common import as_rows, column_sum, matmul, present, weight_grad
 from .dropout import check_probability, resolve_seed
 
@@ -191,8 +192,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
     """
     _check_activation(activation)
     _check_input(x)
-    n = _check_weight(w, x.shape[-1], x, "w")
-    _check_vector(bias, n, x, "bias")
+    n = checks.weight("w", w, x, x.shape[-1])
+    checks.optional_tensor("bias", bias, (n,), x)
     p = check_probability(dropout_p, "dropout_p")
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::linear, no graph break
@@ -211,15 +212,15 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Te
     """
     _check_activation(activation)
     _check_input(x)
-    n1 = _check_weight(w1, x.shape[-1], x, "w1")
-    n2 = _check_weight(w2, n1, x, "w2")
-    _check_vector(b1, n1, x, "b1")
-    _check_vector(b2, n2, x, "b2")
+    n1 = checks.weight("w1", w1, x, x.shape[-1])
+    n2 = checks.weight("w2", w2, x, n1)
+    checks.optional_tensor("b1", b1, (n1,), x)
+    checks.optional_tensor("b2", b2, (n2,), x)
     if residual is not None and (not isinstance(residual, torch.Tensor)
                                  or residual.shape != (*x.shape[:-1], n2)
                                  or not residual.is_floating_point()):
         raise LaunchError(f"residual must be a floating-point tensor of the output's shape "
-                          f"{[*x.shape[:-1], n2]}, got {_describe(residual)}")
+                          f"{[*x.shape[:-1], n2]}, got {checks.describe(residual)}")
     p = check_probability(dropout_p, "dropout_p")
     grad = _grad_wanted(x, w1, b1, w2, b2)
     from ..integrations import compile as custom  # here: that module imports this one
@@ -244,33 +245,9 @@ def _check_activation(activation: object) -> None:
 
 def _check_input(x: object) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() == 0:
-        raise LaunchError(f"x must be a tensor [..., in_features], got {_describe(x)}")
+        raise LaunchError(f"x must be a tensor [..., in_features], got {checks.describe(x)}")
     if not x.is_floating_point():
         raise LaunchError(f"x has dtype {x.dtype}; expected float16, bfloat16, float32 or float64")
 
 
-def _check_weight(w: object, in_features: int, x: torch.Tensor, name: str) -> int:
-    """w [N, in_features] of x's dtype; returns N."""
-    if not isinstance(w, torch.Tensor) or w.dim() != 2:
-        raise LaunchError(f"{name} must be a 2-D tensor [out_features, in_features], got {_describe(w)}")
-    if w.shape[1] != in_features:
-        raise LaunchError(f"{name} is {list(w.shape)} = [out_features, in_features]; expected "
-                          f"in_features = {in_features}")
-    if w.dtype != x.dtype:
-        raise LaunchError(f"{name} has dtype {w.dtype} but x has {x.dtype}: they must match")
-    return w.shape[0]
 
-
-def _check_vector(b: object, n: int, x: torch.Tensor, name: str) -> None:
-    if b is None:
-        return
-    if not isinstance(b, torch.Tensor) or b.shape != (n,) or not b.is_floating_point():
-        raise LaunchError(f"{name} must be a floating-point tensor of shape [{n}], got {_describe(b)}")
-    if b.device != x.device:
-        raise LaunchError(f"{name} is on {b.device} but x is on {x.device}")
-
-
-def _describe(x: object) -> str:
-    if isinstance(x, torch.Tensor):
-        return f"shape {list(x.shape)} ({x.dtype})"
-    return type(x).__name__

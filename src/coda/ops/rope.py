@@ -42,6 +42,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
+from . import checks
 from .common import as_rows, matmul, weight_grad
 
 
@@ -81,7 +82,7 @@ def permute_for_interleaved_rope(w: torch.Tensor, n_heads: int, head_dim: int,
     _check_heads(n_heads, n_heads, head_dim)
     if not isinstance(w, torch.Tensor) or w.dim() == 0 or w.shape[0] != n_heads * head_dim:
         raise LaunchError(f"w must be a tensor [n_heads * head_dim = {n_heads * head_dim}, ...], got "
-                          f"{_describe(w)}")
+                          f"{checks.describe(w)}")
     split = (2, head_dim // 2) if not inverse else (head_dim // 2, 2)
     return w.reshape(n_heads, *split, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
@@ -146,16 +147,16 @@ def qkv_rope(x: torch.Tensor, w_qkv: torch.Tensor, cos: torch.Tensor, sin: torch
     sin are constants (a table that requires grad is an error).
     """
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or not x.is_floating_point():
-        raise LaunchError(f"x must be a floating-point tensor [..., hidden], got {_describe(x)}")
+        raise LaunchError(f"x must be a floating-point tensor [..., hidden], got {checks.describe(x)}")
     _check_heads(n_heads, n_kv_heads, head_dim)
     n = (n_heads + 2 * n_kv_heads) * head_dim
     if not isinstance(w_qkv, torch.Tensor) or tuple(w_qkv.shape) != (n, x.shape[-1]):
         raise LaunchError(f"w_qkv must be [(n_heads + 2 n_kv_heads) * head_dim, hidden] = "
-                          f"{[n, x.shape[-1]]}, got {_describe(w_qkv)}")
+                          f"{[n, x.shape[-1]]}, got {checks.describe(w_qkv)}")
     _check_like("w_qkv", w_qkv, x)
     if bias is not None:
         if not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (n,):
-            raise LaunchError(f"bias must be a tensor [{n}], got {_describe(bias)}")
+            raise LaunchError(f"bias must be a tensor [{n}], got {checks.describe(bias)}")
         _check_like("bias", bias, x, dtype=False)
     lead = x.shape[:-1]
     tables = [_table(name, t, lead, head_dim, x) for name, t in (("cos", cos), ("sin", sin))]
@@ -170,11 +171,12 @@ def _table(name: str, t: object, lead: torch.Size, head_dim: int, x: torch.Tenso
     shape = (*lead, head_dim // 2)
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
         raise LaunchError(f"{name} must be a floating-point tensor broadcastable to {list(shape)}, got "
-                          f"{_describe(t)}")
+                          f"{checks.describe(t)}")
     if t.dim() == 0 or t.shape[-1] != head_dim // 2:
         half = t.dim() > 0 and t.shape[-1] == head_dim
         hint = f" (of a rotate_half table [..., head_dim] take {name}[..., :{head_dim // 2}])" if half else ""
-        raise LaunchError(f"{name} must be [..., head_dim / 2 = {head_dim // 2}], got {_describe(t)}{hint}")
+        raise LaunchError(f"{name} must be [..., head_dim / 2 = {head_dim // 2}], got "
+                          f"{checks.describe(t)}{hint}")
     if t.requires_grad and torch.is_grad_enabled():
         raise LaunchError(f"{name} requires grad, but qkv_rope treats the rope tables as constants: "
                           f"pass {name}.detach()")
@@ -200,8 +202,3 @@ def _check_like(name: str, t: torch.Tensor, x: torch.Tensor, dtype: bool = True)
     if t.device != x.device:
         raise LaunchError(f"{name} is on {t.device} but x is on {x.device}")
 
-
-def _describe(x: object) -> str:
-    if isinstance(x, torch.Tensor):
-        return f"a {x.dtype} tensor of shape {list(x.shape)}"
-    return type(x).__name__

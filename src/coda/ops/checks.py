@@ -1,0 +1,39 @@
+"""Argument checks shared by the ops: every bad argument is a LaunchError that names it."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import LaunchError
+
+
+def describe(x: object) -> str:
+    """What a bad argument was, for the message."""
+    if isinstance(x, torch.Tensor):
+        return f"a {x.dtype} tensor of shape {list(x.shape)}"
+    return type(x).__name__
+
+
+def weight(name: str, w: object, x: torch.Tensor, in_features: int) -> int:
+    """`w` is an nn.Linear weight [out_features, in_features] of x's dtype and device; returns
+    out_features."""
+    if not isinstance(w, torch.Tensor) or w.dim() != 2:
+        raise LaunchError(f"{name} must be a 2-D tensor [out_features, in_features], got {describe(w)}")
+    if w.shape[1] != in_features:
+        raise LaunchError(f"{name} is {list(w.shape)} = [out_features, in_features]; expected "
+                          f"in_features = {in_features}")
+    if w.dtype != x.dtype or w.device != x.device:
+        raise LaunchError(f"{name} is {w.dtype} on {w.device} but x is {x.dtype} on {x.device}: "
+                          f"they must match")
+    return w.shape[0]
+
+
+def optional_tensor(name: str, t: object, shape: tuple[int, ...], x: torch.Tensor) -> None:
+    """`t` is None, or a floating-point tensor of `shape` on x's device."""
+    if t is None:
+        return
+    if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shape) or not t.is_floating_point():
+        raise LaunchError(f"{name} must be a floating-point tensor of shape {list(shape)}, got "
+                          f"{describe(t)}")
+    if t.device != x.device:
+        raise LaunchError(f"{name} is on {t.device} but x is on {x.device}")
