@@ -54,3 +54,12 @@ _TOO_DEEP = ("the program nests expressions too deeply for the compiler (hundred
 
 __all__ = ["CodaError", "DslError", "LaunchError", "Program", "col", "compile", "epilogue",
            "head", "row", "scalar", "tile", *FUNCTIONS]
+
+
+def __getattr__(name: str) -> object:
+    """`coda.patch` (HuggingFace models, docs/integrations.md), imported on first use."""
+    if name == "patch":
+        from .integrations.hf import patch
+
+        return patch
+    raise AttributeError(f"module 'coda' has no attribute {name!r}")

@@ -7,3 +7,7 @@ built on them compile with `torch.compile` without graph breaks (docs/integratio
 from . import compile  # noqa: A004 - the submodule, named after what it integrates with
 
 __all__ = ["compile"]
+
+from .hf import patch  # `coda.patch(model)`: HuggingFace models through coda.ops
+
+__all__ += ["patch"]

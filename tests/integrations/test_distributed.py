@@ -1,0 +1,159 @@
+"""coda.nn.GPT trained data-parallel under PyTorch DDP and FSDP2 (`fully_shard`), on CPU with gloo.
+
+Two processes (torchrun, MASTER_ADDR=127.0.0.1, a free port, TRITON_INTERPRET=0 so that CODA runs
+its reference backend) each take half of a global batch and train the `tiny` GPT in float64 for
+three AdamW steps. Rank 0 saves the mean loss of each step, every gradient after each backward
+(FSDP2: gathered from the shards with `full_tensor()`) and the final parameters; they must equal a
+single-process run on the whole batch (each rank's loss is the mean over its half, DDP and FSDP2
+average the gradients over the ranks, so the averages are the whole batch's mean and gradient) to
+float64 rounding. Also: benchmarks/train_distributed.py runs two steps under gloo.
+
+Run as a script, this file is the worker: `python -m torch.distributed.run --nproc_per_node 2
+tests/integrations/test_distributed.py ddp|fsdp OUT.pt`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from coda.nn import GPT, PRESETS
+
+ROOT = Path(__file__).resolve().parents[2]
+WORLD, BATCH, SEQ, STEPS, LR = 2, 4, 32, 3, 1e-2
+
+
+def global_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The step's whole batch (inputs, targets) [BATCH, SEQ]: the same on every process."""
+    g = torch.Generator().manual_seed(100 + step)
+    tokens = torch.randint(PRESETS["tiny"].vocab_size, (BATCH, SEQ + 1), generator=g)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def fresh_model() -> GPT:
+    torch.manual_seed(0)
+    return GPT(PRESETS["tiny"]).double()
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    """A plain tensor, gathered from its shards if t is an FSDP2 DTensor."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+# ------------------------------------------------------------------------------------------------
+# The worker (run by torchrun)
+
+
+def worker(mode: str, out: Path) -> None:
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = fresh_model()
+    if mode == "ddp":
+        wrapped = DistributedDataParallel(model)
+    else:
+        for block in model.blocks:
+            fully_shard(block)
+        wrapped = fully_shard(model)
+    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=LR)
+    half = BATCH // WORLD
+    losses, grads = [], []
+    for step in range(STEPS):
+        x, y = (t[rank * half:(rank + 1) * half] for t in global_batch(step))
+        loss = wrapped(x, y)
+        loss.backward()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses.append(mean.item() / WORLD)
+        grads.append({name: full(p.grad).clone() for name, p in model.named_parameters()})
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    params = {name: full(p.detach()).clone() for name, p in model.named_parameters()}
+    if rank == 0:
+        torch.save({"losses": losses, "grads": grads, "params": params}, out)
+    dist.barrier()   # no rank tears gloo down while another still uses it
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------------------------------------
+# The tests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(*args: str) -> str:
+    """Run `args` (a script and its arguments) in WORLD processes; returns rank 0's stdout."""
+    env = {**os.environ, "TRITON_INTERPRET": "0", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(WORLD),
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *args]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr[-6000:]}"
+    return proc.stdout
+
+
+def reference() -> dict:
+    """The same steps in one process on the whole batch."""
+    model = fresh_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    losses, grads = [], []
+    for step in range(STEPS):
+        loss = model(*global_batch(step))
+        loss.backward()
+        losses.append(loss.item())
+        grads.append({name: p.grad.clone() for name, p in model.named_parameters()})
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return {"losses": losses, "grads": grads, "params": dict(model.named_parameters())}
+
+
+def check_parity(mode: str, tmp_path: Path) -> None:
+    out = tmp_path / f"{mode}.pt"
+    torchrun(__file__, mode, str(out))
+    got, want = torch.load(out), reference()
+    torch.testing.assert_close(got["losses"], want["losses"], rtol=1e-12, atol=0)
+    for step in range(STEPS):
+        assert got["grads"][step].keys() == want["grads"][step].keys()
+        for name, g in want["grads"][step].items():
+            torch.testing.assert_close(got["grads"][step][name], g, rtol=1e-9, atol=1e-13,
+                                       msg=lambda m, n=name, s=step: f"step {s} grad {n}: {m}")
+    # AdamW divides by sqrt(v) + 1e-8: where a gradient is zero in exact arithmetic (the key bias:
+    # softmax ignores a constant added to every key) its rounding noise (~1e-17) moves the
+    # parameter by up to ~lr * 1e-9, differently in the two runs.
+    for name, p in want["params"].items():
+        torch.testing.assert_close(got["params"][name], p.detach(), rtol=1e-9, atol=1e-10,
+                                   msg=lambda m, n=name: f"param {n}: {m}")
+
+
+def test_ddp_matches_single_process(tmp_path: Path) -> None:
+    check_parity("ddp", tmp_path)
+
+
+def test_fsdp2_matches_single_process(tmp_path: Path) -> None:
+    check_parity("fsdp", tmp_path)
+
+
+def test_benchmark_script_runs_on_cpu(tmp_path: Path) -> None:
+    import json
+
+    out = tmp_path / "result.json"
+    torchrun(str(ROOT / "benchmarks" / "train_distributed.py"), "--mode", "fsdp", "--model", "coda",
+             "--preset", "tiny", "--device", "cpu", "--steps", "2", "--batch-size", "1", "--out", str(out))
+    result = json.loads(out.read_text())
+    assert result["world_size"] == WORLD and len(result["losses"]) == 2
+    assert result["tokens_per_s_per_gpu"] > 0
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1], Path(sys.argv[2]))
