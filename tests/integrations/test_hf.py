@@ -1,4 +1,4 @@
-"""`coda.patch` on tiny random HuggingFace LLaMA models: the patched model's loss and every
+"""`coda.patch` on tiny random HuggingFace LLaMA, GPT-2 and BERT models: the patched model's loss and every
 parameter gradient match the unpatched model's, and the state_dict is untouched.
 
 float64 runs the reference backend; float32 the real Triton kernels through the interpreter.
@@ -123,3 +123,133 @@ def test_unsupported_llama_config_raises(option, value):
 def test_unsupported_model_raises():
     with pytest.raises(coda.CodaError, match="no supported HuggingFace module"):
         coda.patch(torch.nn.Linear(4, 4))
+
+
+# ---------------------------------------------------------------------------------------------- GPT-2
+
+def tiny_gpt2(dtype: torch.dtype, **overrides) -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB, n_embd=64, n_inner=96, n_layer=2, n_head=4, n_positions=64, bos_token_id=0,
+        eos_token_id=0,
+        attn_implementation="eager", **overrides)
+    model = transformers.GPT2LMHeadModel(config).to(dtype).eval()
+    with torch.no_grad():  # HF initializes biases to 0 and norm gains to 1: make them non-trivial
+        for name, p in model.named_parameters():
+            if name.endswith(("bias", "ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("dtype, tol, overrides", [
+    (torch.float64, 1e-10, {}),
+    (torch.float64, 1e-10, {"scale_attn_by_inverse_layer_idx": True,
+                            "activation_function": "gelu_pytorch_tanh"}),
+    (torch.float32, 2e-5, {}),  # Triton interpreter: a few float32 ulps through 2 layers, as above
+])
+def test_gpt2_loss_and_gradients_match(dtype, tol, overrides):
+    ref = tiny_gpt2(dtype, **overrides)
+    model = coda.patch(copy.deepcopy(ref))
+    ids, labels = batch()
+    out = model(input_ids=ids, labels=labels)
+    assert out.logits is None
+    expected = reference_loss(ref, ids, labels)
+    torch.testing.assert_close(out.loss, expected, rtol=tol, atol=tol)
+    out.loss.backward()
+    expected.backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+        err = ((p.grad - q.grad).norm() / q.grad.norm()).item()
+        assert err < tol, (name, err)
+
+
+def test_gpt2_without_labels_and_base_model_match():
+    ref = tiny_gpt2(torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    ids, _ = batch()
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding: HF's mask reaches the attention unchanged
+    torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).logits,
+                               ref(input_ids=ids, attention_mask=mask).logits, rtol=1e-10, atol=1e-10)
+    base = coda.patch(copy.deepcopy(ref.transformer))  # GPT2Model alone
+    torch.testing.assert_close(base(input_ids=ids).last_hidden_state,
+                               ref.transformer(input_ids=ids).last_hidden_state, rtol=1e-10, atol=1e-10)
+
+
+def test_gpt2_state_dict_is_unchanged():
+    ref = tiny_gpt2(torch.float64)
+    before = ref.state_dict()
+    after = coda.patch(copy.deepcopy(ref)).state_dict()
+    assert list(before) == list(after)
+    for key in before:
+        assert torch.equal(before[key], after[key]), key
+
+
+@pytest.mark.parametrize("option, value", [("activation_function", "relu"), ("add_cross_attention", True),
+                                           ("reorder_and_upcast_attn", True)])
+def test_unsupported_gpt2_config_raises(option, value):
+    model = tiny_gpt2(torch.float64, **{option: value})
+    with pytest.raises(coda.CodaError, match=option):
+        coda.patch(model)
+
+
+# ----------------------------------------------------------------------------------------------- BERT
+
+def tiny_bert(dtype: torch.dtype, **overrides) -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=64, attn_implementation="eager", **overrides)
+    model = transformers.BertForMaskedLM(config).to(dtype).eval()
+    with torch.no_grad():  # non-trivial biases and norm parameters
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.parametrize("dtype, tol, hidden_act", [
+    (torch.float64, 1e-10, "gelu"),
+    (torch.float64, 1e-10, "gelu_new"),
+    (torch.float32, 2e-5, "gelu"),  # Triton interpreter: a few float32 ulps, as above
+])
+def test_bert_mlm_loss_and_gradients_match(dtype, tol, hidden_act):
+    ref = tiny_bert(dtype, hidden_act=hidden_act)
+    model = coda.patch(copy.deepcopy(ref))
+    ids, labels = batch()
+    mask = torch.ones_like(ids)
+    mask[1, -3:] = 0  # padding
+    out = model(input_ids=ids, attention_mask=mask, labels=labels)
+    expected = ref(input_ids=ids, attention_mask=mask, labels=labels)
+    torch.testing.assert_close(out.logits, expected.logits, rtol=tol, atol=tol)
+    torch.testing.assert_close(out.loss, expected.loss, rtol=tol, atol=tol)
+    out.loss.backward()
+    expected.loss.backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+        if q.grad is None:  # the pooler is unused by the MLM loss
+            assert p.grad is None, name
+            continue
+        # The key bias shifts each query's scores by a constant, which softmax ignores: its exact
+        # gradient is 0 and both sides hold rounding noise, so it is compared absolutely.
+        scale = 1.0 if name.endswith("key.bias") else q.grad.norm()
+        err = ((p.grad - q.grad).norm() / scale).item()
+        assert err < tol, (name, err)
+
+
+def test_bert_base_model_and_state_dict():
+    ref = tiny_bert(torch.float64)
+    before = ref.state_dict()
+    model = coda.patch(copy.deepcopy(ref))
+    ids, _ = batch()
+    torch.testing.assert_close(model.bert(input_ids=ids).last_hidden_state,
+                               ref.bert(input_ids=ids).last_hidden_state, rtol=1e-10, atol=1e-10)
+    base = coda.patch(transformers.BertModel(ref.config))  # BertModel alone is supported too
+    assert base.encoder.layer[0].output._coda_patched
+    after = model.state_dict()
+    assert list(before) == list(after)
+    for key in before:
+        assert torch.equal(before[key], after[key]), key
+
+
+def test_unsupported_bert_config_raises():
+    with pytest.raises(coda.CodaError, match="hidden_act"):
+        coda.patch(tiny_bert(torch.float64, hidden_act="silu"))

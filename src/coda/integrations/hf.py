@@ -13,13 +13,21 @@ Per family (docs/integrations.md, "HuggingFace models"):
   `[wq; wk; wv]`), HF's rotate-half RoPE and attention, `o_proj` + residual -> `out_proj_residual`
   (which emits the next RMSNorm's row statistics), `post_attention_layernorm` + MLP + residual ->
   `swiglu_mlp` with the norm folded (`rstd` from those statistics, the gain in the weight).
-- The LM head (`LlamaForCausalLM`): with `labels`, the head and HF's shifted causal-LM loss ->
-  `linear_cross_entropy`, which never writes the logits (`logits` is None in the output).
+- GPT-2 (`GPT2Model`, `GPT2LMHeadModel`), each `GPT2Block`: `ln_1` + `c_attn` ->
+  `layer_norm_linear` (Conv1D weights [in, out] are used as `w.T` views, no copies), HF's attention,
+  `c_proj` + residual -> `out_proj_residual(stats="layer")`, `ln_2` -> `coda.nn.layer_norm` on those
+  sums, `c_fc` + tanh-GELU + `c_proj` + residual -> `mlp(..., "gelu", residual=)`. Hidden dropout in
+  training maps to the ops' dropout (same p, CODA's counter-based masks, not torch's RNG stream).
+- BERT (`BertModel`, `BertForMaskedLM`, ...): `BertSelfOutput` / `BertOutput` (dense + dropout +
+  residual + post-LN) -> `out_proj_residual(stats="layer")` + `coda.nn.layer_norm` on the sums;
+  `BertIntermediate` -> `linear(..., activation=)`. The MLM head stays HF's.
+- The LM head (`LlamaForCausalLM`, `GPT2LMHeadModel`): with `labels`, the head and HF's shifted
+  causal-LM loss -> `linear_cross_entropy`, which never writes the logits (`logits` is None in the output).
 
 Per-call costs that eager HF does not have: the concatenated q/k/v weight (LLaMA) and
 `interleave(w_gate, w_up) * g` (LLaMA) are weight-sized copies per forward (autograd routes their
-gradients back to the original parameters). Configurations the ops cannot reproduce exactly raise
-`CodaError` naming the option.
+gradients back to the original parameters); GPT-2 and BERT use the parameters as they are.
+Configurations the ops cannot reproduce exactly raise `CodaError` naming the option.
 """
 
 from __future__ import annotations
@@ -58,7 +66,10 @@ def patch(model: nn.Module) -> nn.Module:
 
 def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
     """Class name -> a function that checks one instance's config and returns its new forward."""
-    return {"LlamaDecoderLayer": _llama_layer, "LlamaForCausalLM": _causal_lm}
+    return {"LlamaDecoderLayer": _llama_layer, "LlamaForCausalLM": _causal_lm,
+            "GPT2Block": _gpt2_block, "GPT2LMHeadModel": _causal_lm,
+            "BertSelfOutput": _bert_output, "BertOutput": _bert_output,
+            "BertIntermediate": _bert_intermediate}
 
 
 def _refuse(module: nn.Module, option: str, value: object, supported: str) -> None:
@@ -133,6 +144,94 @@ class _RmsScale(torch.autograd.Function):
 
 
 _SCALE_ROWS = coda_compile("EPILOGUE scale_rows(c: row) { output = input * c; }")
+
+
+# ---------------------------------------------------------------------------------------------- GPT-2
+
+GPT2_ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh")  # both the tanh approximation: ops' "gelu"
+
+
+def _gpt2_block(block: nn.Module) -> Callable:
+    config = block.attn.config
+    if config.activation_function not in GPT2_ACTIVATIONS:
+        _refuse(block, "activation_function", config.activation_function,
+                f"only {' / '.join(GPT2_ACTIVATIONS)}: the MLP runs as mlp(..., 'gelu')")
+    if config.add_cross_attention:
+        _refuse(block, "add_cross_attention", True, "no cross-attention block")
+    if config.reorder_and_upcast_attn:
+        _refuse(block, "reorder_and_upcast_attn", True, "HF's float32 attention path is not called")
+    from transformers.models.gpt2 import modeling_gpt2 as hf
+
+    from ..nn.layer_norm import layer_norm
+
+    def forward(self, hidden_states: torch.Tensor, cache=None, attention_mask: torch.Tensor | None = None,
+                encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask=None,
+                use_cache: bool | None = False, **kwargs) -> torch.Tensor:
+        if encoder_hidden_states is not None:  # as HF does without add_cross_attention
+            raise ValueError(f"{type(self).__name__} has no cross-attention (add_cross_attention=False)")
+        attn, mlp, ln1, ln2 = self.attn, self.mlp, self.ln_1, self.ln_2
+        lead, d = hidden_states.shape[:-1], attn.head_dim
+        resid_p = attn.resid_dropout.p if self.training else 0.0
+        # Conv1D stores weight [in, out]: w.T is the nn.Linear-layout [out, in] view (no copy).
+        qkv = ops.layer_norm_linear(hidden_states, ln1.weight, ln1.bias, attn.c_attn.weight.T,
+                                    bias=attn.c_attn.bias, eps=ln1.eps)
+        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(attn.split_size, dim=-1))
+        if cache is not None:
+            k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
+        attention = hf.ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation,
+                                                             hf.eager_attention_forward)
+        out, _ = attention(attn, q, k, v, attention_mask, scaling=attn.scaling,
+                           dropout=attn.attn_dropout.p if self.training else 0.0, **kwargs)
+        h, ss, s = ops.out_proj_residual(out.reshape(*lead, -1), attn.c_proj.weight.T, hidden_states,
+                                         bias=attn.c_proj.bias, dropout_p=resid_p, stats="layer")
+        x = layer_norm(h, ln2.weight, ln2.bias, ln2.eps, rowsum=s, sumsq=ss)
+        return ops.mlp(x, mlp.c_fc.weight.T, mlp.c_fc.bias, mlp.c_proj.weight.T, mlp.c_proj.bias, "gelu",
+                       dropout_p=mlp.dropout.p if self.training else 0.0, residual=h)
+
+    return forward
+
+
+# ----------------------------------------------------------------------------------------------- BERT
+
+BERT_ACTIVATIONS = {"gelu": "gelu_erf", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu"}
+
+
+def _bert_output(output: nn.Module) -> Callable:
+    """BertSelfOutput / BertOutput: LayerNorm(dropout(dense(x)) + input), post-LN."""
+    from ..nn.layer_norm import layer_norm
+
+    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+        norm = self.LayerNorm
+        y, ss, s = ops.out_proj_residual(hidden_states, self.dense.weight, input_tensor, bias=self.dense.bias,
+                                         dropout_p=self.dropout.p if self.training else 0.0, stats="layer")
+        return layer_norm(y, norm.weight, norm.bias, norm.eps, rowsum=s, sumsq=ss)
+
+    return forward
+
+
+def _bert_intermediate(intermediate: nn.Module) -> Callable:
+    """BertIntermediate: act(dense(x)) -> one `linear` with the activation in its epilogue."""
+    act = _hf_activation_name(intermediate.intermediate_act_fn)
+    if act not in BERT_ACTIVATIONS:
+        _refuse(intermediate, "hidden_act", act, f"only {', '.join(BERT_ACTIVATIONS)}")
+    activation = BERT_ACTIVATIONS[act]
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return ops.linear(hidden_states, self.dense.weight, self.dense.bias, activation=activation)
+
+    return forward
+
+
+def _hf_activation_name(fn: object) -> str:
+    """BertIntermediate keeps no config: the HF name of its activation module's class, else the class
+    name (a callable `hidden_act` is never supported)."""
+    from transformers.activations import ACT2CLS
+
+    for name in BERT_ACTIVATIONS:
+        cls = ACT2CLS[name]
+        if type(fn) is (cls[0] if isinstance(cls, tuple) else cls):
+            return name
+    return getattr(fn, "__name__", type(fn).__name__)
 
 
 # ------------------------------------------------------------------------------------- causal LM heads
