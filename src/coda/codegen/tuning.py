@@ -73,11 +73,13 @@ INTERPRETER_CONFIG = Config(32, 32, 32, group_m=4)
 
 
 def heuristic(variant: str, m: int, n: int, k: int) -> Config:
-    """A sound default without timing: big tiles when there are enough of them for the GPU."""
+    """A sound default without timing: 128x256 tiles when there are enough of them to fill the
+    132 SMs of an H100/H200 (else 128x128), smaller tiles for small portable launches."""
     if variant == "hopper":
-        many_tiles = (m // 128) * (n // 256) >= 132
-        return CANDIDATES["hopper"][0] if many_tiles else CANDIDATES["hopper"][5]
-    return CANDIDATES["portable"][0] if m * n >= 2048 * 2048 else CANDIDATES["portable"][3]
+        if (m // 128) * (n // 256) >= 132:
+            return Config(128, 256, 64, 8, 3, split_epilogue=2)
+        return Config(128, 128, 64, 8, 4)
+    return Config(128, 128, 32, 4, 4) if m * n >= 2048 * 2048 else Config(64, 128, 32, 4, 4)
 
 
 def cache_dir() -> Path:
