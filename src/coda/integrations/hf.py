@@ -38,7 +38,6 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .. import compile as coda_compile
 from .. import ops
 from ..errors import CodaError
 
@@ -113,37 +112,13 @@ def _llama_layer(layer: nn.Module) -> Callable:
                            dropout=attn.attention_dropout if attn.training else 0.0, **kwargs)
         h, ss = ops.out_proj_residual(out.reshape(*lead, -1), attn.o_proj.weight, hidden_states,
                                       bias=attn.o_proj.bias, stats="rms")
-        rstd = _RmsScale.apply(h, ss, norm2.variance_epsilon)
+        rstd = ops.rms_rstd(h, ss, norm2.variance_epsilon)
         w_gate_up = ops.interleave(mlp.gate_proj.weight, mlp.up_proj.weight) * norm2.weight[None, :]
         return ops.swiglu_mlp(h, w_gate_up, mlp.down_proj.weight, residual=h, rstd=rstd)
 
     return forward
 
 
-class _RmsScale(torch.autograd.Function):
-    """rstd = rsqrt(ss / n + eps) with ss = Σ h² from `out_proj_residual(stats="rms")`.
-
-    That op marks `ss` non-differentiable (its consumer `rms_norm_linear(sumsq=)` differentiates
-    through `x`), but `swiglu_mlp(rstd=)` returns `d rstd`, so this function carries it to `h`:
-    dh = (d rstd · ∂rstd/∂ss · 2) ⊙_row h = (−d rstd · rstd³ / n) ⊙_row h, one CODA map.
-    """
-
-    @staticmethod
-    def forward(ctx, h: torch.Tensor, ss: torch.Tensor, eps: float) -> torch.Tensor:
-        rstd = torch.rsqrt(ss / h.shape[-1] + eps)
-        ctx.save_for_backward(h, rstd)
-        return rstd.to(h.dtype)
-
-    @staticmethod
-    def backward(ctx, drstd: torch.Tensor):
-        h, rstd = ctx.saved_tensors
-        coef = -drstd.to(rstd.dtype) * rstd ** 3 / h.shape[-1]
-        rows, _ = ops.as_rows(h)
-        dh = _SCALE_ROWS.map(rows, c=coef.reshape(-1))["output"].reshape(h.shape)
-        return dh, None, None
-
-
-_SCALE_ROWS = coda_compile("EPILOGUE scale_rows(c: row) { output = input * c; }")
 
 
 # ---------------------------------------------------------------------------------------------- GPT-2

@@ -5,3 +5,10 @@ from .gpt import GPT, PRESETS, GPTConfig
 from .layer_norm import layer_norm
 
 __all__ = ["GPT", "PRESETS", "GPTConfig", "layer_norm"]
+
+from .bert import BertLayer  # the drop-in modules and blocks
+from .llama import LlamaBlock
+from .modules import FusedMLP, LayerNormLinear, Linear, RMSNormLinear, SwiGLUMLP
+
+__all__ += ["BertLayer", "FusedMLP", "LayerNormLinear", "Linear", "LlamaBlock", "RMSNormLinear",
+            "SwiGLUMLP"]

@@ -408,3 +408,34 @@ def _check_eps(op: str, eps) -> float:
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps >= 0:
         raise LaunchError(f"{op}: eps must be a number >= 0, got {eps!r}")
     return float(eps)
+
+
+class RmsRstd(torch.autograd.Function):
+    """rstd = rsqrt(ss / n + eps) with ss = Σ h² from `out_proj_residual(stats="rms")`.
+
+    That op marks `ss` non-differentiable (its consumer `rms_norm_linear(sumsq=)` differentiates
+    through `x`), but `swiglu_mlp(rstd=)` returns `d rstd`, so this function carries it to `h`:
+    dh = (d rstd · ∂rstd/∂ss · 2) ⊙_row h = (−d rstd · rstd³ / n) ⊙_row h, one CODA map.
+    """
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, ss: torch.Tensor, eps: float) -> torch.Tensor:
+        rstd = torch.rsqrt(ss / h.shape[-1] + eps)
+        ctx.save_for_backward(h, rstd)
+        return rstd.to(h.dtype)
+
+    @staticmethod
+    def backward(ctx, drstd: torch.Tensor):
+        h, rstd = ctx.saved_tensors
+        coef = -drstd.to(rstd.dtype) * rstd ** 3 / h.shape[-1]
+        dh = SCALE_ROWS.map(as_rows(h)[0], c=coef.reshape(-1))["output"].reshape(h.shape)
+        return dh, None, None
+
+
+SCALE_ROWS = compile_program("EPILOGUE scale_rows(c: row) { output = input * c; }")
+
+
+def rms_rstd(h: torch.Tensor, ss: torch.Tensor, eps: float) -> torch.Tensor:
+    """The RMSNorm row scale of h from its row sums of squares `ss` (as `out_proj_residual`
+    emits them), differentiable with respect to h, for ops that take `rstd=` (swiglu_mlp)."""
+    return RmsRstd.apply(h, ss, eps)
