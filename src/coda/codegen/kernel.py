@@ -210,10 +210,9 @@ def _finish(reduction: str, bufs: tuple[torch.Tensor, ...], out: torch.Tensor) -
         torch.sum(bufs[0], 0, out=out)
     elif reduction.endswith("_max"):
         torch.amax(bufs[0], 0, out=out)
-    else:
+    else:  # log Σ_t s_t e^(m_t) = logsumexp_t(m_t + log s_t); every s_t >= 1 (its max term)
         maxima, sums = bufs
-        top = maxima.amax(0)
-        out.copy_(top + torch.log((sums * torch.exp(maxima - top)).sum(0)))
+        torch.logsumexp(maxima + torch.log(sums), 0, out=out)
 
 
 def _operand_args(value, kind: str) -> list:
