@@ -233,3 +233,16 @@ def assert_located(err: coda.DslError, line: int, col: int, *fragments: str) -> 
     assert err.source is not None and lines[-2] == "    " + err.source.splitlines()[line - 1], text
     for fragment in fragments:
         assert fragment in text, (fragment, text)
+
+
+def randomize(module: torch.nn.Module, scale: float, vector_offset: float, seed: int = 0):
+    """`module` in float64 with random parameters: N(0, scale²), plus `vector_offset` for the 1-D
+    ones (norm gains away from 0 and 1, so the norms are not trivial). Returns the module."""
+    gen = torch.Generator().manual_seed(seed)
+    module.double()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * scale
+                    + (p.dim() == 1) * vector_offset)
+    return module
+

@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch import nn
 
+import oracle
 from coda.nn import BertLayer, LlamaBlock
 from coda.ops import permute_for_interleaved_rope
 
@@ -27,12 +28,7 @@ TOL = {F64: 1e-10, F32: 2e-4}
 
 
 def randomize(module: nn.Module, seed: int = 0) -> nn.Module:
-    gen = torch.Generator().manual_seed(seed)
-    module.double()
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen, dtype=F64) * 0.2 + (p.dim() == 1) * 1.0)
-    return module
+    return oracle.randomize(module, scale=0.2, vector_offset=1.0, seed=seed)
 
 
 def compare(run, blocks: list[nn.Module], shape: tuple[int, ...], dtype: torch.dtype) -> None:

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import oracle
 from coda.nn import FusedMLP, LayerNormLinear, Linear, RMSNormLinear, SwiGLUMLP
 
 F64, F32 = torch.float64, torch.float32
@@ -56,13 +57,7 @@ class TorchNormLinear(nn.Module):
 
 
 def randomize(module: nn.Module, seed: int = 0) -> nn.Module:
-    """Random float64 parameters (norm gains around 1, so the norms are not trivial)."""
-    gen = torch.Generator().manual_seed(seed)
-    module.double()
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen, dtype=F64) * 0.3 + (p.dim() == 1) * 0.5)
-    return module
+    return oracle.randomize(module, scale=0.3, vector_offset=0.5, seed=seed)
 
 
 def check(ours: nn.Module, ref: nn.Module, shapes: list[tuple[int, ...]], dtype: torch.dtype,
