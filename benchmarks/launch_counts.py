@@ -18,6 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests" / "gpu"))  # the test modules import accuracy.py
 
 
 def kernels(fn) -> int:

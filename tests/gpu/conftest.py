@@ -13,4 +13,8 @@ def pytest_sessionfinish(session, exitstatus):
 
     target = os.environ.get("CODA_ACCURACY_JSON")
     if target and RECORDS:
-        Path(target).write_text(json.dumps(RECORDS, indent=1))
+        target = Path(target)
+        worker = os.environ.get("PYTEST_XDIST_WORKER")  # one file per xdist worker
+        if worker:
+            target = target.with_name(f"{target.stem}-{worker}{target.suffix}")
+        target.write_text(json.dumps(RECORDS, indent=1))

@@ -459,7 +459,7 @@ def _linear_cross_entropy(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | N
 def _linear_cross_entropy_fake(x, w, target, bias, norm_weight, ignore_index, reduction,
                                label_smoothing, softcap, chunk_size, norm_eps):
     rows, stat, norm = _rows(x), _stat_dtype(x), norm_weight is not None
-    loss = x.new_empty(x.shape[:-1] if reduction == "none" else ())
+    loss = x.new_empty(x.shape[:-1] if reduction == "none" else (), dtype=stat)
     a = x.new_empty(rows, x.shape[-1]) if norm else x.new_empty(0)
     target_f, lse, rstd, weight = (x.new_empty(n, dtype=stat) for n in (rows, rows, rows * norm, rows))
     return loss, a, target_f, lse, rstd, weight

@@ -201,7 +201,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
                   else loss.reshape(lead))
         ctx.save_for_backward(h, a, w, bias, norm_weight, target_f, lse, rstd, weight)
         ctx.options = (label_smoothing, softcap, chunks, lead)
-        return result.to(x.dtype)
+        return result
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -265,7 +265,8 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     x first (folded into the GEMMs). `chunk_size` is the number of vocabulary columns per chunk
     (default: about 2**25 logits per chunk). `ignore_index`, `reduction` and `label_smoothing` as
     in torch.nn.functional.cross_entropy. Returns a scalar ("mean", "sum") or a loss per row of
-    x's leading shape ("none"), in x's dtype.
+    x's leading shape ("none"), in float32 (float64 for float64 x): the precision of the
+    statistics, as autocast computes cross-entropy; a bf16 loss would carry a 2**-9 rounding.
     """
     _check_tensor(x, "x", "[..., H]")
     if x.dim() == 0 or not x.is_floating_point():
