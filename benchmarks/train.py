@@ -1,0 +1,459 @@
+"""End-to-end training benchmark: HuggingFace GPT-2, LLaMA and BERT, eager / torch.compile / Liger / CODA.
+
+    python benchmarks/train.py [--models gpt2,llama,bert] [--modes eager,compile,liger,coda,coda+compile]
+                               [--steps 20] [--warmup 5] [--profile eager,coda] [--curve gpt2|llama|bert|none]
+                               [--curve-steps 200] [--timeout 300] [--json benchmarks/results/train.json]
+                               [--smoke]
+
+A training step is forward, backward and `torch.optim.AdamW(fused=True)` on a randomly initialized model
+whose weights are bfloat16 (no float32 master copy), attention through SDPA, the same batch at every step
+and in every mode. Every dropout probability is set to 0 so that all modes compute the same math (CODA's
+dropout masks are not torch's, so with dropout the losses could not be compared step by step); this also
+takes away the dropout that CODA would fuse into its epilogues. Models (random init, seed 0):
+
+    gpt2   GPT2LMHeadModel, GPT-2 124M (768 hidden, 12 layers, 12 heads, vocab 50257), batch 16 x 1024
+    llama  LlamaForCausalLM, 2048 hidden, 8 layers, 16 heads / 4 KV heads, ffn 5632, vocab 32000, 8 x 2048
+    bert   BertForMaskedLM, bert-base (768, 12 layers, 12 heads, vocab 30522), batch 32 x 512, 15% masked
+
+Modes: `eager` (HF as is), `compile` (`torch.compile(model)`), `liger` (Liger Kernel's
+`apply_liger_kernel_to_llama(model=...)`; LLaMA only, Liger has no GPT-2 or BERT support), `coda`
+(`coda.patch(model)`), `coda+compile` (patched, then compiled). Each (model, mode) runs in its own
+subprocess, so that GPU memory, compile caches and Liger's patching of HF's module-level classes do not
+leak into the next run; a failure (exception, out of memory, timeout) becomes the row's `error`.
+
+Per run: `--warmup` steps (compilation, CODA's autotuning), then `--steps` timed steps between two
+`torch.cuda.synchronize()`: tokens/s and ms per step over the whole timed stretch, the peak memory of
+the timed steps (`torch.cuda.max_memory_allocated`), the per-step losses. For the modes in `--profile`,
+one more step under `torch.profiler` splits its GPU kernel time into GEMM, attention, CODA (the
+generated `coda_gemm` kernels: GEMM + epilogue), optimizer and other (µs per step, plus the top kernels).
+
+`--curve MODEL` trains that model in eager mode and with CODA for `--curve-steps` steps on real text:
+the King James Bible as byte tokens (coda.train's corpus; ids < 256 fit every vocabulary), random
+windows from a seeded generator, identical initialization and batches for both, AdamW at lr 3e-4 with
+coda.train's warmup (5% of the steps) and cosine decay; the benchmark's batch shape, so that CODA's
+tuned configurations are reused (200 steps of GPT-2 take about 20 s per mode at 192k tokens/s). The
+losses go into the JSON and a PNG, docs/img/train_loss_<model>.png.
+
+The JSON (--json) is rewritten after every run, so an interrupted benchmark keeps what it measured;
+the markdown table is printed at the end. GPU time of the default run, an estimate (not measured) for
+one H200 with cold caches: 8 to 12 minutes. Each child process starts in about 10 s; torch.compile takes
+about a minute per model; CODA's first run of a model autotunes every GEMM + epilogue shape (8
+configurations each, cached in ~/.cache/coda and reused by coda+compile, the curve and later runs;
+CODA_AUTOTUNE=0 takes the heuristic configurations instead). Split the run with --models to stay under
+a time limit.
+
+`--smoke` runs on the CPU in float32 with tiny models of the same three families (2 layers, hidden 64,
+vocab 512, batch 2 x 32): modes eager and coda, 1 warm-up and 2 timed steps, a 5-step curve, the JSON
+and the PNG in a temporary directory unless --json is given (the PNG then goes next to the JSON). CODA
+runs its reference backend there, or the Triton interpreter if TRITON_INTERPRET=1 is set (about a
+hundred times slower). It exists so that CI catches breakage; its numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import coda
+from coda.train import batch as text_batch
+from coda.train import learning_rate, load_corpus, moving_average
+
+MODELS = ("gpt2", "llama", "bert")
+MODES = ("eager", "compile", "liger", "coda", "coda+compile")
+SMOKE_MODES = ("eager", "coda")
+#: (batch, sequence length) of the benchmark; the smoke test's tiny models take SMOKE_SHAPE.
+SHAPES = {"gpt2": (16, 1024), "llama": (8, 2048), "bert": (32, 512)}
+SMOKE_SHAPE = (2, 32)
+LIGER_MODELS = ("llama",)
+LR = 3e-4
+SEED = 0
+MLM_FRACTION = 0.15
+SDPA = {"attn_implementation": "sdpa"}
+#: The child process prints its result on one line after this marker.
+RESULT = "CODA_TRAIN_RESULT "
+#: Kernel name -> class, first match wins: CODA's kernels contain "gemm" and cutlass attention
+#: kernels "cutlass", so CODA and attention are tried before GEMM.
+KERNEL_CLASSES = (
+    ("coda", ("coda_gemm",)),
+    ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn")),
+    ("optimizer", ("adam", "multi_tensor")),
+    ("gemm", ("gemm", "cublas", "cutlass", "nvjet", "xmma", "splitk")),
+)
+CLASSES = ("gemm", "attention", "coda", "optimizer", "other")
+
+
+# ------------------------------------------------------------------------------------------------
+# Models and batches
+
+
+def build(name: str, tiny: bool, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """The randomly initialized HF model (seed SEED, so every process builds the same weights), built
+    directly on `device` (initializing the 492M-parameter LLaMA on a CPU takes seconds), in `dtype`,
+    in training mode, every dropout probability 0."""
+    import transformers as tf
+
+    if name == "gpt2":
+        size = (dict(n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=64) if tiny else
+                dict(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=1024))
+        cls, config = tf.GPT2LMHeadModel, tf.GPT2Config(**size, resid_pdrop=0.0, embd_pdrop=0.0,
+                                                         attn_pdrop=0.0, use_cache=False, **SDPA)
+    elif name == "llama":
+        size = (dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     intermediate_size=128, vocab_size=512, max_position_embeddings=64) if tiny else
+                dict(hidden_size=2048, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,
+                     intermediate_size=5632, vocab_size=32000, max_position_embeddings=2048))
+        cls, config = tf.LlamaForCausalLM, tf.LlamaConfig(**size, attention_dropout=0.0, use_cache=False,
+                                                                **SDPA)
+    else:
+        size = (dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+                     vocab_size=512, max_position_embeddings=64) if tiny else
+                dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                     vocab_size=30522, max_position_embeddings=512))
+        cls, config = tf.BertForMaskedLM, tf.BertConfig(**size, hidden_dropout_prob=0.0,
+                                                        attention_probs_dropout_prob=0.0, **SDPA)
+    torch.manual_seed(SEED)
+    with device:
+        model = cls(config)
+    return model.to(device=device, dtype=dtype).train()
+
+
+def model_inputs(name: str, ids: torch.Tensor, vocab: int, generator: torch.Generator,
+                 device: torch.device) -> dict[str, torch.Tensor]:
+    """The forward's keyword arguments for token ids [B, S] on the CPU. Causal LMs: labels = ids (HF
+    shifts them). BERT: MLM_FRACTION of the positions, drawn from `generator`, get their token as the
+    label and the id vocab - 1 as input (a [MASK] stand-in, never a byte); the others get label -100."""
+    if name != "bert":
+        return {"input_ids": ids.to(device), "labels": ids.to(device)}
+    masked = torch.rand(ids.shape, generator=generator) < MLM_FRACTION
+    return {"input_ids": ids.masked_fill(masked, vocab - 1).to(device),
+            "labels": ids.masked_fill(~masked, -100).to(device)}
+
+
+def prepare(model: torch.nn.Module, mode: str) -> torch.nn.Module:
+    """Apply `mode` to `model` in place; returns what the training step calls."""
+    if mode == "liger":
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+
+        apply_liger_kernel_to_llama(model=model)
+    if mode.startswith("coda"):
+        coda.patch(model)
+    return torch.compile(model) if mode.endswith("compile") else model
+
+
+# ------------------------------------------------------------------------------------------------
+# One run (in a child process)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(name: str, mode: str, args: argparse.Namespace, device: torch.device,
+            dtype: torch.dtype) -> dict:
+    """Warm up, time `args.steps` training steps, then profile one if `mode` is in `args.profile`."""
+    cuda = device.type == "cuda"
+    model = build(name, args.smoke, device, dtype)
+    step_model = prepare(model, mode)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=cuda)
+    batch_size, seq = SMOKE_SHAPE if args.smoke else SHAPES[name]
+    generator = torch.Generator().manual_seed(SEED)
+    vocab = model.config.vocab_size
+    inputs = model_inputs(name, torch.randint(vocab, (batch_size, seq), generator=generator), vocab,
+                          generator, device)
+
+    def step() -> torch.Tensor:
+        loss = step_model(**inputs).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    losses = [step() for _ in range(args.warmup)]
+    synchronize(device)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    start = time.perf_counter()
+    losses += [step() for _ in range(args.steps)]
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    return dict(batch=batch_size, seq=seq, tokens_per_s=args.steps * batch_size * seq / seconds,
+                step_ms=1e3 * seconds / args.steps,
+                peak_mem_gb=torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
+                loss=losses[-1].item(), losses=torch.stack(losses).float().tolist(),
+                breakdown=breakdown(step, device) if cuda and mode in args.profile else None)
+
+
+def classify(kernel: str) -> str:
+    """The class of a GPU kernel, from its name."""
+    name = kernel.lower()
+    return next((cls for cls, keys in KERNEL_CLASSES if any(k in name for k in keys)), "other")
+
+
+def breakdown(step, device: torch.device) -> dict:
+    """One step under torch.profiler: its GPU kernel time per class in µs, the total, and the ten
+    longest kernels (name cut to 120 characters, class, µs)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        synchronize(device)
+    per_kernel: dict[str, float] = defaultdict(float)
+    for event in prof.events():
+        if event.device_type == DeviceType.CUDA:
+            per_kernel[event.name] += event.device_time_total
+    per_class = dict.fromkeys(CLASSES, 0.0)
+    for kernel, us in per_kernel.items():
+        per_class[classify(kernel)] += us
+    top = sorted(per_kernel.items(), key=lambda item: -item[1])[:10]
+    return {**per_class, "total": sum(per_class.values()),
+            "top": [[kernel[:120], classify(kernel), us] for kernel, us in top]}
+
+
+def curve(name: str, args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict:
+    """Train `name` eager and with CODA on the KJV bytes: identical init (seed) and batches."""
+    data = load_corpus()
+    batch_size, seq = SMOKE_SHAPE if args.smoke else SHAPES[name]
+    losses, seconds = {}, {}
+    for mode in ("eager", "coda"):
+        model = build(name, args.smoke, device, dtype)
+        step_model = prepare(model, mode)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=device.type == "cuda")
+        generator = torch.Generator().manual_seed(SEED)
+        run = []
+        start = time.perf_counter()
+        for i in range(args.curve_steps):
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(i, args.curve_steps, LR)
+            ids, _ = text_batch(data, batch_size, seq, generator, torch.device("cpu"))
+            loss = step_model(**model_inputs(name, ids, model.config.vocab_size, generator, device)).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            run.append(loss.detach())
+        losses[mode] = torch.stack(run).float().tolist()
+        synchronize(device)
+        seconds[mode] = time.perf_counter() - start
+        del model, step_model, optimizer
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return dict(model=name, batch=batch_size, seq=seq, steps=args.curve_steps, lr=LR, losses=losses,
+                train_seconds=seconds)
+
+
+def child(spec: str, args: argparse.Namespace) -> None:
+    """Run one (model, mode), or the curve (mode "curve"), and print its result line."""
+    name, mode = spec.split(":")
+    device = torch.device("cpu" if args.smoke else "cuda")
+    dtype = torch.float32 if args.smoke else torch.bfloat16
+    result: dict = dict(model=name, mode=mode, device=device_name(device), error=None)
+    try:
+        result.update(curve(name, args, device, dtype) if mode == "curve" else
+                      measure(name, mode, args, device, dtype))
+    except Exception as err:  # torch.OutOfMemoryError included: the row says what went wrong
+        traceback.print_exc()
+        result["error"] = f"{type(err).__name__}: {err}"[:1000]
+    print(RESULT + json.dumps(result), flush=True)
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+# ------------------------------------------------------------------------------------------------
+# The parent: one subprocess per run, then the JSON, the table and the PNG
+
+
+def spawn(spec: str, args: argparse.Namespace) -> dict:
+    """Run `spec` ("model:mode") in a child process; its result, or an error with its output's tail."""
+    command = [sys.executable, __file__, "--child", spec, "--steps", str(args.steps),
+               "--warmup", str(args.warmup), "--profile", ",".join(args.profile) or "none",
+               "--curve-steps", str(args.curve_steps)] + (["--smoke"] if args.smoke else [])
+    name, mode = spec.split(":")
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+        output = done.stdout + done.stderr
+        lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
+        result = (json.loads(lines[-1].removeprefix(RESULT)) if lines else
+                  dict(model=name, mode=mode, error=f"the child exited with code {done.returncode}"))
+    except subprocess.TimeoutExpired as err:
+        output = (err.stdout or b"").decode() + (err.stderr or b"").decode()
+        result = dict(model=name, mode=mode, error=f"timed out after {args.timeout} s")
+    result["seconds"] = time.perf_counter() - start
+    if result["error"]:
+        result["log"] = output[-3000:]
+    return result
+
+
+def ratios(rows: list[dict]) -> dict:
+    """Per model: each CODA mode's tokens/s over the best of eager and compile."""
+    out = {}
+    for name in dict.fromkeys(r["model"] for r in rows):
+        rate = {r["mode"]: r.get("tokens_per_s") for r in rows if r["model"] == name and not r["error"]}
+        baselines = {m: rate[m] for m in ("eager", "compile") if rate.get(m)}
+        if not baselines:
+            continue
+        best = max(baselines, key=baselines.get)
+        out[name] = {"baseline": best, **{m: rate[m] / baselines[best] for m in ("coda", "coda+compile")
+                                          if rate.get(m)}}
+    return out
+
+
+def table(rows: list[dict], ratio: dict) -> str:
+    """The runs as a markdown table; the breakdown in ms of GPU kernel time per step."""
+    head = ["model", "mode", "batch", "tokens/s", "ms/step", "peak GiB", "loss", "GEMM", "attn", "CODA",
+            "optim", "other", "vs best(eager, compile)", "error / note"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in rows:
+        cells = [r["model"], r["mode"]]
+        if r.get("tokens_per_s") is None:
+            cells += [""] * (len(head) - 3) + [(r["error"] or r.get("note") or "").replace("\n", " ")[:80]]
+        else:
+            split, vs = r["breakdown"] or {}, ratio.get(r["model"], {}).get(r["mode"])
+            cells += [f"{r['batch']}x{r['seq']}", f"{r['tokens_per_s'] / 1e3:.1f}k", f"{r['step_ms']:.1f}",
+                      _num(r["peak_mem_gb"], ".1f"), f"{r['loss']:.4f}",
+                      *(_num(split[c] / 1e3 if split else None, ".1f") for c in CLASSES),
+                      _num(vs, ".2f") + ("x" if vs else ""), ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+def plot(result: dict, path: Path) -> None:
+    """Both loss curves: the raw losses faint, a 10-step moving average on top."""
+    from matplotlib.figure import Figure  # Agg: a Figure needs no display
+
+    fig = Figure(figsize=(7, 4), dpi=120)
+    ax = fig.subplots()
+    styles = (("tab:blue", "-"), ("tab:orange", "--"))  # dashed on top: the curves nearly coincide
+    for (mode, losses), (color, style) in zip(result["losses"].items(), styles, strict=True):
+        steps = range(1, len(losses) + 1)
+        ax.plot(steps, losses, color=color, alpha=0.25, linewidth=0.8)
+        ax.plot(steps, moving_average(losses, 10), style, color=color,
+                label=f"{mode} (last {losses[-1]:.3f})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats per byte)")
+    ax.set_title(f"HF {result['model']}, random init, KJV bytes, batch {result['batch']}x{result['seq']}, "
+                 f"{result['device']}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+
+
+def versions() -> dict:
+    import transformers
+    import triton
+
+    try:
+        liger = importlib.metadata.version("liger-kernel")
+    except importlib.metadata.PackageNotFoundError:
+        liger = None
+    return dict(torch=torch.__version__, triton=triton.__version__, transformers=transformers.__version__,
+                coda=coda.__version__, liger_kernel=liger)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, of " + ",".join(MODELS))
+    parser.add_argument("--modes", default=None,
+                        help=f"comma-separated, of {','.join(MODES)} (default: all; --smoke: eager,coda)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps (default 20; --smoke: 2)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 5; --smoke: 1)")
+    parser.add_argument("--profile", default="eager,coda",
+                        help="modes that get one profiled step (GPU only; 'none' for none)")
+    parser.add_argument("--curve", choices=(*MODELS, "none"), default="gpt2", help="loss-curve model")
+    parser.add_argument("--curve-steps", type=int, default=None, help="default 200; --smoke: 5")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per child process")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="default benchmarks/results/train.json; --smoke: a temporary directory")
+    parser.add_argument("--smoke", action="store_true", help="tiny models on the CPU, for CI")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # "model:mode": run it, print one line
+    args = parser.parse_args(argv)
+    args.models = [m for m in args.models.split(",") if m]
+    args.modes = [m for m in (args.modes or ",".join(SMOKE_MODES if args.smoke else MODES)).split(",") if m]
+    args.profile = [m for m in args.profile.split(",") if m and m != "none"]
+    for value, known in ((args.models, MODELS), (args.modes, MODES), (args.profile, MODES)):
+        unknown = set(value) - set(known)
+        if unknown:
+            parser.error(f"unknown {', '.join(sorted(unknown))}; known: {', '.join(known)}")
+    args.steps = args.steps if args.steps is not None else 2 if args.smoke else 20
+    args.warmup = args.warmup if args.warmup is not None else 1 if args.smoke else 5
+    args.curve_steps = args.curve_steps if args.curve_steps is not None else 5 if args.smoke else 200
+    if args.steps < 1 or args.warmup < 0 or args.curve_steps < 1:
+        parser.error("--steps and --curve-steps must be positive, --warmup not negative")
+    if args.json is None:
+        args.json = (Path(tempfile.mkdtemp(prefix="coda_train_")) / "train.json" if args.smoke
+                     else Path("benchmarks/results/train.json"))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        child(args.child, args)
+        return 0
+    if not args.smoke and not torch.cuda.is_available():
+        print("benchmarks/train.py needs a CUDA GPU (or --smoke, which runs on the CPU)", file=sys.stderr)
+        return 2
+    result = dict(gpu=None, **versions(), dtype="float32" if args.smoke else "bfloat16",
+                  date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  command="python " + " ".join(sys.argv), steps=args.steps, warmup=args.warmup,
+                  rows=[], ratios={}, curve=None)
+
+    def save() -> None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+
+    for name in args.models:
+        for mode in args.modes:
+            if mode == "liger" and name not in LIGER_MODELS:
+                row = dict(model=name, mode=mode, error=None,
+                           note=f"skipped: Liger Kernel has no {name} support")
+            else:
+                row = spawn(f"{name}:{mode}", args)
+                result["gpu"] = result["gpu"] or row.get("device")
+            result["rows"].append(row)
+            result["ratios"] = ratios(result["rows"])
+            save()
+            print(f"{name:>5} {mode:<12} " + (f"{row['tokens_per_s'] / 1e3:8.1f}k tokens/s" if
+                  row.get("tokens_per_s") else row["error"] or row["note"])
+                  + (f"  ({row['seconds']:.0f} s)" if "seconds" in row else ""), flush=True)
+    if args.curve != "none":
+        result["curve"] = spawn(f"{args.curve}:curve", args)
+        result["gpu"] = result["gpu"] or result["curve"].get("device")
+        if not result["curve"]["error"]:
+            png = (args.json.parent if args.smoke else Path("docs/img")) / f"train_loss_{args.curve}.png"
+            plot(result["curve"], png)
+            result["curve"]["png"] = str(png)
+        save()
+        curve = result["curve"]
+        print(f"curve {args.curve}: " + (curve["error"] or ", ".join(
+            f"{mode} last loss {losses[-1]:.4f} ({curve['train_seconds'][mode]:.0f} s)"
+            for mode, losses in curve["losses"].items()) + f"; {curve['png']}"))
+    print()
+    print(table(result["rows"], result["ratios"]))
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""benchmarks/train.py --smoke: the end-to-end training benchmark runs on the CPU (tiny GPT-2, LLaMA and BERT,
+float32, eager and CODA, a 5-step loss curve), and its kernel classification is right.
+
+The benchmark runs in a subprocess, as CI would run it, with TRITON_INTERPRET=0: CODA's reference backend
+(conftest.py switches the interpreter on for the kernel tests; through it the smoke run takes minutes, and
+tests/integrations/test_hf.py already checks coda.patch through the interpreter). About 30 s.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "train.py"
+PNG = b"\x89PNG\r\n\x1a\n"
+#: Same init, same batches, float32: CODA rounds once per fused GEMM + epilogue, eager HF once per op.
+#: The losses measured ~2e-7 apart (relative) over three steps.
+RTOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory) -> dict:
+    path = tmp_path_factory.mktemp("train") / "train.json"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--json", str(path)],
+                          env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """benchmarks/train.py as a module."""
+    spec = importlib.util.spec_from_file_location("benchmarks_train", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_close(a: list[float], b: list[float]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert math.isfinite(x) and math.isfinite(y)
+        assert abs(x - y) <= RTOL * abs(y), (a, b)
+
+
+def test_every_model_runs_eager_and_coda_with_equal_losses(result):
+    rows = {(r["model"], r["mode"]): r for r in result["rows"]}
+    assert set(rows) == {(m, mode) for m in ("gpt2", "llama", "bert") for mode in ("eager", "coda")}
+    for row in rows.values():
+        assert row["error"] is None, row
+        assert len(row["losses"]) == 3 and row["loss"] == row["losses"][-1]  # 1 warm-up + 2 timed
+        assert row["tokens_per_s"] > 0 and (row["batch"], row["seq"]) == (2, 32)
+    for model in ("gpt2", "llama", "bert"):
+        assert_close(rows[model, "coda"]["losses"], rows[model, "eager"]["losses"])
+    assert set(result["ratios"]) == {"gpt2", "llama", "bert"}
+    for key in ("gpu", "torch", "triton", "transformers", "coda", "date", "command"):
+        assert result[key], key
+
+
+def test_loss_curve_and_png(result):
+    curve = result["curve"]
+    assert curve["error"] is None, curve
+    assert set(curve["losses"]) == {"eager", "coda"}
+    assert len(curve["losses"]["eager"]) == 5
+    assert_close(curve["losses"]["coda"], curve["losses"]["eager"])
+    assert Path(curve["png"]).read_bytes().startswith(PNG)
+
+
+@pytest.mark.parametrize("kernel, expected", [
+    ("coda_gemm", "coda"),
+    ("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, false>, true>", "attention"),
+    ("fmha_cutlassB_bf16_aligned_64x64_k64_sm80", "attention"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64", "attention"),
+    ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "gemm"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "gemm"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>", "gemm"),
+    ("void splitKreduce_kernel<32, 16, int, float, __nv_bfloat16>", "gemm"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+    ("triton_poi_fused_add_native_layer_norm_0", "other"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", "other"),
+])
+def test_kernel_classes(bench, kernel, expected):
+    assert bench.classify(kernel) == expected
