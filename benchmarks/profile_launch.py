@@ -1,28 +1,50 @@
-"""Where the host time of a cache-hit launch goes (cProfile over many calls).
+"""Where the host time of CODA ops goes: per-step host time (launches only, no sync) and a
+cProfile of forward+backward steps of the micro benchmark's cases.
 
-    python benchmarks/profile_launch.py
+    python benchmarks/profile_launch.py [--ops linear_gelu,layer_norm_linear] [--size gpt2]
 """
 
+import argparse
 import cProfile
 import pstats
-import sys
-from pathlib import Path
+import time
 
 import torch
+from micro import OPS, SIZES, fwd_bwd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-import coda
 
-a = torch.randn(128, 128, device="cuda", dtype=torch.bfloat16)
-w = torch.randn(128, 128, device="cuda", dtype=torch.bfloat16)
-prog = coda.compile("output = input;")
-for _ in range(100):
-    prog(a, w.T)
-torch.cuda.synchronize()
-profiler = cProfile.Profile()
-profiler.enable()
-for _ in range(2000):
-    prog(a, w.T)
-torch.cuda.synchronize()
-profiler.disable()
-pstats.Stats(profiler).sort_stats("tottime").print_stats(14)
+def host_us(step, calls: int = 30) -> float:
+    """Microseconds the host spends per call when it never waits for the GPU (a deep queue)."""
+    step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        step()
+    host = (time.perf_counter() - start) / calls * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", default="linear_gelu,layer_norm_linear")
+    parser.add_argument("--size", default="gpt2")
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+    for op in args.ops.split(","):
+        case = OPS[op](SIZES[args.size], False)
+        for impl in ("eager", "coda"):
+            print(f"{op} {impl}: host {host_us(fwd_bwd(case.impls[impl], case.grads_of)):.1f} us "
+                  f"per fwd+bwd", flush=True)
+        step = fwd_bwd(case.impls["coda"], case.grads_of)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(20):
+            step()
+        profiler.disable()
+        torch.cuda.synchronize()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()

@@ -71,6 +71,12 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
             "BertIntermediate": _bert_intermediate}
 
 
+def _cache(cache, kwargs: dict):
+    """The layer's KV cache, under either name transformers has given it (`cache`, and
+    `past_key_values` in the 5.1x releases)."""
+    return cache if cache is not None else kwargs.pop("past_key_values", None)
+
+
 def _refuse(module: nn.Module, option: str, value: object, supported: str) -> None:
     raise CodaError(f"coda.patch: {type(module).__name__} with config.{option} = {value!r} is not "
                     f"supported ({supported})")
@@ -104,8 +110,9 @@ def _llama_layer(layer: nn.Module) -> Callable:
                    for t in qkv.split([p.out_features for p in projections], dim=-1))
         cos, sin = position_embeddings
         q, k = hf.apply_rotary_pos_emb(q, k, cos, sin)
+        cache = _cache(cache, kwargs)
         if cache is not None:
-            k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
+            k, v = cache.update(k, v, attn.layer_idx, kwargs)
         attention = hf.ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation,
                                                              hf.eager_attention_forward)
         out, _ = attention(attn, q, k, v, attention_mask, scaling=attn.scaling,
@@ -151,8 +158,9 @@ def _gpt2_block(block: nn.Module) -> Callable:
         qkv = ops.layer_norm_linear(hidden_states, ln1.weight, ln1.bias, attn.c_attn.weight.T,
                                     bias=attn.c_attn.bias, eps=ln1.eps)
         q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(attn.split_size, dim=-1))
+        cache = _cache(cache, kwargs)
         if cache is not None:
-            k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
+            k, v = cache.update(k, v, attn.layer_idx, kwargs)
         attention = hf.ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation,
                                                              hf.eager_attention_forward)
         out, _ = attention(attn, q, k, v, attention_mask, scaling=attn.scaling,
@@ -222,6 +230,9 @@ def _causal_lm(model: nn.Module) -> Callable:
             return original(self, *args, **kwargs)
         from transformers.modeling_outputs import CausalLMOutputWithPast
 
+        # the KV cache's field: `cache` since transformers 5.2x, `past_key_values` before
+        field = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
         kwargs.pop("logits_to_keep", None)
         num_items = kwargs.pop("num_items_in_batch", None)
         shift_labels = kwargs.pop("shift_labels", None)
@@ -236,7 +247,8 @@ def _causal_lm(model: nn.Module) -> Callable:
                                         reduction="mean" if num_items is None else "sum")
         if num_items is not None:
             loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
-        return CausalLMOutputWithPast(loss=loss, logits=None, cache=outputs.cache,
-                                      hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return CausalLMOutputWithPast(loss=loss, logits=None, hidden_states=outputs.hidden_states,
+                                      attentions=outputs.attentions,
+                                      **{field: getattr(outputs, field, None)})
 
     return forward
