@@ -1,6 +1,6 @@
 """Kernel launches per op, forward + backward: CODA against the unfused eager formula.
 
-    python benchmarks/launch_counts.py [--json benchmarks/results/launch_counts.json]
+    python benchmarks/launch_counts.py [--groups norms] [--json benchmarks/results/launch_counts.json]
 
 Each `tests/gpu/test_ops_*.py` provides `launch_count_cases()`: (name, coda_fn, eager_fn)
 closures that run one forward and backward on CUDA bf16 tensors. Each closure runs once to warm
@@ -31,8 +31,8 @@ def kernels(fn) -> int:
                and not e.name.startswith(("Memcpy", "Memset")))
 
 
-def cases():
-    for path in sorted((ROOT / "tests" / "gpu").glob("test_ops_*.py")):
+def cases(groups: str):
+    for path in sorted((ROOT / "tests" / "gpu").glob(f"test_ops_{groups}.py")):
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -42,9 +42,10 @@ def cases():
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default="benchmarks/results/launch_counts.json")
+    parser.add_argument("--groups", default="*", help="which tests/gpu/test_ops_<groups>.py (a glob)")
     args = parser.parse_args()
     rows = []
-    for name, coda_fn, eager_fn in cases():
+    for name, coda_fn, eager_fn in cases(args.groups):
         row = dict(op=name, coda=kernels(coda_fn), eager=kernels(eager_fn))
         rows.append(row)
         print(f"{name:40s} CODA {row['coda']:3d} kernels   eager {row['eager']:3d}", flush=True)
