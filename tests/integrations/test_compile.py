@@ -9,12 +9,16 @@ dropout seeds drawn inside the graph; `torch.library.opcheck` on every custom op
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+import coda
 import coda.integrations.compile as cc
 from coda import LaunchError, ops
+from coda.nn import layer_norm
 
 F64 = torch.float64
 
@@ -151,6 +155,88 @@ def test_linear_cross_entropy(reduction, options):
     assert_compiles(fn, *args)
 
 
+@pytest.mark.parametrize(("bias", "sums"), [(False, False), (True, True)])
+def test_rms_norm_linear(bias, sums):
+    torch.manual_seed(0)
+    x, g, w = rand(2, 5, 8), (torch.rand(8, dtype=F64) + 0.5).requires_grad_(), rand(6, 8)
+
+    def fn(x, g, w, b=None):   # given sums are those of this x, not differentiated
+        sumsq = (x.detach() ** 2).sum(-1) if sums else None
+        return ops.rms_norm_linear(x, g, w, eps=1e-5, bias=b, sumsq=sumsq)
+
+    assert_compiles(fn, *((x, g, w, rand(6)) if bias else (x, g, w)))
+
+
+@pytest.mark.parametrize(("bias", "sums"), [(False, False), (True, True)])
+def test_layer_norm_linear(bias, sums):
+    torch.manual_seed(0)
+    x, w = (torch.randn(2, 5, 8, dtype=F64) + 3.0).requires_grad_(), rand(6, 8)
+    g, beta = (torch.rand(8, dtype=F64) + 0.5).requires_grad_(), rand(8)
+
+    def fn(x, g, beta, w, b=None):
+        rowsum, sumsq = (x.detach().sum(-1), (x.detach() ** 2).sum(-1)) if sums else (None, None)
+        return ops.layer_norm_linear(x, g, beta, w, bias=b, eps=1e-5, rowsum=rowsum, sumsq=sumsq)
+
+    assert_compiles(fn, *((x, g, beta, w, rand(6)) if bias else (x, g, beta, w)))
+
+
+@pytest.mark.parametrize(("stats", "bias", "p", "seed"), [
+    (None, False, 0.0, None), ("rms", True, 0.0, None), ("layer", True, 0.3, None),
+    ("rms", False, 0.3, 4321)])
+def test_out_proj_residual(stats, bias, p, seed):
+    torch.manual_seed(0)
+    x, w, residual = rand(2, 5, 8), rand(6, 8), rand(2, 5, 6)
+
+    def fn(x, w, r, b=None):
+        return ops.out_proj_residual(x, w, r, bias=b, dropout_p=p, seed=seed, stats=stats)
+
+    assert_compiles(fn, *((x, w, residual, rand(6)) if bias else (x, w, residual)))
+
+
+def test_rms_rstd():
+    """rms_rstd on out_proj_residual's ss, as the LLaMA patch uses it: d rstd reaches h."""
+    torch.manual_seed(0)
+
+    def fn(x, w, r):
+        h, ss = ops.out_proj_residual(x, w, r, stats="rms")
+        return h, ops.rms_rstd(h, ss, 1e-6)
+
+    assert_compiles(fn, rand(2, 5, 8), rand(6, 8), rand(2, 5, 6))
+
+
+@pytest.mark.parametrize("sums", [False, True])
+def test_layer_norm(sums):
+    """coda.nn.layer_norm alone, and on out_proj_residual's sums (the BERT / GPT-2 patches)."""
+    torch.manual_seed(0)
+    g, beta = (torch.rand(6, dtype=F64) + 0.5).requires_grad_(), rand(6)
+    if sums:
+        def fn(x, w, r, g, beta):
+            h, ss, s = ops.out_proj_residual(x, w, r, stats="layer")
+            return layer_norm(h, g, beta, 1e-5, rowsum=s, sumsq=ss)
+
+        assert_compiles(fn, rand(2, 5, 8), rand(6, 8), rand(2, 5, 6), g, beta)
+    else:
+        x = (torch.randn(2, 5, 6, dtype=F64) + 3.0).requires_grad_()   # |mean| > std: the shifted sums
+        assert_compiles(lambda x, g, beta: layer_norm(x, g, beta, 1e-5), x, g, beta)
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_norm_chain(dtype):
+    """The norm ops chained as the LLaMA and GPT-2 patches chain them (given sums, dropout with
+    drawn seeds) in one graph; float32 runs the real kernels through the Triton interpreter."""
+    def fn(x, w_o, r, g, beta, w_qkv, w_o2):
+        h, ss = ops.out_proj_residual(x, w_o, r, dropout_p=0.1, stats="rms")
+        q = ops.rms_norm_linear(h, g, w_qkv, sumsq=ss) * ops.rms_rstd(h, ss, 1e-6)[..., None]
+        h2, ss2, s2 = ops.out_proj_residual(q, w_o2, h, bias=beta, dropout_p=0.1, stats="layer")
+        y = layer_norm(h2, g, beta, 1e-5, rowsum=s2, sumsq=ss2)
+        return ops.layer_norm_linear(y, g, beta, w_qkv)
+
+    torch.manual_seed(0)
+    shapes = [(2, 4, 8), (8, 8), (2, 4, 8), (8,), (8,), (8, 8), (8, 8)]
+    assert_compiles(fn, *[(torch.randn(shape, dtype=dtype) / 2 + 0.5 * (len(shape) == 1)).requires_grad_()
+                          for shape in shapes])
+
+
 # a block, seeds, the default backend -------------------------------------------------------------
 def block(x, w_in, w1, b1, w2, b2, w_head, target):
     h = ops.linear(x, w_in, activation="silu")
@@ -256,6 +342,60 @@ def test_fake_tensors():
     assert y.shape == (2, 5, 12) and loss.shape == (2, 5)
 
 
+def test_fake_tensors_norms():
+    with FakeTensorMode(), cc.custom_ops():
+        x, w, g = torch.empty(2, 5, 8), torch.empty(8, 8), torch.empty(8)
+        h, ss, s = ops.out_proj_residual(x, w, x, stats="layer")
+        y = layer_norm(h, g, g, 1e-5, rowsum=s, sumsq=ss)
+        z = ops.layer_norm_linear(y, g, g, torch.empty(12, 8))
+        rstd = ops.rms_rstd(h, ss, 1e-6)
+        q = ops.rms_norm_linear(h, g, torch.empty(4, 8), sumsq=ss)
+    assert (h.shape, ss.shape, s.shape, y.shape) == ((2, 5, 8), (2, 5), (2, 5), (2, 5, 8))
+    assert (z.shape, rstd.shape, q.shape) == ((2, 5, 12), (2, 5), (2, 5, 4))
+    assert ss.dtype == torch.float32
+
+
+# patched HuggingFace models, compiled whole --------------------------------------------------------
+@pytest.mark.parametrize(("family", "train", "backend"), [
+    ("llama", False, "aot_eager"), ("gpt2", False, "aot_eager"), ("bert", False, "aot_eager"),
+    ("gpt2", True, "aot_eager"), ("bert", True, "aot_eager"), ("gpt2", False, "inductor")])
+def test_patched_hf_model_compiles(family, train, backend):
+    """coda.patch then torch.compile(fullgraph=True): one graph, forward and backward, and the loss
+    and every parameter gradient equal the patched eager model's (bit for bit with aot_eager,
+    hidden dropout included in training mode; to float64 rounding with Inductor, which compiles
+    HF's glue its own way)."""
+    pytest.importorskip("transformers")
+    import test_hf as hf  # the tiny random configurations
+
+    ref = {"llama": hf.tiny_llama, "gpt2": hf.tiny_gpt2, "bert": hf.tiny_bert}[family](F64)
+    ref.train(train)
+    eager = coda.patch(ref)
+    compiled_model = copy.deepcopy(eager)
+    ids, labels = hf.batch()
+
+    def step(model):
+        torch.manual_seed(3)
+        loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        return loss.detach(), [p.grad for p in model.parameters()]
+
+    explained = torch._dynamo.explain(compiled_model)(input_ids=ids, labels=labels)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    expected = step(eager)
+    with torch._inductor.config.patch(fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        got = step(torch.compile(compiled_model, backend=backend, fullgraph=True))
+    names = [name for name, _ in eager.named_parameters()]
+    for name, a, b in zip(["loss", *names], [got[0], *got[1]], [expected[0], *expected[1]], strict=True):
+        assert (a is None) == (b is None), name
+        if a is None:
+            continue
+        if backend == "aot_eager":
+            assert torch.equal(a, b), (name, (a - b).abs().max())
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=name)
+
+
 # torch.library.opcheck: schemas, fake kernels, autograd registrations ---------------------------
 def opcheck_cases():
     torch.manual_seed(0)
@@ -273,7 +413,31 @@ def opcheck_cases():
     g = (torch.rand(8, dtype=F64) + 0.5).requires_grad_()
     vec = torch.rand(3, dtype=F64)
     c = torch.ops.coda
+    h5 = rand(3, 5)
+    ss5, s5 = (h5.detach() ** 2).sum(-1), h5.detach().sum(-1)
     return {
+        "rms_norm_linear": (c.rms_norm_linear, (x, g, w, b, None, 1e-6)),
+        "rms_norm_linear_sums": (c.rms_norm_linear, (x, g, w, None, (x.detach() ** 2).sum(-1), 1e-6)),
+        "rms_norm_linear_backward": (c.rms_norm_linear_backward, (
+            dy, x.detach(), g.detach(), w.detach(), vec + 8.0, 1e-6, [True, True, True, True], F64)),
+        "layer_norm_linear": (c.layer_norm_linear, (x, g, rand(8), w, b, 1e-5, None, None)),
+        "layer_norm_linear_sums": (c.layer_norm_linear, (x, g, rand(8), w, None, 1e-5,
+                                                         x.detach().sum(-1), (x.detach() ** 2).sum(-1))),
+        "layer_norm_linear_backward": (c.layer_norm_linear_backward, (
+            dy, x.detach(), g.detach(), torch.rand(8, dtype=F64), w.detach(), vec, vec + 8.0, 1e-5, False,
+            [True, True, True, True, False], F64)),
+        "out_proj_residual": (c.out_proj_residual, (x, w[:5, :8], h5, None, 0.2, seed, "layer")),
+        "out_proj_residual_rms": (c.out_proj_residual, (x, w[:5, :8].detach().requires_grad_(), h5, b[:5],
+                                                        0.0, None, "rms")),
+        "out_proj_residual_backward": (c.out_proj_residual_backward, (
+            dy[:, :5], x.detach(), w[:5].detach(), 0.2, seed, [True, True, True], F64)),
+        "rms_rstd": (c.rms_rstd, (h5, ss5, 1e-6)),
+        "rms_rstd_backward": (c.rms_rstd_backward, (vec, h5.detach(), ss5, 1e-6)),
+        "layer_norm": (c.layer_norm, (h5, rand(5), rand(5), 1e-5, None, None)),
+        "layer_norm_sums": (c.layer_norm, (h5, rand(5), rand(5), 1e-5, s5, ss5)),
+        "layer_norm_backward": (c.layer_norm_backward, (
+            dy[:, :5], h5.detach(), torch.rand(5, dtype=F64), s5, ss5, 1e-5, False, [True, True, True],
+            F64)),
         "linear": (c.linear, (x, w, b, "gelu", 0.2, seed, True)),
         "linear_backward": (c.linear_backward, (dy, x.detach(), w.detach(), pre, "gelu", 0.2, seed,
                                                 [True, True, True], F64)),

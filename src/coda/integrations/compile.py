@@ -11,6 +11,11 @@ as `torch.library` custom ops in the `coda` namespace:
     coda::gated_mlp              coda::gated_mlp_backward        (swiglu_mlp and geglu_mlp)
     coda::qkv_rope               coda::qkv_rope_backward
     coda::linear_cross_entropy   coda::linear_cross_entropy_backward
+    coda::rms_norm_linear        coda::rms_norm_linear_backward
+    coda::layer_norm_linear      coda::layer_norm_linear_backward
+    coda::out_proj_residual      coda::out_proj_residual_backward
+    coda::rms_rstd               coda::rms_rstd_backward
+    coda::layer_norm             coda::layer_norm_backward       (coda.nn.layer_norm)
 
 Dynamo and AOTAutograd see each as one opaque node, in the forward graph and in the backward
 graph: neither has a break. A fake kernel gives the outputs' shapes, dtypes and (contiguous)
@@ -28,9 +33,13 @@ What each forward op returns. A custom op may not return its inputs, views of th
 of one tensor, nor None in place of a tensor. So each forward op returns its result plus the
 intermediates its backward needs (the pre-activation, h, the log-sum-exp, ...), marked
 non-differentiable; the tensors that are inputs are saved by `setup_context`; a tensor a variant
-lacks is an empty placeholder. qkv_rope returns its one [..., N] buffer: q, k and v are views of
-it taken outside the op (as in coda.ops), and autograd hands the backward op one [..., N]
-gradient, assembled from dq, dk and dv by the split's backward (one copy that coda.ops avoids).
+lacks is an empty placeholder (so the norms return their row sums only when they computed them;
+given `sumsq` / `rowsum` are saved as inputs instead). out_proj_residual always returns y, ss and s
+(empty where `stats` omits them); rms_rstd's backward op recomputes the float rstd from ss rather
+than return a second output that could alias the first. qkv_rope returns its one [..., N]
+buffer: q, k and v are views of it taken outside the op (as in coda.ops), and autograd hands the
+backward op one [..., N] gradient, assembled from dq, dk and dv by the split's backward (one copy
+that coda.ops avoids).
 
 Seeds. With `seed=None` the eager ops draw an int from torch's CPU generator (`.item()`). In a
 graph that would be a break, or, drawn at trace time, a constant baked into the graph: every step
@@ -53,10 +62,13 @@ import torch
 from torch import Tensor
 
 from .. import ops
+from ..nn.layer_norm import LayerNormFunction, row_shift
+from ..nn.layer_norm import layer_norm as _nn_layer_norm
 from ..ops.cross_entropy import LinearCrossEntropyFunction
 from ..ops.dropout import DropoutFunction, resolve_seed
 from ..ops.gated_mlp import GatedMLPFunction
 from ..ops.linear import ACTIVATIONS, LinearFunction, MLPFunction
+from ..ops.norms import LayerNormLinearFunction, OutProjResidualFunction, RMSNormLinearFunction, RmsRstd
 from ..ops.rope import QKVRopeFunction
 
 _FORCED = contextvars.ContextVar("coda_custom_ops", default=False)
@@ -92,6 +104,9 @@ class _Ctx:
 
     def save_for_backward(self, *tensors: Tensor | None) -> None:
         self.saved_tensors = tensors
+
+    def mark_non_differentiable(self, *tensors: Tensor) -> None:
+        """The setup_context of the custom op marks its outputs instead."""
 
     def set_materialize_grads(self, value: bool) -> None:
         """Gradients reach the Function's backward as the backward op got them."""
@@ -524,8 +539,315 @@ def linear_cross_entropy_op(x: Tensor, w: Tensor, target: Tensor, bias: Tensor |
                                                norm_eps)[0]
 
 
+# rms_norm_linear ---------------------------------------------------------------------------------
+@torch.library.custom_op("coda::rms_norm_linear", mutates_args=())
+def _rms_norm_linear(x: Tensor, g: Tensor, w: Tensor, bias: Tensor | None, sumsq: Tensor | None,
+                     eps: float) -> tuple[Tensor, Tensor]:
+    """(y, ss): RMSNormLinearFunction.forward; ss, the row sums of squares it computed, is empty
+    when `sumsq` is given (the backward then reads sumsq itself)."""
+    ctx = _Ctx()
+    y = RMSNormLinearFunction.forward(ctx, x, g, w, bias, sumsq, eps)
+    return y, ctx.saved_tensors[3] if sumsq is None else x.new_empty(0)
+
+
+@_rms_norm_linear.register_fake
+def _rms_norm_linear_fake(x, g, w, bias, sumsq, eps):
+    ss = x.new_empty(_rows(x), dtype=_stat_dtype(x)) if sumsq is None else x.new_empty(0)
+    return x.new_empty(*x.shape[:-1], w.shape[0]), ss
+
+
+def _rms_norm_linear_setup(ctx, inputs, output):
+    x, g, w, bias, sumsq, eps = inputs
+    ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(x, g, w, output[1] if sumsq is None else sumsq)
+    ctx.eps, ctx.bias_dtype = eps, None if bias is None else bias.dtype
+
+
+def _rms_norm_linear_grad(ctx, dy, _ss):
+    x, g, w, ss = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:4]   # x, g, w, bias (sumsq is not differentiated)
+    grads = torch.ops.coda.rms_norm_linear_backward(dy, x, g, w, ss, ctx.eps, needs, ctx.bias_dtype)
+    return *_wanted(grads, needs), None, None
+
+
+_rms_norm_linear.register_autograd(_rms_norm_linear_grad, setup_context=_rms_norm_linear_setup)
+
+
+@torch.library.custom_op("coda::rms_norm_linear_backward", mutates_args=())
+def _rms_norm_linear_backward(dy: Tensor, x: Tensor, g: Tensor, w: Tensor, ss: Tensor, eps: float,
+                              needs: list[bool], bias_dtype: torch.dtype | None
+                              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(dx, dg, dw, dbias): RMSNormLinearFunction.backward; empty where `needs` is False."""
+    ctx = _Ctx((x, g, w, ss.reshape(-1)), needs, eps=eps, bias_dtype=bias_dtype)
+    return tuple(_or_empty(t, x) for t in RMSNormLinearFunction.backward(ctx, dy)[:4])
+
+
+@_rms_norm_linear_backward.register_fake
+def _rms_norm_linear_backward_fake(dy, x, g, w, ss, eps, needs, bias_dtype):
+    shapes = (x.shape, g.shape, w.shape, w.shape[:1])
+    dtypes = (x.dtype, g.dtype, w.dtype, bias_dtype)
+    return tuple(x.new_empty(shape, dtype=dtype) if need else x.new_empty(0)
+                 for shape, dtype, need in zip(shapes, dtypes, needs, strict=True))
+
+
+def rms_norm_linear_op(x: Tensor, g: Tensor, w: Tensor, bias: Tensor | None, sumsq: Tensor | None,
+                       eps: float) -> Tensor:
+    """rms_norm_linear's launch (checked arguments) through coda::rms_norm_linear."""
+    return torch.ops.coda.rms_norm_linear(x, g, w, bias, sumsq, eps)[0]
+
+
+# layer_norm_linear -------------------------------------------------------------------------------
+@torch.library.custom_op("coda::layer_norm_linear", mutates_args=())
+def _layer_norm_linear(x: Tensor, g: Tensor, beta: Tensor, w: Tensor, bias: Tensor | None,
+                       eps: float, rowsum: Tensor | None, sumsq: Tensor | None
+                       ) -> tuple[Tensor, Tensor, Tensor]:
+    """(y, s, ss): LayerNormLinearFunction.forward; s and ss, the (shifted) row sums it computed,
+    are empty when `rowsum` and `sumsq` are given."""
+    ctx = _Ctx()
+    y = LayerNormLinearFunction.forward(ctx, x, g, beta, w, bias, eps, rowsum, sumsq)
+    if rowsum is not None:
+        return y, x.new_empty(0), x.new_empty(0)
+    return y, *ctx.saved_tensors[4:6]
+
+
+@_layer_norm_linear.register_fake
+def _layer_norm_linear_fake(x, g, beta, w, bias, eps, rowsum, sumsq):
+    sums = (x.new_empty(0) if rowsum is not None else x.new_empty(_rows(x), dtype=_stat_dtype(x))
+            for _ in range(2))
+    return x.new_empty(*x.shape[:-1], w.shape[0]), *sums
+
+
+def _layer_norm_linear_setup(ctx, inputs, output):
+    x, g, beta, w, bias, eps, rowsum, sumsq = inputs
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.set_materialize_grads(False)
+    shifted = rowsum is None
+    ctx.save_for_backward(x, g, beta, w, *(output[1:] if shifted else (rowsum, sumsq)))
+    ctx.eps, ctx.shifted = eps, shifted
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _layer_norm_linear_grad(ctx, dy, _s, _ss):
+    x, g, beta, w, s, ss = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:5]   # x, g, beta, w, bias (the given sums are not differentiated)
+    grads = torch.ops.coda.layer_norm_linear_backward(dy, x, g, beta, w, s, ss, ctx.eps, ctx.shifted,
+                                                      needs, ctx.bias_dtype)
+    return *_wanted(grads, needs), None, None, None
+
+
+_layer_norm_linear.register_autograd(_layer_norm_linear_grad, setup_context=_layer_norm_linear_setup)
+
+
+@torch.library.custom_op("coda::layer_norm_linear_backward", mutates_args=())
+def _layer_norm_linear_backward(dy: Tensor, x: Tensor, g: Tensor, beta: Tensor, w: Tensor, s: Tensor,
+                                ss: Tensor, eps: float, shifted: bool, needs: list[bool],
+                                bias_dtype: torch.dtype | None
+                                ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(dx, dg, dbeta, dw, dbias): LayerNormLinearFunction.backward; empty where `needs` is
+    False. `shifted`: s and ss are the op's own sums about each row's first value (not given)."""
+    ctx = _Ctx((x, g, beta, w, s.reshape(-1), ss.reshape(-1)), needs, eps=eps, shifted=shifted,
+               bias_dtype=bias_dtype)
+    return tuple(_or_empty(t, x) for t in LayerNormLinearFunction.backward(ctx, dy)[:5])
+
+
+@_layer_norm_linear_backward.register_fake
+def _layer_norm_linear_backward_fake(dy, x, g, beta, w, s, ss, eps, shifted, needs, bias_dtype):
+    shapes = (x.shape, g.shape, beta.shape, w.shape, w.shape[:1])
+    dtypes = (x.dtype, g.dtype, beta.dtype, w.dtype, bias_dtype)
+    return tuple(x.new_empty(shape, dtype=dtype) if need else x.new_empty(0)
+                 for shape, dtype, need in zip(shapes, dtypes, needs, strict=True))
+
+
+def layer_norm_linear_op(x: Tensor, g: Tensor, beta: Tensor, w: Tensor, bias: Tensor | None,
+                         eps: float, rowsum: Tensor | None, sumsq: Tensor | None) -> Tensor:
+    """layer_norm_linear's launch (checked arguments) through coda::layer_norm_linear."""
+    return torch.ops.coda.layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq)[0]
+
+
+# out_proj_residual -------------------------------------------------------------------------------
+@torch.library.custom_op("coda::out_proj_residual", mutates_args=())
+def _out_proj_residual(x: Tensor, w: Tensor, residual: Tensor, bias: Tensor | None, p: float,
+                       seed: Tensor | None, stats: str | None) -> tuple[Tensor, Tensor, Tensor]:
+    """(y, ss, s): OutProjResidualFunction.forward; ss is empty for stats=None, s unless "layer"."""
+    out = OutProjResidualFunction.forward(_Ctx(), x, w, residual, bias, p, _int(seed), stats)
+    y, *sums = out if isinstance(out, tuple) else (out,)
+    return y, *sums, *(x.new_empty(0) for _ in range(2 - len(sums)))   # distinct empties
+
+
+@_out_proj_residual.register_fake
+def _out_proj_residual_fake(x, w, residual, bias, p, seed, stats):
+    wanted = {None: 0, "rms": 1, "layer": 2}[stats]
+    sums = (x.new_empty(x.shape[:-1], dtype=_stat_dtype(x)) if i < wanted else x.new_empty(0)
+            for i in range(2))
+    return x.new_empty(*x.shape[:-1], w.shape[0]), *sums
+
+
+def _out_proj_residual_setup(ctx, inputs, output):
+    x, w, residual, bias, p, seed, _ = inputs
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(x, w, seed)
+    ctx.p, ctx.dtypes = p, (residual.dtype, None if bias is None else bias.dtype)
+
+
+def _out_proj_residual_grad(ctx, dy, _ss, _s):
+    x, w, seed = ctx.saved_tensors
+    need_x, need_w, need_r, need_b = ctx.needs_input_grad[:4]
+    residual_dtype, bias_dtype = ctx.dtypes
+    needs = [need_x, need_w, need_b]
+    dx = dw = db = None
+    if any(needs):
+        grads = torch.ops.coda.out_proj_residual_backward(dy, x, w, ctx.p, seed, needs, bias_dtype)
+        dx, dw, db = _wanted(grads, needs)
+    dresidual = dy.to(residual_dtype) if need_r else None   # outside the op: it is dy itself
+    return dx, dw, dresidual, db, None, None, None
+
+
+_out_proj_residual.register_autograd(_out_proj_residual_grad, setup_context=_out_proj_residual_setup)
+
+
+@torch.library.custom_op("coda::out_proj_residual_backward", mutates_args=())
+def _out_proj_residual_backward(dy: Tensor, x: Tensor, w: Tensor, p: float, seed: Tensor | None,
+                                needs: list[bool], bias_dtype: torch.dtype | None
+                                ) -> tuple[Tensor, Tensor, Tensor]:
+    """(dx, dw, dbias): OutProjResidualFunction.backward; empty where `needs` (x, w, bias) is
+    False. The residual's gradient, dy itself, is formed outside the op."""
+    need_x, need_w, need_b = needs
+    ctx = _Ctx((x, w), (need_x, need_w, False, need_b), p=p, seed=_int(seed),
+               dtypes=(x.dtype, bias_dtype))
+    dx, dw, _, db = OutProjResidualFunction.backward(ctx, dy)[:4]
+    return tuple(_or_empty(t, x) for t in (dx, dw, db))
+
+
+@_out_proj_residual_backward.register_fake
+def _out_proj_residual_backward_fake(dy, x, w, p, seed, needs, bias_dtype):
+    need_x, need_w, need_b = needs
+    return (x.new_empty(x.shape) if need_x else x.new_empty(0),
+            w.new_empty(w.shape) if need_w else x.new_empty(0),
+            x.new_empty(w.shape[0], dtype=bias_dtype) if need_b else x.new_empty(0))
+
+
+def out_proj_residual_op(x: Tensor, w: Tensor, residual: Tensor, bias: Tensor | None, p: float,
+                         seed: int | None, stats: str | None) -> Tensor | tuple[Tensor, ...]:
+    """out_proj_residual's launch (checked arguments, the caller's seed) through
+    coda::out_proj_residual: y, (y, ss) or (y, ss, s) as the op returns them."""
+    y, ss, s = torch.ops.coda.out_proj_residual(x, w, residual, bias, p, _seed(p, seed), stats)
+    return {None: y, "rms": (y, ss), "layer": (y, ss, s)}[stats]
+
+
+# rms_rstd ----------------------------------------------------------------------------------------
+@torch.library.custom_op("coda::rms_rstd", mutates_args=())
+def _rms_rstd(h: Tensor, ss: Tensor, eps: float) -> Tensor:
+    """RmsRstd.forward: rstd in h's dtype."""
+    return RmsRstd.forward(_Ctx(), h, ss, eps)
+
+
+@_rms_rstd.register_fake
+def _rms_rstd_fake(h, ss, eps):
+    return ss.new_empty(ss.shape, dtype=h.dtype)
+
+
+def _rms_rstd_setup(ctx, inputs, output):
+    h, ss, eps = inputs
+    ctx.save_for_backward(h, ss)
+    ctx.eps = eps
+
+
+def _rms_rstd_grad(ctx, drstd):
+    h, ss = ctx.saved_tensors
+    dh = torch.ops.coda.rms_rstd_backward(drstd, h, ss, ctx.eps) if ctx.needs_input_grad[0] else None
+    return dh, None, None
+
+
+_rms_rstd.register_autograd(_rms_rstd_grad, setup_context=_rms_rstd_setup)
+
+
+@torch.library.custom_op("coda::rms_rstd_backward", mutates_args=())
+def _rms_rstd_backward(drstd: Tensor, h: Tensor, ss: Tensor, eps: float) -> Tensor:
+    """dh: RmsRstd.backward, its saved float rstd recomputed by RmsRstd.forward from ss (a few
+    flops per row, instead of a second output that may alias the first)."""
+    ctx = _Ctx()
+    RmsRstd.forward(ctx, h, ss, eps)
+    return RmsRstd.backward(ctx, drstd)[0]
+
+
+@_rms_rstd_backward.register_fake
+def _rms_rstd_backward_fake(drstd, h, ss, eps):
+    return h.new_empty(h.shape)
+
+
+def rms_rstd_op(h: Tensor, ss: Tensor, eps: float) -> Tensor:
+    """rms_rstd through coda::rms_rstd."""
+    return torch.ops.coda.rms_rstd(h, ss, eps)
+
+
+# coda.nn.layer_norm ------------------------------------------------------------------------------
+@torch.library.custom_op("coda::layer_norm", mutates_args=())
+def _layer_norm(x: Tensor, g: Tensor, beta: Tensor, eps: float, rowsum: Tensor | None,
+                sumsq: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """(y, s, ss): coda.nn.layer_norm's LayerNormFunction.forward; s and ss, the shifted row
+    sums it computed, are empty when `rowsum` and `sumsq` are given."""
+    ctx = _Ctx()
+    y = LayerNormFunction.forward(ctx, x, g, beta, eps, rowsum, sumsq)
+    if rowsum is not None:
+        return y, x.new_empty(0), x.new_empty(0)
+    return y, *ctx.saved_tensors[3:5]
+
+
+@_layer_norm.register_fake
+def _layer_norm_fake(x, g, beta, eps, rowsum, sumsq):
+    sums = (x.new_empty(0) if rowsum is not None else x.new_empty(_rows(x), dtype=_stat_dtype(x))
+            for _ in range(2))
+    return x.new_empty(x.shape), *sums
+
+
+def _layer_norm_setup(ctx, inputs, output):
+    x, g, beta, eps, rowsum, sumsq = inputs
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.set_materialize_grads(False)
+    shifted = rowsum is None
+    ctx.save_for_backward(x, g, *(output[1:] if shifted else (rowsum, sumsq)))
+    ctx.eps, ctx.shifted, ctx.beta_dtype = eps, shifted, beta.dtype
+
+
+def _layer_norm_grad(ctx, dy, _s, _ss):
+    x, g, s, ss = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:3]   # x, g, beta (the given sums are not differentiated)
+    grads = torch.ops.coda.layer_norm_backward(dy, x, g, s, ss, ctx.eps, ctx.shifted, needs,
+                                               ctx.beta_dtype)
+    return *_wanted(grads, needs), None, None, None
+
+
+_layer_norm.register_autograd(_layer_norm_grad, setup_context=_layer_norm_setup)
+
+
+@torch.library.custom_op("coda::layer_norm_backward", mutates_args=())
+def _layer_norm_backward(dy: Tensor, x: Tensor, g: Tensor, s: Tensor, ss: Tensor, eps: float,
+                         shifted: bool, needs: list[bool], beta_dtype: torch.dtype
+                         ) -> tuple[Tensor, Tensor, Tensor]:
+    """(dx, dg, dbeta): LayerNormFunction.backward; empty where `needs` is False. `shifted`: s
+    and ss are the op's own sums about each row's first value (not given)."""
+    shift = row_shift(ops.as_rows(x)[0], shifted)
+    ctx = _Ctx((x, g, shift, s.reshape(-1), ss.reshape(-1)), needs, eps=eps, beta_dtype=beta_dtype)
+    return tuple(_or_empty(t, x) for t in LayerNormFunction.backward(ctx, dy)[:3])
+
+
+@_layer_norm_backward.register_fake
+def _layer_norm_backward_fake(dy, x, g, s, ss, eps, shifted, needs, beta_dtype):
+    shapes, dtypes = (x.shape, g.shape, g.shape), (x.dtype, g.dtype, beta_dtype)
+    return tuple(x.new_empty(shape, dtype=dtype) if need else x.new_empty(0)
+                 for shape, dtype, need in zip(shapes, dtypes, needs, strict=True))
+
+
+def layer_norm_op(x: Tensor, g: Tensor, beta: Tensor, eps: float, rowsum: Tensor | None,
+                  sumsq: Tensor | None) -> Tensor:
+    """coda.nn.layer_norm's launch (checked arguments) through coda::layer_norm."""
+    return torch.ops.coda.layer_norm(x, g, beta, eps, rowsum, sumsq)[0]
+
+
 # the coda.ops functions, through the custom ops in eager mode too --------------------------------
-def _through_custom_ops(fn: Callable) -> Callable:
+def _through_custom_ops(fn: Callable, where: str = "coda.ops") -> Callable:
     """`fn` (a coda.ops function) with its launches routed through the custom ops."""
 
     @functools.wraps(fn)
@@ -535,7 +857,7 @@ def _through_custom_ops(fn: Callable) -> Callable:
         with custom_ops():
             return fn(*args, **kwargs)
 
-    wrapper.__doc__ = f"`coda.ops.{fn.__name__}` through the custom ops, in eager mode too.\n\n{fn.__doc__}"
+    wrapper.__doc__ = f"`{where}.{fn.__name__}` through the custom ops, in eager mode too.\n\n{fn.__doc__}"
     return wrapper
 
 
@@ -546,6 +868,12 @@ swiglu_mlp = _through_custom_ops(ops.swiglu_mlp)
 geglu_mlp = _through_custom_ops(ops.geglu_mlp)
 qkv_rope = _through_custom_ops(ops.qkv_rope)
 linear_cross_entropy = _through_custom_ops(ops.linear_cross_entropy)
+rms_norm_linear = _through_custom_ops(ops.rms_norm_linear)
+layer_norm_linear = _through_custom_ops(ops.layer_norm_linear)
+out_proj_residual = _through_custom_ops(ops.out_proj_residual)
+rms_rstd = _through_custom_ops(ops.rms_rstd)
+layer_norm = _through_custom_ops(_nn_layer_norm, "coda.nn")
 
-__all__ = ["custom_ops", "dropout", "geglu_mlp", "linear", "linear_cross_entropy", "mlp",
-           "qkv_rope", "routed", "swiglu_mlp"]
+__all__ = ["custom_ops", "dropout", "geglu_mlp", "layer_norm", "layer_norm_linear", "linear",
+           "linear_cross_entropy", "mlp", "out_proj_residual", "qkv_rope", "rms_norm_linear",
+           "rms_rstd", "routed", "swiglu_mlp"]

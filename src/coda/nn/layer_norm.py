@@ -38,6 +38,12 @@ LN_GRAD_DX = compile_program(f"EPILOGUE layer_norm_dx({LN_ROW_PARAMS}, g: col, x
                              f" {LN_ROW} {XHAT} output = rstd * (input * g - (a + xhat * b) * inv_n); }}")
 
 
+def row_shift(rows: torch.Tensor, shifted: bool) -> torch.Tensor:
+    """The shift c of the row sums: each row's first value (no cancellation in ss/n - (s/n)² when
+    |mean| >> std), or 0 for the raw sums of a producer."""
+    return rows[:, 0] if shifted else rows.new_zeros(rows.shape[0])
+
+
 class LayerNormFunction(torch.autograd.Function):
     """LayerNorm(x) ⊙ g + beta: 2 map programs forward (1 with given sums), 2 backward."""
 
@@ -45,9 +51,7 @@ class LayerNormFunction(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float,
                 rowsum: torch.Tensor | None, sumsq: torch.Tensor | None) -> torch.Tensor:
         rows, _ = as_rows(x)
-        # The shift c of the sums: each row's first value (no cancellation in ss/n - (s/n)² when
-        # |mean| >> std), or 0 for the raw sums of a producer.
-        shift = rows[:, 0] if rowsum is None else rows.new_zeros(rows.shape[0])
+        shift = row_shift(rows, rowsum is None)
         if rowsum is None:
             sums = LN_STATS.map(rows, shift=shift, outputs=["s", "ss"])
             rowsum, sumsq = sums["s"], sums["ss"]
@@ -97,4 +101,7 @@ def layer_norm(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float 
         if t is not None and tuple(t.shape) != tuple(x.shape[:-1]):
             raise LaunchError(f"layer_norm: {name} must have shape {list(x.shape[:-1])}, got "
                               f"{list(t.shape)}")
+    from ..integrations import compile as custom  # here: that module imports this one
+    if custom.routed():   # inside torch.compile: the custom op coda::layer_norm, no graph break
+        return custom.layer_norm_op(x, g, beta, float(eps), rowsum, sumsq)
     return LayerNormFunction.apply(x, g, beta, float(eps), rowsum, sumsq)

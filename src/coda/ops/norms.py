@@ -301,7 +301,11 @@ def rms_norm_linear(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, eps: floa
     _check_vector("rms_norm_linear", "g", g, k, x)
     _check_bias("rms_norm_linear", bias, n, x)
     _check_row_stats("rms_norm_linear", x, m, sumsq=sumsq)
-    return RMSNormLinearFunction.apply(x, g, w, bias, sumsq, _check_eps("rms_norm_linear", eps))
+    eps = _check_eps("rms_norm_linear", eps)
+    from ..integrations import compile as custom  # here: that module imports this one
+    if custom.routed():   # inside torch.compile: the custom op coda::rms_norm_linear, no graph break
+        return custom.rms_norm_linear_op(x, g, w, bias, sumsq, eps)
+    return RMSNormLinearFunction.apply(x, g, w, bias, sumsq, eps)
 
 
 def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: torch.Tensor,
@@ -324,6 +328,9 @@ def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: t
         missing = "sumsq" if sumsq is None else "rowsum"
         raise LaunchError(f"layer_norm_linear: rowsum and sumsq come together; {missing} is missing")
     eps = _check_eps("layer_norm_linear", eps)
+    from ..integrations import compile as custom  # here: that module imports this one
+    if custom.routed():   # inside torch.compile: the custom op coda::layer_norm_linear, no graph break
+        return custom.layer_norm_linear_op(x, g, beta, w, bias, eps, rowsum, sumsq)
     return LayerNormLinearFunction.apply(x, g, beta, w, bias, eps, rowsum, sumsq)
 
 
@@ -349,12 +356,17 @@ def out_proj_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor,
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real) or not 0 <= dropout_p <= 1:
         raise LaunchError(f"out_proj_residual: dropout_p must be a number in [0, 1], got {dropout_p!r}")
     p = float(dropout_p)
+    if p > 0.0 and seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise LaunchError(f"out_proj_residual: seed must be an int or None, got {seed!r}")
+        seed = int(seed)
+    from ..integrations import compile as custom  # here: that module imports this one
+    if custom.routed():   # inside torch.compile: the custom op coda::out_proj_residual, no graph break
+        return custom.out_proj_residual_op(x, w, residual, bias, p, seed, stats)
     if p == 0.0:
         seed = None
     elif seed is None:
         seed = int(torch.randint(2**31, ()).item())
-    elif isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise LaunchError(f"out_proj_residual: seed must be an int or None, got {seed!r}")
     return OutProjResidualFunction.apply(x, w, residual, bias, p, seed, stats)
 
 
@@ -438,4 +450,7 @@ SCALE_ROWS = compile_program("EPILOGUE scale_rows(c: row) { output = input * c; 
 def rms_rstd(h: torch.Tensor, ss: torch.Tensor, eps: float) -> torch.Tensor:
     """The RMSNorm row scale of h from its row sums of squares `ss` (as `out_proj_residual`
     emits them), differentiable with respect to h, for ops that take `rstd=` (swiglu_mlp)."""
+    from ..integrations import compile as custom  # here: that module imports this one
+    if custom.routed():   # inside torch.compile: the custom op coda::rms_rstd, no graph break
+        return custom.rms_rstd_op(h, ss, float(eps))
     return RmsRstd.apply(h, ss, eps)
