@@ -234,7 +234,9 @@ class _Emitter:
                       f"{combine}({part}, axis=0), mask={mask_c})")
         elif out.reduction == "row_logsumexp":
             self.emit(f"{part}_max = tl.max({part}, axis=1)")
-            self.emit(f"{part}_shift = tl.where(mask_m, {part}_max, 0.0)")  # rows past M: all -inf
+            # a row with no finite value here (past M, or -inf logits) shifts by 0, not -inf:
+            # exp(-inf - -inf) would be NaN
+            self.emit(f"{part}_shift = tl.where({part}_max == float('-inf'), 0.0, {part}_max)")
             self.emit(f"tl.store(red_{out.name}_max + tile_n * M + rows, {part}_max, mask=mask_m)")
             self.emit(f"tl.store(red_{out.name}_sum + tile_n * M + rows, "
                       f"tl.sum(tl.exp({part} - {part}_shift[:, None]), axis=1), mask=mask_m)")
