@@ -15,7 +15,8 @@ loss of row i with respect to its logits, times the row's weight α_i (dL/dloss_
     dℓ = (softmax(ℓ) - (1 - ε)·onehot(target) - ε / V) · α,    dz = dℓ · (1 - tanh²(z / c)).
 
 The vocabulary is cut into chunks of columns (`chunk_size`, default: about 2**25 logits per chunk)
-and every pass walks the chunks; each chunk is one [T, chunk] block of the logit matrix.
+and every pass walks the chunks; each chunk is one [T, chunk] block of the logit matrix. The
+forward, which keeps only statistics, walks chunks FORWARD_CHUNK_FACTOR times wider.
 
   forward   lse, t, s   = FORWARD(c)  GEMM x @ w_c.T; epilogue: bias, cap, then the reductions
                           lse = row_logsumexp(ℓ), t = row_sum(where(col == target, ℓ, 0)),
@@ -70,6 +71,10 @@ REDUCTIONS = ("mean", "sum", "none")
 CHUNK_LOGITS = 2**25
 #: Chunk widths are multiples of this (whole GEMM tiles), except the last.
 CHUNK_ALIGN = 256
+#: The forward stores no [T, chunk] block, only per-tile partial statistics (12-16 bytes per row
+#: and 128 columns, 1/20 of the backward's bf16 block): its chunks are this many backward chunks
+#: wide. Fewer chunks, fewer launches: 2 instead of 25 at 16384 tokens x 50257 (GPT-2).
+FORWARD_CHUNK_FACTOR = 16
 #: Targets travel as float32: exact below 2**24.
 MAX_VOCAB = 2**24
 
@@ -157,6 +162,11 @@ def default_chunk_size(tokens: int, vocab: int) -> int:
 
 
 
+def _chunks(vocab: int, width: int) -> list[tuple[int, int]]:
+    """[c0, c1) column ranges of `width` (the last one shorter) covering the vocabulary."""
+    return [(c0, min(c0 + width, vocab)) for c0 in range(0, vocab, width)]
+
+
 class LinearCrossEntropyFunction(torch.autograd.Function):
     """Per-row cross-entropy of x @ w.T (+ bias, cap, folded RMSNorm): one GEMM per chunk forward
     (reductions only), three per chunk backward."""
@@ -177,11 +187,11 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         else:
             outs = NORM_INPUT.map(h, g=norm_weight)
             a, rstd = outs["output"], torch.rsqrt(outs["ss"] / h.shape[1] + norm_eps)
-        chunks = [(c0, min(c0 + chunk_size, vocab)) for c0 in range(0, vocab, chunk_size)]
+        chunks = _chunks(vocab, chunk_size)
         prog = forward_program(bias is not None, rstd is not None, softcap is not None)
         names = ["lse", "t", "s"] if label_smoothing else ["lse", "t"]
         lse = t = s = None
-        for c0, c1 in chunks:
+        for c0, c1 in _chunks(vocab, FORWARD_CHUNK_FACTOR * chunk_size):
             outs = prog(a, w[c0:c1].T, outputs=names, target=target_f, offset=float(c0),
                         **present(bias=None if bias is None else bias[c0:c1], rstd=rstd, cap=softcap))
             if lse is None:
