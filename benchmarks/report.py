@@ -1,0 +1,77 @@
+"""Plots for docs/benchmarks.md from the JSON results of micro.py and train.py.
+
+    python benchmarks/report.py [--results benchmarks/results] [--out docs/img]
+
+Writes micro_<size>.png (time of each op, fwd+bwd, per implementation, as a multiple of the
+cuBLAS time of its GEMMs) and train_throughput.png (tokens/s per model and mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+
+def grouped_bars(ax, groups: list[str], series: dict[str, list[float | None]], ylabel: str) -> None:
+    """One cluster of bars per group, one bar per series (None: no bar)."""
+    width = 0.8 / max(1, len(series))
+    for i, (name, values) in enumerate(series.items()):
+        xs = [g + i * width for g, v in enumerate(values) if v is not None]
+        ax.bar(xs, [v for v in values if v is not None], width, label=name)
+    ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))], groups, rotation=20, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+
+
+def micro_plots(results: Path, out: Path) -> None:
+    rows = [r for r in json.loads((results / "micro.json").read_text())["results"]
+            if "ms" in r and r["pass_"] == "fwd_bwd"]
+    for size in sorted({r["size"] for r in rows}):
+        ops = list(dict.fromkeys(r["op"] for r in rows if r["size"] == size))
+        impls = list(dict.fromkeys(r["impl"] for r in rows if r["size"] == size))
+        table = {(r["op"], r["impl"]): r["over_floor"] for r in rows if r["size"] == size}
+        fig, ax = plt.subplots(figsize=(9, 4))
+        grouped_bars(ax, ops, {i: [table.get((op, i)) for op in ops] for i in impls},
+                     "fwd+bwd time / cuBLAS GEMM time")
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set_title(f"ops at {size} size, H200 bf16 (lower is better)")
+        fig.tight_layout()
+        fig.savefig(out / f"micro_{size}.png", dpi=110)
+        plt.close(fig)
+
+
+def train_plot(results: Path, out: Path) -> None:
+    rows = [r for path in sorted(results.glob("train*.json"))
+            for r in json.loads(path.read_text())["rows"] if r.get("tokens_per_s")]
+    if not rows:
+        return
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    table = {(r["model"], r["mode"]): r["tokens_per_s"] / 1e3 for r in rows}
+    fig, ax = plt.subplots(figsize=(8, 4))
+    grouped_bars(ax, models, {m: [table.get((model, m)) for model in models] for m in modes},
+                 "training tokens/s (thousands)")
+    ax.set_title("training step throughput, H200 bf16 (higher is better)")
+    fig.tight_layout()
+    fig.savefig(out / "train_throughput.png", dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--out", type=Path, default=Path("docs/img"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    micro_plots(args.results, args.out)
+    train_plot(args.results, args.out)
+
+
+if __name__ == "__main__":
+    main()
