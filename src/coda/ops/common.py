@@ -1,7 +1,10 @@
 """Pieces every op shares: flattening to rows, the plain GEMM, and weight gradients.
 
-Every GEMM in `coda.ops` is a CODA program (the library eats its own cooking); these two are the
-ones with no epilogue worth a name.
+Every GEMM that carries an epilogue is a CODA program (the library eats its own cooking). A GEMM
+with none (`matmul`, `weight_grad`) is cuBLAS's job: torch.matmul is as fast or faster there
+(CODA's plain GEMM runs at 0.96x cuBLAS's speed on the H200, docs/performance.md) and launches
+with less host time. PLAIN and ACCUMULATE remain for what torch.matmul cannot do in one
+kernel: a float32 result of bf16 operands, `+=` into a float32 accumulator, strided `out=`.
 """
 
 from __future__ import annotations
@@ -33,13 +36,14 @@ def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """`a @ b` through CODA's GEMM (any strides: pass `w.T` for an nn.Linear weight)."""
-    return PLAIN(a, b)["output"]
+    """`a @ b` (any strides: pass `w.T` for an nn.Linear weight)."""
+    return torch.matmul(a, b)
 
 
 def weight_grad(dy: torch.Tensor, x: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
     """`dy.T @ x` ([N, M] @ [M, K] = [N, K]), the gradient of an nn.Linear weight; with `into`
-    (a [N, K] buffer of the output dtype, e.g. an existing `.grad`) it is accumulated there."""
+    (a [N, K] buffer of the output dtype, e.g. an existing `.grad`) it is accumulated there, in
+    one GEMM (beta = 1)."""
     if into is None:
-        return PLAIN(dy.T, x)["output"]
-    return ACCUMULATE(dy.T, x, out=into)["output"]
+        return torch.matmul(dy.T, x)
+    return into.addmm_(dy.T, x)
