@@ -126,6 +126,9 @@ class _Emitter:
         self.emit("cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)")
         self.emit("mask_m = rows < M")
         self.emit("mask_n = cols < N")
+        if any(o.axis == "row" and o.name in self.sig.outputs for o in self.program.ir.outputs):
+            # a column slice wholly past N (Hopper's split epilogue, ragged N) has no partial row
+            self.emit("mask_r = mask_m & (tile_n * BLOCK_N < N)")
         if any(w == HALF for w in self.domains.values()):
             self.emit("hcols = tile_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)")
             self.emit("mask_h = hcols < N // 2")
@@ -237,10 +240,10 @@ class _Emitter:
             # a row with no finite value here (past M, or -inf logits) shifts by 0, not -inf:
             # exp(-inf - -inf) would be NaN
             self.emit(f"{part}_shift = tl.where({part}_max == float('-inf'), 0.0, {part}_max)")
-            self.emit(f"tl.store(red_{out.name}_max + tile_n * M + rows, {part}_max, mask=mask_m)")
+            self.emit(f"tl.store(red_{out.name}_max + tile_n * M + rows, {part}_max, mask=mask_r)")
             self.emit(f"tl.store(red_{out.name}_sum + tile_n * M + rows, "
-                      f"tl.sum(tl.exp({part} - {part}_shift[:, None]), axis=1), mask=mask_m)")
+                      f"tl.sum(tl.exp({part} - {part}_shift[:, None]), axis=1), mask=mask_r)")
         else:
             combine = "tl.max" if is_max else "tl.sum"
             self.emit(f"tl.store(red_{out.name}_ptr + tile_n * M + rows, "
-                      f"{combine}({part}, axis=1), mask=mask_m)")
+                      f"{combine}({part}, axis=1), mask=mask_r)")

@@ -107,27 +107,23 @@ def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EP
         epilogue_tile += NUM_SMS
         pid_m, pid_n = tile_coords(epilogue_tile, row_blocks, col_blocks, GROUP_M)
         # The epilogue sees EPILOGUE_SPLIT column slices of the tile, one after the other, so its
-        # temporaries (loads, RNG state) need a half or a quarter of the registers. A slice that
-        # lies wholly past N (in the last tile of a ragged N) is skipped: it stores nothing, and
-        # the reductions' partial buffers have no row for it.
+        # temporaries (loads, RNG state) need a half or a quarter of the registers. In the last
+        # tile of a ragged N a slice can lie wholly past N: the epilogue's masks then store
+        # nothing (no `if` here: Triton's loop flattening cannot take one).
         if EPILOGUE_SPLIT == 1:
             epilogue(acc, pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N)
         else:
             left, right = column_halves(acc, BLOCK_M, BLOCK_N)
             if EPILOGUE_SPLIT == 2:
                 epilogue(left, pid_m, 2 * pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 2)
-                if (2 * pid_n + 1) * (BLOCK_N // 2) < N:
-                    epilogue(right, pid_m, 2 * pid_n + 1, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 2)
+                epilogue(right, pid_m, 2 * pid_n + 1, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 2)
             else:
                 q0, q1 = column_halves(left, BLOCK_M, BLOCK_N // 2)
                 q2, q3 = column_halves(right, BLOCK_M, BLOCK_N // 2)
                 epilogue(q0, pid_m, 4 * pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
-                if (4 * pid_n + 1) * (BLOCK_N // 4) < N:
-                    epilogue(q1, pid_m, 4 * pid_n + 1, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
-                if (4 * pid_n + 2) * (BLOCK_N // 4) < N:
-                    epilogue(q2, pid_m, 4 * pid_n + 2, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
-                if (4 * pid_n + 3) * (BLOCK_N // 4) < N:
-                    epilogue(q3, pid_m, 4 * pid_n + 3, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
+                epilogue(q1, pid_m, 4 * pid_n + 1, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
+                epilogue(q2, pid_m, 4 * pid_n + 2, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
+                epilogue(q3, pid_m, 4 * pid_n + 3, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
 '''
 
 MAP = '''
