@@ -26,6 +26,18 @@ PROGRAMS = {
 }
 
 
+def run_hopper(prog, a, b, split: int = 2, out=None, **operands) -> dict[str, torch.Tensor]:
+    """One launch on the Hopper mainloop (forced; CODA would pick the portable one on a CPU)."""
+    launch = prog.bind(a, b, out=out, **operands)
+    kernel = prog.triton._build(kernel_module._signature(launch, "hopper"), "hopper")
+    plan = kernel_module.Plan(kernel, Config(128, 256, 64, 8, 3, split_epilogue=split), launch)
+    return plan.run(launch.a, launch.b, launch.values, launch.out, launch.seed)
+
+
+def rel(x: torch.Tensor, exact: torch.Tensor) -> float:
+    return ((x.double() - exact).norm() / exact.norm()).item()
+
+
 @pytest.fixture(autouse=True)
 def _interpreter_only(monkeypatch):
     if torch.cuda.is_available():
@@ -45,12 +57,28 @@ def test_hopper_mainloop_matches_float64(name, split):
                 "residual": torch.randn(m, n, dtype=torch.float16),
                 "rstd": torch.rand(m) + 0.5}
     operands = {p: v for p, v in operands.items() if p in prog.ir.params}
-    launch = prog.bind(a, w.T, **operands)
-    kernel = prog.triton._build(kernel_module._signature(launch, "hopper"), "hopper")
-    plan = kernel_module.Plan(kernel, Config(128, 256, 64, 8, 3, split_epilogue=split), launch)
-    got = plan.run(launch.a, launch.b, launch.values, None, launch.seed)
+    got = run_hopper(prog, a, w.T, split, **operands)
     exact = evaluate(prog.bind(a.double(), w.T.double(), **{p: v.double() for p, v in operands.items()}))
     assert set(got) == set(exact)
     for key, value in got.items():
-        err = ((value.double() - exact[key]).norm() / exact[key].norm()).item()
-        assert err < 2e-3, (key, err)   # fp16 outputs: ~5e-4; float32 reductions: ~1e-7
+        assert rel(value, exact[key]) < 2e-3, key   # fp16 outputs: ~5e-4; float32 sums: ~1e-7
+
+
+@pytest.mark.parametrize("a_layout", ["k_contiguous", "m_contiguous"])
+@pytest.mark.parametrize("b_layout", ["linear_weight", "conv1d_weight"])
+def test_hopper_mainloop_layouts_and_accumulation(a_layout, b_layout):
+    """A as [M, K] or a transposed [K, M] buffer; B as an nn.Linear weight's .T (K-contiguous) or
+    a Conv1D weight [K, N] (N-contiguous, GPT-2's layout); `output +=` into a strided out=."""
+    prog = coda.compile("EPILOGUE(bias: col) { output += input + bias; }")
+    m, n, k = 136, 264, 80
+    torch.manual_seed(0)
+    a = torch.randn(m, k, dtype=torch.float16)
+    a = a if a_layout == "k_contiguous" else a.T.contiguous().T
+    w = (torch.randn(n, k) / k**0.5).to(torch.float16)
+    b = w.T if b_layout == "linear_weight" else w.T.contiguous()
+    bias = torch.randn(n, dtype=torch.float16)
+    start = torch.randn(m, n + 8, dtype=torch.float16)[:, :n]   # row stride n + 8
+    out = start.clone()
+    run_hopper(prog, a, b, out=out, bias=bias)
+    exact = start.double() + a.double() @ b.double() + bias.double()
+    assert rel(out, exact) < 2e-3
