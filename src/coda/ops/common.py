@@ -46,4 +46,6 @@ def weight_grad(dy: torch.Tensor, x: torch.Tensor, into: torch.Tensor | None = N
     one GEMM (beta = 1)."""
     if into is None:
         return torch.matmul(dy.T, x)
-    return into.addmm_(dy.T, x)
+    if into.dtype == dy.dtype:
+        return into.addmm_(dy.T, x)
+    return ACCUMULATE(dy.T, x, out=into)["output"]   # e.g. a float32 .grad of bf16 activations
