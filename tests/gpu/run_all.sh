@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Every GPU check in one command, for a machine with one CUDA GPU: the GPU tests (recording the
+# accuracy table), kernel launch counts and cross-entropy memory. Each step has a time limit, so
+# one hang cannot eat the rest; logs and JSON go to $R, packed into ${OUT:-.}/gpu-results.tgz.
+#   bash tests/gpu/run_all.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+R=$(mktemp -d)/gpu-results; mkdir -p "$R"
+export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1 CODA_AUTOTUNE=${CODA_AUTOTUNE:-0}
+step() {  # step NAME SECONDS COMMAND...: run it, log to $R/NAME.log, record its exit status
+    local name=$1 limit=$2; shift 2
+    timeout "$limit" "$@" > "$R/$name.log" 2>&1
+    echo "$name rc=$?" | tee -a "$R/status.txt"
+}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$R/gpu.txt" 2>&1
+step tests 420 env CODA_ACCURACY_JSON="$R/accuracy.json" python -m pytest -q -n 8 -p no:cacheprovider \
+    --tb=short --junitxml="$R/junit.xml" tests/gpu tests/integrations/test_compile_gpu.py
+step launch_counts 120 python benchmarks/launch_counts.py --json "$R/launch_counts.json"
+step cross_entropy 90 python benchmarks/cross_entropy_memory.py --json "$R/cross_entropy.json"
+tar czf "${OUT:-.}/gpu-results.tgz" -C "$(dirname "$R")" gpu-results
+grep -E "passed|failed" "$R/tests.log" | tail -3
