@@ -14,7 +14,9 @@ For each op (docs/ops.md) and model size it times, in one process, bf16:
 backward with a fixed upstream gradient. Also per op: the time cuBLAS needs for the op's GEMMs
 alone (`gemm_floor`: the limit a fused op approaches), peak memory of fwd+bwd above the inputs,
 and, from one profiled fwd+bwd, the summed GPU kernel time and kernel count (to tell GPU time
-from host overhead). Times are medians of `triton.testing.do_bench`.
+from host overhead), and `graph_ms`: the fwd+bwd replayed from a CUDA graph, which takes the
+host's launch cost out (what a step captured in a graph, or one large enough to keep the GPU
+queue full, sees). Times are medians of `triton.testing.do_bench`.
 """
 
 from __future__ import annotations
@@ -241,6 +243,16 @@ def kernel_profile(fn: Callable) -> tuple[float, int]:
     return sum(e.device_time for e in kernels), len(kernels)
 
 
+def graph_ms(fn: Callable) -> float | None:
+    """Median milliseconds of `fn` replayed from a CUDA graph; None where it cannot be captured
+    (an implementation that synchronizes with the host)."""
+    try:
+        return triton.testing.do_bench_cudagraph(fn, rep=60, return_mode="median")
+    except Exception as exc:
+        print(f"    (no CUDA graph: {exc!r:.100})", flush=True)
+        return None
+
+
 def peak_memory_gb(fn: Callable) -> float:
     """Peak allocated memory of one call above what was allocated before it."""
     fn()
@@ -294,11 +306,13 @@ def run_case(op: str, size: str, case: Case, compile_modes: list[str]) -> list[d
                        over_floor=ms / floor[name])
             if name == "fwd_bwd" and impl in ("eager", "coda", "liger"):
                 row["kernel_us"], row["kernels"] = kernel_profile(step)
+                row["graph_ms"] = graph_ms(step)
                 row["peak_mem_gb"] = peak_memory_gb(step)
             if impl == "coda":
                 row["rel_err_vs_eager"] = err
             rows.append(row)
-            extra = (f"  gpu {row['kernel_us']:8.1f}us in {row['kernels']:3d} kernels, "
+            graph = f", graph {row['graph_ms'] * 1e3:8.1f}us" if row.get("graph_ms") else ""
+            extra = (f"  gpu {row['kernel_us']:8.1f}us in {row['kernels']:3d} kernels{graph}, "
                      f"peak {row['peak_mem_gb']:.2f} GB" if "kernels" in row else "")
             print(f"{op:22s} {size:8s} {impl:13s} {name:8s} {ms * 1e3:9.1f}us  "
                   f"{ms / floor[name]:5.2f}x gemm floor{extra}", flush=True)
