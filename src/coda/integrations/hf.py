@@ -112,7 +112,7 @@ def _llama_layer(layer: nn.Module) -> Callable:
         q, k = hf.apply_rotary_pos_emb(q, k, cos, sin)
         cache = _cache(cache, kwargs)
         if cache is not None:
-            k, v = cache.update(k, v, attn.layer_idx, kwargs)
+            k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
         attention = hf.ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation,
                                                              hf.eager_attention_forward)
         out, _ = attention(attn, q, k, v, attention_mask, scaling=attn.scaling,
@@ -160,7 +160,7 @@ def _gpt2_block(block: nn.Module) -> Callable:
         q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(attn.split_size, dim=-1))
         cache = _cache(cache, kwargs)
         if cache is not None:
-            k, v = cache.update(k, v, attn.layer_idx, kwargs)
+            k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
         attention = hf.ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation,
                                                              hf.eager_attention_forward)
         out, _ = attention(attn, q, k, v, attention_mask, scaling=attn.scaling,
