@@ -247,3 +247,19 @@ def test_bert_base_model_and_state_dict():
 def test_unsupported_bert_config_raises():
     with pytest.raises(coda.CodaError, match="hidden_act"):
         coda.patch(tiny_bert(torch.float64, hidden_act="silu"))
+
+
+@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+def test_generation_with_kv_cache_matches(build):
+    """Greedy decoding through the KV cache (the patched layers' cache.update path): the same
+    tokens and the same logits at every step as the unpatched model."""
+    ref = build(torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    prompt = batch()[0][:, :5]
+    options = dict(max_new_tokens=6, do_sample=False, use_cache=True, pad_token_id=0,
+                   attention_mask=torch.ones_like(prompt), output_logits=True,
+                   return_dict_in_generate=True)
+    got, want = model.generate(prompt, **options), ref.generate(prompt, **options)
+    assert torch.equal(got.sequences, want.sequences)
+    for step_got, step_want in zip(got.logits, want.logits, strict=True):
+        torch.testing.assert_close(step_got, step_want, rtol=1e-9, atol=1e-9)
