@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from coda.nn import GPT, PRESETS
@@ -93,10 +94,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(*args: str) -> str:
-    """Run `args` (a script and its arguments) in WORLD processes; returns rank 0's stdout."""
+def torchrun(*args: str, nproc: int = WORLD) -> str:
+    """Run `args` (a script and its arguments) in `nproc` processes; returns rank 0's stdout."""
     env = {**os.environ, "TRITON_INTERPRET": "0", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(WORLD),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *args]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr[-6000:]}"
@@ -153,6 +154,23 @@ def test_benchmark_script_runs_on_cpu(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert result["world_size"] == WORLD and len(result["losses"]) == 2
     assert result["tokens_per_s_per_gpu"] > 0
+
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_benchmark_llama_matches_one_process_with_the_global_batch(tmp_path: Path, mode: str) -> None:
+    """The HF LLaMA with CODA patched in (issue: multi-GPU run), 2 ranks × 2 sequences against 1
+    rank × 4: the same data, the same loss curve."""
+    import json
+
+    curves = {}
+    for nproc in (1, WORLD):
+        out = tmp_path / f"{nproc}.json"
+        torchrun(str(ROOT / "benchmarks" / "train_distributed.py"), "--mode", mode, "--model", "coda",
+                 "--arch", "llama", "--preset", "tiny", "--device", "cpu", "--steps", "3",
+                 "--batch-size", str(4 // nproc), "--out", str(out), nproc=nproc)
+        curves[nproc] = json.loads(out.read_text())["losses"]
+    assert curves[1] == pytest.approx(curves[WORLD], rel=1e-5)
 
 
 if __name__ == "__main__":
