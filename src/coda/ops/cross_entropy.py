@@ -241,8 +241,8 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
                 db_parts.append(outs["db"])
             if "r" in outs:
                 r = outs["r"] if r is None else r + outs["r"]
-            if need_w:
-                PLAIN(gc.T, a, out=dw[c0:c1])
+            if need_w:   # a plain GEMM into contiguous rows of dw: cuBLAS (ops/common.py)
+                torch.matmul(gc.T, a, out=dw[c0:c1])
             if not need_q:
                 continue
             if index < len(chunks) - 1:   # every chunk but the last: accumulate q in float32
