@@ -96,7 +96,7 @@ class TritonProgram:
         config = self._configs.get(bucket)
         if config is None:
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
-                config = tuning.heuristic(kernel.variant, m, n, k, heavy=_heavy(launch))
+                config = tuning.heuristic(kernel.variant, m, n, k)
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))
@@ -257,14 +257,6 @@ def _check_dtypes(launch: Launch) -> None:
                           f"needs one input dtype")
     if any(s.dtype == torch.float64 for s in launch.outputs):
         raise LaunchError("out_dtype float64 is not supported by the Triton backend")
-
-
-def _heavy(launch: Launch) -> bool:
-    """An epilogue that loads tiles, reduces or draws random numbers: it needs registers of its
-    own beside the accumulator."""
-    ir = launch.program.ir
-    return ("tile" in launch.kinds.values() or any(o.reduction for o in ir.outputs)
-            or any(node.op == "dropout" for node in ir.nodes()))
 
 
 def _layout(launch: Launch) -> str:

@@ -72,15 +72,12 @@ MAP_CONFIG = Config(32, 128, 0, num_warps=4)
 INTERPRETER_CONFIG = Config(32, 32, 32, group_m=4)
 
 
-def heuristic(variant: str, m: int, n: int, k: int, heavy: bool = False) -> Config:
+def heuristic(variant: str, m: int, n: int, k: int) -> Config:
     """A sound default without timing: 128x256 tiles when there are enough of them to fill the
-    132 SMs of an H100/H200 (else 128x128), smaller tiles for small portable launches. A `heavy`
-    epilogue (tile loads, reductions, dropout) sees the 128x256 tile in quarters: in halves it
-    spills registers (ptxas: 112-1048 bytes for dropout+residual, residual+row sum of squares,
-    dGELU+bias gradient; 0-120 bytes in quarters; tests/codegen/test_hopper_compiles.py)."""
+    132 SMs of an H100/H200 (else 128x128), smaller tiles for small portable launches."""
     if variant == "hopper":
         if (m // 128) * (n // 256) >= 132:
-            return Config(128, 256, 64, 8, 3, split_epilogue=4 if heavy else 2)
+            return Config(128, 256, 64, 8, 3, split_epilogue=2)
         return Config(128, 128, 64, 8, 4)
     return Config(128, 128, 32, 4, 4) if m * n >= 2048 * 2048 else Config(64, 128, 32, 4, 4)
 
