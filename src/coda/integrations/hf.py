@@ -71,10 +71,18 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
             "BertIntermediate": _bert_intermediate}
 
 
-def _cache(cache, kwargs: dict):
-    """The layer's KV cache, under either name transformers has given it (`cache`, and
-    `past_key_values` in the 5.1x releases)."""
-    return cache if cache is not None else kwargs.pop("past_key_values", None)
+def _attend(hf, attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask,
+            dropout: float, cache, kwargs: dict) -> torch.Tensor:
+    """HF's attention of the layer (its KV cache updated first), [B, heads, T, d] -> [B, T, heads, d].
+    The cache comes under either name transformers has given it: `cache`, and `past_key_values`
+    in the 5.1x releases."""
+    cache = cache if cache is not None else kwargs.pop("past_key_values", None)
+    if cache is not None:
+        k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
+    attention = hf.ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation,
+                                                         hf.eager_attention_forward)
+    out, _ = attention(attn, q, k, v, attention_mask, scaling=attn.scaling, dropout=dropout, **kwargs)
+    return out
 
 
 def _refuse(module: nn.Module, option: str, value: object, supported: str) -> None:
@@ -110,13 +118,8 @@ def _llama_layer(layer: nn.Module) -> Callable:
                    for t in qkv.split([p.out_features for p in projections], dim=-1))
         cos, sin = position_embeddings
         q, k = hf.apply_rotary_pos_emb(q, k, cos, sin)
-        cache = _cache(cache, kwargs)
-        if cache is not None:
-            k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
-        attention = hf.ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation,
-                                                             hf.eager_attention_forward)
-        out, _ = attention(attn, q, k, v, attention_mask, scaling=attn.scaling,
-                           dropout=attn.attention_dropout if attn.training else 0.0, **kwargs)
+        out = _attend(hf, attn, q, k, v, attention_mask,
+                      attn.attention_dropout if attn.training else 0.0, cache, kwargs)
         h, ss = ops.out_proj_residual(out.reshape(*lead, -1), attn.o_proj.weight, hidden_states,
                                       bias=attn.o_proj.bias, stats="rms")
         rstd = ops.rms_rstd(h, ss, norm2.variance_epsilon)
@@ -158,13 +161,8 @@ def _gpt2_block(block: nn.Module) -> Callable:
         qkv = ops.layer_norm_linear(hidden_states, ln1.weight, ln1.bias, attn.c_attn.weight.T,
                                     bias=attn.c_attn.bias, eps=ln1.eps)
         q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(attn.split_size, dim=-1))
-        cache = _cache(cache, kwargs)
-        if cache is not None:
-            k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
-        attention = hf.ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation,
-                                                             hf.eager_attention_forward)
-        out, _ = attention(attn, q, k, v, attention_mask, scaling=attn.scaling,
-                           dropout=attn.attn_dropout.p if self.training else 0.0, **kwargs)
+        out = _attend(hf, attn, q, k, v, attention_mask,
+                      attn.attn_dropout.p if self.training else 0.0, cache, kwargs)
         h, ss, s = ops.out_proj_residual(out.reshape(*lead, -1), attn.c_proj.weight.T, hidden_states,
                                          bias=attn.c_proj.bias, dropout_p=resid_p, stats="layer")
         x = layer_norm(h, ln2.weight, ln2.bias, ln2.eps, rowsum=s, sumsq=ss)
