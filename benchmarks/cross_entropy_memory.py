@@ -25,9 +25,9 @@ import torch.nn.functional as F
 import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from coda.ops.cross_entropy import default_chunk_size, linear_cross_entropy
+from coda.ops.cross_entropy import block_shapes, linear_cross_entropy
 
-SHAPES = [(2048, 32000), (2048, 128256), (4096, 32000), (4096, 128256)]  # (hidden, vocab)
+SHAPES = [(768, 50257), (2048, 32000), (2048, 128256), (4096, 32000), (4096, 128256)]  # (hidden, vocab)
 
 
 def impls() -> dict:
@@ -81,7 +81,7 @@ def main() -> None:
             torch.cuda.empty_cache()
             row = dict(impl=name, tokens=args.tokens, hidden=hidden, vocab=vocab, **result)
             if name == "coda":
-                row["chunk_size"] = default_chunk_size(args.tokens, vocab)
+                row["chunk_size"], row["row_block"] = block_shapes(args.tokens, hidden, vocab, None)
             rows.append(row)
             shown = (f"peak {row['peak_mib']:9.1f} MiB  {row['ms']:8.3f} ms  loss {row['loss']:.5f}"
                      if "ms" in row else row["error"])

@@ -43,7 +43,8 @@ def main() -> None:
             step()
         profiler.disable()
         torch.cuda.synchronize()
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.top)
+        for order in ("tottime", "cumulative"):   # own time, then time including callees
+            pstats.Stats(profiler).sort_stats(order).print_stats(args.top)
 
 
 if __name__ == "__main__":

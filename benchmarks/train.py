@@ -27,7 +27,10 @@ the timed steps (`torch.cuda.max_memory_allocated`), the per-step losses. For th
 one more step under `torch.profiler` splits its GPU kernel time into GEMM, attention, CODA (the
 generated `coda_gemm` kernels: GEMM + epilogue), optimizer and other (µs per step, plus the top kernels).
 
-`--curve MODEL` trains that model in eager mode and with CODA for `--curve-steps` steps on real text:
+`--curve MODEL` trains that model in eager mode and with CODA for `--curve-steps` steps on real text,
+and once more in eager mode with PyTorch's math attention instead of its fused kernels (the same
+model, rounded differently: how far two correct bf16 runs drift apart, the noise CODA's curve is
+held to):
 the King James Bible as byte tokens (coda.train's corpus; ids < 256 fit every vocabulary), random
 windows from a seeded generator, identical initialization and batches for both, AdamW at lr 3e-4 with
 coda.train's warmup (5% of the steps) and cosine decay; the benchmark's batch shape, so that CODA's
@@ -224,13 +227,19 @@ def breakdown(step, device: torch.device) -> dict:
 
 
 def curve(name: str, args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict:
-    """Train `name` eager and with CODA on the KJV bytes: identical init (seed) and batches."""
+    """Train `name` eager, eager with math attention and with CODA on the KJV bytes: identical
+    init (seed) and batches."""
+    from contextlib import nullcontext
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     data = load_corpus()
     batch_size, seq = SMOKE_SHAPE if args.smoke else SHAPES[name]
     losses, seconds = {}, {}
-    for mode in ("eager", "coda"):
+    for mode in ("eager", "eager_math_attention", "coda"):
+        math = mode == "eager_math_attention"
         model = build(name, args.smoke, device, dtype)
-        step_model = prepare(model, mode)
+        step_model = prepare(model, mode.removesuffix("_math_attention"))
         optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=device.type == "cuda")
         generator = torch.Generator().manual_seed(SEED)
         run = []
@@ -239,8 +248,10 @@ def curve(name: str, args: argparse.Namespace, device: torch.device, dtype: torc
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(i, args.curve_steps, LR)
             ids, _ = text_batch(data, batch_size, seq, generator, torch.device("cpu"))
-            loss = step_model(**model_inputs(name, ids, model.config.vocab_size, generator, device)).loss
-            loss.backward()
+            with sdpa_kernel(SDPBackend.MATH) if math else nullcontext():
+                loss = step_model(**model_inputs(name, ids, model.config.vocab_size, generator,
+                                                 device)).loss
+                loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             run.append(loss.detach())
@@ -337,12 +348,13 @@ def _num(value: float | None, spec: str) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
-    """Both loss curves: the raw losses faint, a 10-step moving average on top."""
+    """The loss curves: the raw losses faint, a 10-step moving average on top."""
     from matplotlib.figure import Figure  # Agg: a Figure needs no display
 
     fig = Figure(figsize=(7, 4), dpi=120)
     ax = fig.subplots()
-    styles = (("tab:blue", "-"), ("tab:orange", "--"))  # dashed on top: the curves nearly coincide
+    # dashed and dotted on top: the curves nearly coincide
+    styles = (("tab:blue", "-"), ("tab:green", ":"), ("tab:orange", "--"))
     for (mode, losses), (color, style) in zip(result["losses"].items(), styles, strict=True):
         steps = range(1, len(losses) + 1)
         ax.plot(steps, losses, color=color, alpha=0.25, linewidth=0.8)
@@ -423,6 +435,19 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))
 
+    # the curve first: it is the check that CODA trains like eager; the timings follow
+    if args.curve != "none":
+        result["curve"] = spawn(f"{args.curve}:curve", args)
+        result["gpu"] = result["gpu"] or result["curve"].get("device")
+        if not result["curve"]["error"]:
+            png = (args.json.parent if args.smoke else Path("docs/img")) / f"train_loss_{args.curve}.png"
+            plot(result["curve"], png)
+            result["curve"]["png"] = str(png)
+        save()
+        curve = result["curve"]
+        print(f"curve {args.curve}: " + (curve["error"] or ", ".join(
+            f"{mode} last loss {losses[-1]:.4f} ({curve['train_seconds'][mode]:.0f} s)"
+            for mode, losses in curve["losses"].items()) + f"; {curve['png']}"))
     for name in args.models:
         for mode in args.modes:
             if mode == "liger" and name not in LIGER_MODELS:
@@ -437,18 +462,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:>5} {mode:<12} " + (f"{row['tokens_per_s'] / 1e3:8.1f}k tokens/s" if
                   row.get("tokens_per_s") else row["error"] or row["note"])
                   + (f"  ({row['seconds']:.0f} s)" if "seconds" in row else ""), flush=True)
-    if args.curve != "none":
-        result["curve"] = spawn(f"{args.curve}:curve", args)
-        result["gpu"] = result["gpu"] or result["curve"].get("device")
-        if not result["curve"]["error"]:
-            png = (args.json.parent if args.smoke else Path("docs/img")) / f"train_loss_{args.curve}.png"
-            plot(result["curve"], png)
-            result["curve"]["png"] = str(png)
-        save()
-        curve = result["curve"]
-        print(f"curve {args.curve}: " + (curve["error"] or ", ".join(
-            f"{mode} last loss {losses[-1]:.4f} ({curve['train_seconds'][mode]:.0f} s)"
-            for mode, losses in curve["losses"].items()) + f"; {curve['png']}"))
     print()
     print(table(result["rows"], result["ratios"]))
     print(f"\nwrote {args.json}")

@@ -70,9 +70,10 @@ def test_every_model_runs_eager_and_coda_with_equal_losses(result):
 def test_loss_curve_and_png(result):
     curve = result["curve"]
     assert curve["error"] is None, curve
-    assert set(curve["losses"]) == {"eager", "coda"}
+    assert set(curve["losses"]) == {"eager", "eager_math_attention", "coda"}
     assert len(curve["losses"]["eager"]) == 5
     assert_close(curve["losses"]["coda"], curve["losses"]["eager"])
+    assert_close(curve["losses"]["eager_math_attention"], curve["losses"]["eager"])
     assert Path(curve["png"]).read_bytes().startswith(PNG)
 
 

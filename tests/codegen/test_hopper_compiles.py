@@ -39,8 +39,9 @@ SPILL_LIMIT = 0
 
 def compile_all() -> dict[str, dict]:
     """{"program/config": {"wgmma": count, "tma": count, "registers": n, "spilled": bytes}} of the
-    kernels: every program in the configuration the heuristic picks for a GPT-2 fc1 launch
-    (16384 x 3072 x 768), and the heavy one at every split (run with TRITON_INTERPRET=0)."""
+    kernels: every program in the configurations the heuristic picks for a GPT-2 fc1 launch
+    (16384 x 3072 x 768) and for one of 64 rows (a cross-entropy row block), and the heavy one at
+    every split (run with TRITON_INTERPRET=0)."""
     import torch
 
     import coda
@@ -60,7 +61,8 @@ def compile_all() -> dict[str, dict]:
         launch = prog.bind(torch.empty(m, k, dtype=torch.bfloat16), torch.empty(n, k, dtype=torch.bfloat16).T,
                            seed=1, **{p: v for p, v in operands.items() if p in prog.ir.params})
         built = prog.triton._build(kernel_module._signature(launch, "hopper"), "hopper")
-        configs = {"heuristic": tuning.heuristic("hopper", m, n, k)}
+        configs = {"heuristic": tuning.heuristic("hopper", m, n, k),
+                   "heuristic_m64": tuning.heuristic("hopper", 64, n, k)}
         if name == "heavy":
             configs |= {f"split{split}": Config(128, 256, 64, 8, 3, split_epilogue=split) for split in SPLITS}
         for label, config in configs.items():
@@ -140,11 +142,12 @@ def test_hopper_kernels_compile_for_sm90():
         pytest.skip(f"Triton cannot run ptxas here: {done.stderr[-300:]}")
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(results) == ({f"{p}/heuristic" for p in PROGRAMS} | {f"heavy/split{s}" for s in SPLITS})
+    assert set(results) == ({f"{p}/heuristic{m}" for p in PROGRAMS for m in ("", "_m64")}
+                            | {f"heavy/split{s}" for s in SPLITS})
     for key, found in results.items():
         assert found["wgmma"] > 0, key   # the tensor-core path of sm_90
         assert found["tma"] > 0, key     # TMA loads of A and B
-        if key.endswith("/heuristic") and not key.startswith("heavy"):
+        if "/heuristic" in key and not key.startswith("heavy"):
             # a spilling default would cost more than the fusion saves
             assert found["spilled"] <= SPILL_LIMIT, (key, found)
 

@@ -66,7 +66,7 @@ def test_autotune_picks_the_fastest_skips_broken_and_reports_progress(tmp_path, 
 
 
 @pytest.mark.parametrize("variant", ["hopper", "portable"])
-@pytest.mark.parametrize("shape", [(16384, 3072, 768), (512, 512, 64)])
+@pytest.mark.parametrize("shape", [(16384, 3072, 768), (512, 512, 64), (48, 128256, 4096)])
 def test_the_heuristic_picks_a_candidate(variant, shape):
     """Its choice is one of the tuned candidates (fallbacks walk that list)."""
     assert tuning.heuristic(variant, *shape) in tuning.CANDIDATES[variant]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU check in one command, for a machine with one CUDA GPU: the GPU tests (recording the
-# accuracy table), kernel launch counts and cross-entropy memory. Each step has a time limit, so
-# one hang cannot eat the rest; logs and JSON go to $R, packed into ${OUT:-.}/gpu-results.tgz.
+# accuracy table), kernel launch counts, cross-entropy memory and `coda train --compare`. Each step
+# has a time limit, so one hang cannot eat the rest; logs and JSON go to $R, packed into
+# ${OUT:-.}/gpu-results.tgz after every step (what finished comes back even if the caller stops it).
 #   bash tests/gpu/run_all.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -10,12 +11,13 @@ export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1 CODA_AUTOTUNE=${CO
 step() {  # step NAME SECONDS COMMAND...: run it, log to $R/NAME.log, record its exit status
     local name=$1 limit=$2; shift 2
     timeout "$limit" "$@" > "$R/$name.log" 2>&1
-    echo "$name rc=$?" | tee -a "$R/status.txt"
+    echo "$name rc=$? in $SECONDS s" | tee -a "$R/status.txt"
+    tar czf "${OUT:-.}/gpu-results.tgz" -C "$(dirname "$R")" gpu-results
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv > "$R/gpu.txt" 2>&1
-step tests 420 env CODA_ACCURACY_JSON="$R/accuracy.json" python -m pytest -q -n 8 -p no:cacheprovider \
+step tests 400 env CODA_ACCURACY_JSON="$R/accuracy.json" python -m pytest -q -n 8 -p no:cacheprovider \
     --tb=short --junitxml="$R/junit.xml" tests/gpu tests/integrations/test_compile_gpu.py
-step launch_counts 120 python benchmarks/launch_counts.py --json "$R/launch_counts.json"
-step cross_entropy 90 python benchmarks/cross_entropy_memory.py --json "$R/cross_entropy.json"
-tar czf "${OUT:-.}/gpu-results.tgz" -C "$(dirname "$R")" gpu-results
+step train_compare 120 python -m coda train --compare --out "$R/train_compare.png"
+step launch_counts 60 python benchmarks/launch_counts.py --json "$R/launch_counts.json"
+step cross_entropy 60 python benchmarks/cross_entropy_memory.py --json "$R/cross_entropy.json"
 grep -E "passed|failed" "$R/tests.log" | tail -3

@@ -60,10 +60,13 @@ def test_block_compiles_whole_and_matches_eager():
     assert explained.graph_break_count == 0, explained.break_reasons
     expected = step(block, args)
     got = step(torch.compile(block, fullgraph=True), args)
-    # The CODA kernels are the same; Inductor's glue (one-op kernels here) rounds like eager, and
-    # a tolerance covers any bf16 rounding it would still do otherwise.
+    # The CODA kernels are the same, but Inductor fuses the glue between them (the residual add,
+    # q * k) and rounds to bf16 at other points than eager: the two may differ by a few bf16
+    # roundings (2**-8 relative each) of the whole tensor, not element by element (an element
+    # near zero can differ by 100% of itself).
     for a, b in zip(got, expected, strict=True):
-        torch.testing.assert_close(a, b)
+        assert a.shape == b.shape and a.dtype == b.dtype
+        assert ((a.double() - b.double()).norm() / b.double().norm()).item() <= 4 * 2**-8
 
 
 def main() -> None:

@@ -12,12 +12,14 @@ of CODA. Checks:
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import coda
-from coda.ops.cross_entropy import linear_cross_entropy
+from coda.ops.cross_entropy import block_shapes, linear_cross_entropy
 
 F64 = torch.float64
 
@@ -122,6 +124,18 @@ def test_float64_only_some_inputs_need_grad(wanted):
                                                        chunk_size=chunk), wanted_leaves)
         want = torch.autograd.grad(reference(x, w, target, bias=b, norm_weight=nw), wanted_leaves)
         assert_close(got, want, 1e-10)
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 100, 4096, 8192, 16384])
+@pytest.mark.parametrize(("hidden", "vocab"), [(768, 50257), (2048, 32000), (2048, 128256), (4096, 32000),
+                                               (4096, 128256), (64, 50257), (96, 17)])
+def test_backward_blocks_no_larger_than_liger_chunks(tokens, hidden, vocab):
+    """The backward's materialized block (a [tokens, chunk] or [rows, vocab] slice of the logits)
+    holds no more logits than Liger's chunk: min(T, next power of two >= ⌈T/⌈V/H⌉⌉) x V."""
+    liger_rows = min(tokens, 1 << (math.ceil(tokens / math.ceil(vocab / hidden)) - 1).bit_length())
+    chunk, rows = block_shapes(tokens, hidden, vocab, None)
+    assert 1 <= chunk <= vocab and 1 <= rows <= tokens
+    assert max(tokens * chunk, rows * vocab) <= liger_rows * vocab
 
 
 def test_all_rows_ignored_gives_nan_mean_like_torch():

@@ -55,6 +55,7 @@ CANDIDATES = {
         Config(128, 128, 64, 8, 4),
         Config(128, 128, 64, 8, 4, split_epilogue=2),
         Config(128, 256, 64, 8, 3, split_epilogue=2, flatten=False),
+        Config(64, 128, 64, 4, 4),
     ],
     "portable": [
         Config(128, 128, 32, 4, 4),
@@ -74,8 +75,11 @@ INTERPRETER_CONFIG = Config(32, 32, 32, group_m=4)
 
 def heuristic(variant: str, m: int, n: int, k: int) -> Config:
     """A sound default without timing: 128x256 tiles when there are enough of them to fill the
-    132 SMs of an H100/H200 (else 128x128), smaller tiles for small portable launches."""
+    132 SMs of an H100/H200 (else 128x128; 64 rows, one warpgroup, when M is that small: a
+    cross-entropy row block), smaller tiles for small portable launches."""
     if variant == "hopper":
+        if m <= 64:
+            return Config(64, 128, 64, 4, 4)
         if (m // 128) * (n // 256) >= 132:
             return Config(128, 256, 64, 8, 3, split_epilogue=2)
         return Config(128, 128, 64, 8, 4)

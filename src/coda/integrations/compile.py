@@ -457,7 +457,7 @@ def qkv_rope_op(x: Tensor, w_qkv: Tensor, bias: Tensor | None, cos: Tensor, sin:
 @torch.library.custom_op("coda::linear_cross_entropy", mutates_args=())
 def _linear_cross_entropy(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | None,
                           norm_weight: Tensor | None, ignore_index: int, reduction: str,
-                          label_smoothing: float, softcap: float | None, chunk_size: int,
+                          label_smoothing: float, softcap: float | None, chunk_size: int | None,
                           norm_eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(loss, a, target_f, lse, rstd, weight): LinearCrossEntropyFunction.forward; a (the GEMMs'
     normalized A operand) and rstd are empty without `norm_weight`."""
@@ -505,16 +505,15 @@ _linear_cross_entropy.register_autograd(_linear_cross_entropy_grad,
 def _linear_cross_entropy_backward(grad: Tensor, x: Tensor, w: Tensor, bias: Tensor | None,
                                    norm_weight: Tensor | None, a: Tensor, target_f: Tensor,
                                    lse: Tensor, rstd: Tensor, weight: Tensor, label_smoothing: float,
-                                   softcap: float | None, chunk_size: int, needs: list[bool]
+                                   softcap: float | None, chunk_size: int | None, needs: list[bool]
                                    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(dx, dw, dbias, dnorm_weight): LinearCrossEntropyFunction.backward; empty where `needs`
     (x, w, bias, norm_weight) is False."""
     h, lead = ops.as_rows(x)
-    norm, vocab = norm_weight is not None, w.shape[0]
-    chunks = [(c0, min(c0 + chunk_size, vocab)) for c0 in range(0, vocab, chunk_size)]
+    norm = norm_weight is not None
     ctx = _Ctx((h, a if norm else h, w, bias, norm_weight, target_f, lse, rstd if norm else None,
                 weight), (needs[0], needs[1], False, needs[2], needs[3]),
-               options=(label_smoothing, softcap, chunks, lead))
+               options=(label_smoothing, softcap, chunk_size, lead))
     dx, dw, _, db, dg = LinearCrossEntropyFunction.backward(ctx, grad)[:5]
     return tuple(_or_empty(g, x) for g in (dx, dw, db, dg))
 
@@ -531,7 +530,7 @@ def _linear_cross_entropy_backward_fake(grad, x, w, bias, norm_weight, a, target
 
 def linear_cross_entropy_op(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | None,
                             norm_weight: Tensor | None, ignore_index: int, reduction: str,
-                            label_smoothing: float, softcap: float | None, chunk_size: int,
+                            label_smoothing: float, softcap: float | None, chunk_size: int | None,
                             norm_eps: float) -> Tensor:
     """linear_cross_entropy's launch (checked arguments) through coda::linear_cross_entropy."""
     return torch.ops.coda.linear_cross_entropy(x, w, target, bias, norm_weight, ignore_index,

@@ -14,26 +14,29 @@ loss of row i with respect to its logits, times the row's weight α_i (dL/dloss_
 
     dℓ = (softmax(ℓ) - (1 - ε)·onehot(target) - ε / V) · α,    dz = dℓ · (1 - tanh²(z / c)).
 
-The vocabulary is cut into chunks of columns (`chunk_size`, default: about 2**25 logits per chunk)
-and every pass walks the chunks; each chunk is one [T, chunk] block of the logit matrix. The
-forward, which keeps only statistics, walks chunks FORWARD_CHUNK_FACTOR times wider.
+The backward materializes the gradient of the logits one block at a time, in x's dtype; a block
+holds at most T·H·V/(V + H) logits (fewer than x has elements), no more than Liger's chunk of
+⌈T / ⌈V/H⌉⌉ rows (a power of two) × V, so that the peak memory does not exceed Liger's. Its two
+reductions run in different directions — dw sums over the tokens, dx over the vocabulary — and
+each is completed inside one GEMM (float32 accumulation), never summed across blocks in x's
+dtype (bf16 partial sums would grow the error with the number of blocks: about 3x eager
+PyTorch's at 8) nor in a float32 [T, H] accumulator (4·T·H bytes, more than Liger's whole
+budget). So the backward walks the logits twice, recomputing each block's GEMM:
 
-  forward   lse, t, s   = FORWARD(c)  GEMM x @ w_c.T; epilogue: bias, cap, then the reductions
-                          lse = row_logsumexp(ℓ), t = row_sum(where(col == target, ℓ, 0)),
-                          s = row_sum(ℓ) (only with smoothing). Launched with outputs= naming
-                          these, so no tile is stored: the logits never reach memory. The
-                          chunks' statistics combine in O(T): lse by logaddexp, t and s by sums.
-                          Saved for backward: x, w, bias, target, lse (O(T) beyond the inputs).
-  backward  G_c, db_c   = GRAD(c)  GEMM x @ w_c.T again; epilogue: dz as above (lse, target and
-                          α are row operands), db_c = col_sum(dz). G_c [T, chunk] in x's dtype is
-                          the one materialized block: it feeds the two GEMMs below.
-            dw_c        = G_c.T @ x, written straight into rows c of dw: complete, one GEMM
-            dx         += G_c @ w_c    in a float32 accumulator [T, H]; the last chunk's GEMM
-                          adds the accumulator in its epilogue (DX) and writes dx in x's dtype.
-                          With a single chunk dx = G @ w, no accumulator.
-  Chunking the vocabulary (not the tokens) keeps dw and db complete per chunk; only dx sums
-  across chunks, and in float32: summing partial products in bf16 would grow dx's error with the
-  number of chunks (about 3x eager PyTorch's at 8 chunks).
+  forward   lse, t, s   = FORWARD(c)  GEMM x @ w_c.T over wide chunks of columns; epilogue: bias,
+                          cap, then the reductions lse = row_logsumexp(ℓ), t = row_sum(where(col
+                          == target, ℓ, 0)), s = row_sum(ℓ) (only with smoothing). Launched with
+                          outputs= naming these, so no tile is stored: the logits never reach
+                          memory. The chunks' statistics combine in O(T): lse by logaddexp, t and
+                          s by sums. Saved for backward: x, w, bias, target, lse (O(T) beyond the
+                          inputs).
+  backward  G_c, db_c   = GRAD(c)  for each chunk c of `chunk_size` vocabulary columns, all rows:
+                          GEMM x @ w_c.T again; epilogue: dz as above (lse, target and α are row
+                          operands), db_c = col_sum(dz). G_c [T, chunk] is the block.
+            dw_c        = G_c.T @ x, written straight into rows c of dw: complete, one GEMM.
+            G_b         = GRAD(b)  for each block b of rows (as many logits as a chunk), the whole
+                          vocabulary: G_b [rows, V].
+            dx_b        = G_b @ w, written straight into rows b of dx: complete, one GEMM.
 
 With `norm_weight` g the head is preceded by an RMSNorm that is folded into the GEMMs: x is the
 un-normalized hidden state h, x̂ = rstd ⊙ h ⊙ g with rstd = rsqrt(mean(h²) + eps), and
@@ -43,10 +46,10 @@ un-normalized hidden state h, x̂ = rstd ⊙ h ⊙ g with rstd = rsqrt(mean(h²)
   forward   hg, ss      = NORM_INPUT.map(h): output = h ⊙ g, ss = row_sum(h²) (one pass over h);
                           rstd = rsqrt(ss / H + eps) is O(T); hg is the GEMMs' A operand, and
                           every epilogue above multiplies by the row operand rstd.
-  backward  G'_c = dz ⊙ rstd (dL/d(hg @ w.T)) and r = row_sum(G' ⊙ (hg @ w.T)) from GRAD, summed
-            over chunks; dw = G'.T @ hg; with q = G' @ w (= rstd·dx̂),
-            dh = g ⊙ q - (rstd² r / H) ⊙ h,   dg = col_sum(q ⊙ h),
-            both in the epilogue of the last dx GEMM (DX with the norm terms).
+  backward  G' = dz ⊙ rstd (dL/d(hg @ w.T)) from GRAD; dw = G'.T @ hg; in the row blocks GRAD
+            also gives r = row_sum(G' ⊙ (hg @ w.T)) (complete: the block spans the vocabulary),
+            and with q = G'_b @ w (= rstd·dx̂) the epilogue of the dx GEMM (DX_NORM) writes
+            dh = g ⊙ q - (rstd² r / H) ⊙ h and dg_b = col_sum(q ⊙ h), summed over blocks.
 
 Targets ride as float row operands (exact below 2**24, so V must be smaller); an ignored row gets
 the target -1, which matches no column. Targets outside [0, V) other than `ignore_index` are not
@@ -63,17 +66,16 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import ACCUMULATE, PLAIN, as_rows, matmul, present
+from .common import as_rows, present
 
 REDUCTIONS = ("mean", "sum", "none")
-#: Logits per chunk when `chunk_size` is None: 2**25 (128 MB as float32; the backward's one
-#: materialized block, in bf16, is then 64 MB, the size of Liger's chunk at 8192 x 4096).
-CHUNK_LOGITS = 2**25
-#: Chunk widths are multiples of this (whole GEMM tiles), except the last.
-CHUNK_ALIGN = 256
+#: Chunk widths are multiples of this (half a 256-wide GEMM tile) when that wide, except the last.
+CHUNK_ALIGN = 128
+#: Row blocks are multiples of this many rows when that tall, except the last.
+ROW_ALIGN = 16
 #: The forward stores no [T, chunk] block, only per-tile partial statistics (12-16 bytes per row
 #: and 128 columns, 1/20 of the backward's bf16 block): its chunks are this many backward chunks
-#: wide. Fewer chunks, fewer launches: 2 instead of 25 at 16384 tokens x 50257 (GPT-2).
+#: wide. Fewer chunks, fewer launches.
 FORWARD_CHUNK_FACTOR = 16
 #: Targets travel as float32: exact below 2**24.
 MAX_VOCAB = 2**24
@@ -143,39 +145,41 @@ def grad_program(bias: bool, norm: bool, softcap: bool) -> Program:
     return compile_program(f"EPILOGUE ce_grad({', '.join(params)}) {{ {' '.join(body)} }}")
 
 
-@functools.cache
-def dx_program(accumulated: bool, norm: bool) -> Program:
-    """The last dx GEMM's epilogue: q = G_c @ w_c (+ the float32 accumulator `partial` of the other
-    chunks); with the norm, dh = g ⊙ q - k ⊙ h (k = rstd² r / H, a row) and dg = col_sum(q ⊙ h).
-    (False, False) is a plain GEMM: use `matmul`."""
-    q = "input + partial" if accumulated else "input"
-    params = ["partial: tile"] * accumulated + ["g: col", "k: row", "h: tile"] * norm
-    body = (["q = " + q + ";", "output = g * q - k * h;", "dg = col_sum(q * h);"] if norm
-            else [f"output = {q};"])
-    name = "ce_dx_norm" if norm else "ce_dx"
-    return compile_program(f"EPILOGUE {name}({', '.join(params)}) {{ {' '.join(body)} }}")
+# The dx GEMM's epilogue with a folded RMSNorm: q = G'_b @ w, dh = g ⊙ q - k ⊙ h with the row
+# k = rstd² r / H, and dg_b = col_sum(q ⊙ h). Without the norm dx_b is a plain GEMM (cuBLAS).
+DX_NORM = compile_program("EPILOGUE ce_dx_norm(g: col, k: row, h: tile) {"
+                          " q = input; output = g * q - k * h; dg = col_sum(q * h); }")
 
 
-def default_chunk_size(tokens: int, vocab: int) -> int:
-    """Vocabulary columns per chunk: about CHUNK_LOGITS logits, whole tiles, at most `vocab`."""
-    return min(vocab, max(CHUNK_ALIGN, CHUNK_LOGITS // max(tokens, 1) // CHUNK_ALIGN * CHUNK_ALIGN))
+def block_shapes(tokens: int, hidden: int, vocab: int, chunk_size: int | None) -> tuple[int, int]:
+    """(chunk, rows): vocabulary columns per chunk of the dw pass and rows per block of the dx
+    pass. Each block holds at most `chunk_size`·T logits or by default T·H·V/(V + H); Liger's
+    chunk holds min(T, ⌈T/⌈V/H⌉⌉ rounded up to a power of two) × V ≥ T·V/(V/H + 1) of them:
+    never fewer."""
+    logits = tokens * (chunk_size or hidden * vocab // (vocab + hidden))
+    chunk = chunk_size or _align_down(logits // max(tokens, 1), CHUNK_ALIGN)
+    return min(vocab, chunk), min(tokens, _align_down(logits // vocab, ROW_ALIGN))
 
 
+def _align_down(n: int, align: int) -> int:
+    """n rounded down to a multiple of align, or n itself (at least 1) when smaller than align."""
+    return n // align * align if n >= align else max(n, 1)
 
-def _chunks(vocab: int, width: int) -> list[tuple[int, int]]:
-    """[c0, c1) column ranges of `width` (the last one shorter) covering the vocabulary."""
-    return [(c0, min(c0 + width, vocab)) for c0 in range(0, vocab, width)]
+
+def _spans(total: int, width: int) -> list[tuple[int, int]]:
+    """[i0, i1) ranges of `width` (the last one shorter) covering range(total)."""
+    return [(i0, min(i0 + width, total)) for i0 in range(0, total, width)]
 
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
-    """Per-row cross-entropy of x @ w.T (+ bias, cap, folded RMSNorm): one GEMM per chunk forward
-    (reductions only), three per chunk backward."""
+    """Per-row cross-entropy of x @ w.T (+ bias, cap, folded RMSNorm): one GEMM per wide chunk
+    forward (reductions only); backward two per chunk (dw) and two per row block (dx)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
                 norm_weight: torch.Tensor | None, ignore_index: int, reduction: str,
-                label_smoothing: float, softcap: float | None, chunk_size: int, norm_eps: float
-                ) -> torch.Tensor:
+                label_smoothing: float, softcap: float | None, chunk_size: int | None,
+                norm_eps: float) -> torch.Tensor:
         h, lead = as_rows(x)
         vocab = w.shape[0]
         stat = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -187,11 +191,11 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         else:
             outs = NORM_INPUT.map(h, g=norm_weight)
             a, rstd = outs["output"], torch.rsqrt(outs["ss"] / h.shape[1] + norm_eps)
-        chunks = _chunks(vocab, chunk_size)
         prog = forward_program(bias is not None, rstd is not None, softcap is not None)
         names = ["lse", "t", "s"] if label_smoothing else ["lse", "t"]
         lse = t = s = None
-        for c0, c1 in _chunks(vocab, FORWARD_CHUNK_FACTOR * chunk_size):
+        chunk, _ = block_shapes(*h.shape, vocab, chunk_size)
+        for c0, c1 in _spans(vocab, FORWARD_CHUNK_FACTOR * chunk):
             outs = prog(a, w[c0:c1].T, outputs=names, target=target_f, offset=float(c0),
                         **present(bias=None if bias is None else bias[c0:c1], rstd=rstd, cap=softcap))
             if lse is None:
@@ -210,53 +214,57 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         result = (loss.sum() if reduction == "sum" else (loss * weight).sum() if reduction == "mean"
                   else loss.reshape(lead))
         ctx.save_for_backward(h, a, w, bias, norm_weight, target_f, lse, rstd, weight)
-        ctx.options = (label_smoothing, softcap, chunks, lead)
+        ctx.options = (label_smoothing, softcap, chunk_size, lead)
         return result
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         h, a, w, bias, g, target_f, lse, rstd, weight = ctx.saved_tensors
-        label_smoothing, softcap, chunks, lead = ctx.options
+        label_smoothing, softcap, chunk_size, lead = ctx.options
         need_x, need_w, _, need_b, need_g = ctx.needs_input_grad[:5]
-        need_q = need_x or need_g
-        vocab, norm = w.shape[0], g is not None
+        (tokens, hidden), vocab, norm = h.shape, w.shape[0], g is not None
         alpha = grad.reshape(-1).to(weight.dtype) * weight
+        chunk, rows = block_shapes(tokens, hidden, vocab, chunk_size)
         prog = grad_program(bias is not None, norm, softcap is not None)
-        names = ["output"] + ["db"] * need_b + ["r"] * (norm and need_q)
-        width = chunks[0][1] - chunks[0][0]
-        # One G buffer serves every chunk; rows padded to 16 bytes so TMA can read G and G.T.
+        # One buffer holds every block; rows padded to 16 bytes so TMA can read G and G.T.
         pad = 16 // a.element_size()
-        buf = a.new_empty(a.shape[0], -(-width // pad) * pad)
+
+        def padded(width: int) -> int:
+            return -(-width // pad) * pad
+
+        buf = a.new_empty(max(tokens * padded(chunk), rows * padded(vocab)))
+
+        def block(r0: int, r1: int, c0: int, c1: int, names: list[str]) -> dict[str, torch.Tensor]:
+            """GRAD for rows [r0, r1) x columns [c0, c1) of the logits, into the buffer."""
+            out = buf[:(r1 - r0) * padded(c1 - c0)].view(r1 - r0, padded(c1 - c0))[:, :c1 - c0]
+            return prog(a[r0:r1], w[c0:c1].T, out=out, outputs=names, target=target_f[r0:r1],
+                        offset=float(c0), lse=lse[r0:r1], alpha=alpha[r0:r1],
+                        hit=1.0 - label_smoothing, smooth=label_smoothing / vocab,
+                        **present(bias=None if bias is None else bias[c0:c1],
+                                  rstd=None if rstd is None else rstd[r0:r1], cap=softcap))
+
         dw = torch.empty_like(w) if need_w else None
-        db_parts, r, acc = [], None, None
-        dx = dg = None
-        for index, (c0, c1) in enumerate(chunks):
-            wc = w[c0:c1]
-            outs = prog(a, wc.T, out=buf[:, :c1 - c0], outputs=names, target=target_f,
-                        offset=float(c0), lse=lse, alpha=alpha, hit=1.0 - label_smoothing,
-                        smooth=label_smoothing / vocab,
-                        **present(bias=None if bias is None else bias[c0:c1], rstd=rstd, cap=softcap))
-            gc = outs["output"]
-            if need_b:
-                db_parts.append(outs["db"])
-            if "r" in outs:
-                r = outs["r"] if r is None else r + outs["r"]
-            if need_w:   # a plain GEMM into contiguous rows of dw: cuBLAS (ops/common.py)
-                torch.matmul(gc.T, a, out=dw[c0:c1])
-            if not need_q:
-                continue
-            if index < len(chunks) - 1:   # every chunk but the last: accumulate q in float32
-                acc = (PLAIN(gc, wc, out_dtype=lse.dtype) if acc is None
-                       else ACCUMULATE(gc, wc, out=acc))["output"]
-            elif acc is None and not norm:
-                dx = matmul(gc, wc)
-            else:
-                k = None if not norm else rstd * rstd * r / h.shape[1]
-                final = dx_program(acc is not None, norm)
-                outs = final(gc, wc, outputs=["output"] * need_x + ["dg"] * need_g,
-                             **present(partial=acc, g=g, k=k, h=h if norm else None))
-                dx, dg = outs.get("output"), outs.get("dg")
-        dx = dx.reshape(*lead, h.shape[1]) if need_x else None
+        db_parts = []
+        if need_w or need_b:   # chunks of the vocabulary, every row: dw_c and db_c complete
+            for c0, c1 in _spans(vocab, chunk):
+                outs = block(0, tokens, c0, c1, ["output"] + ["db"] * need_b)
+                if need_w:   # a plain GEMM into contiguous rows of dw: cuBLAS (ops/common.py)
+                    torch.matmul(outs["output"].T, a, out=dw[c0:c1])
+                db_parts.append(outs.get("db"))
+        dx = torch.empty_like(h) if need_x else None
+        dg = None
+        if need_x or need_g:   # blocks of rows, the whole vocabulary: dx_b complete
+            for r0, r1 in _spans(tokens, rows):
+                outs = block(r0, r1, 0, vocab, ["output"] + ["r"] * norm)
+                if not norm:
+                    torch.matmul(outs["output"], w, out=dx[r0:r1])
+                    continue
+                k = rstd[r0:r1] * rstd[r0:r1] * outs["r"] / hidden
+                final = DX_NORM(outs["output"], w, out=None if dx is None else dx[r0:r1],
+                                outputs=["output"] * need_x + ["dg"] * need_g, g=g, k=k, h=h[r0:r1])
+                if need_g:
+                    dg = final["dg"] if dg is None else dg + final["dg"]
+        dx = dx.reshape(*lead, hidden) if need_x else None
         db = torch.cat(db_parts).to(bias.dtype) if need_b else None
         dg = dg.to(g.dtype) if need_g else None
         return dx, dw, None, db, dg, None, None, None, None, None, None
@@ -272,11 +280,13 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
 
     x [..., H]; w [V, H]; target [...] integer classes; bias [V]. `softcap` c replaces each logit
     by c·tanh(logit / c); `norm_weight` g [H] applies an RMSNorm with weight g and `norm_eps` to
-    x first (folded into the GEMMs). `chunk_size` is the number of vocabulary columns per chunk
-    (default: about 2**25 logits per chunk). `ignore_index`, `reduction` and `label_smoothing` as
-    in torch.nn.functional.cross_entropy. Returns a scalar ("mean", "sum") or a loss per row of
-    x's leading shape ("none"), in float32 (float64 for float64 x): the precision of the
-    statistics, as autocast computes cross-entropy; a bf16 loss would carry a 2**-9 rounding.
+    x first (folded into the GEMMs). `chunk_size` is the number of vocabulary columns per chunk of
+    the backward's weight-gradient pass; its dx pass takes blocks of rows holding as many logits
+    (default: blocks no larger than Liger's chunks, see the module's docstring). `ignore_index`,
+    `reduction` and `label_smoothing` as in torch.nn.functional.cross_entropy. Returns a scalar
+    ("mean", "sum") or a loss per row of x's leading shape ("none"), in float32 (float64 for
+    float64 x): the precision of the statistics, as autocast computes cross-entropy; a bf16 loss
+    would carry a 2**-9 rounding.
     """
     _check_tensor(x, "x", "[..., H]")
     if x.dim() == 0 or not x.is_floating_point():
@@ -316,9 +326,8 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
         raise LaunchError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
     if not _is_number(norm_eps) or not norm_eps >= 0:
         raise LaunchError(f"norm_eps must be a non-negative number, got {norm_eps!r}")
-    chunk = min(chunk_size or default_chunk_size(target.numel(), vocab), vocab)
     args = (x, w, target, bias, norm_weight, ignore_index, reduction, float(label_smoothing),
-            None if softcap is None else float(softcap), chunk, float(norm_eps))
+            None if softcap is None else float(softcap), chunk_size, float(norm_eps))
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::linear_cross_entropy
         return custom.linear_cross_entropy_op(*args)
