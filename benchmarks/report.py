@@ -1,9 +1,10 @@
-"""Plots for docs/benchmarks.md from the JSON results of micro.py and train.py.
+"""Plots and tables for docs/benchmarks.md from the JSON results of micro.py and train.py.
 
-    python benchmarks/report.py [--results benchmarks/results] [--out docs/img]
+    python benchmarks/report.py [--results benchmarks/results] [--out docs/img] [--tables]
 
 Writes micro_<size>.png (time of each op, fwd+bwd, per implementation, as a multiple of the
-cuBLAS time of its GEMMs) and train_throughput.png (tokens/s per model and mode).
+cuBLAS time of its GEMMs) and train_throughput.png (tokens/s per model and mode); with --tables
+also prints the micro benchmark's markdown tables (µs per op, fwd+bwd, per size).
 """
 
 from __future__ import annotations
@@ -46,6 +47,39 @@ def micro_plots(results: Path, out: Path) -> None:
         plt.close(fig)
 
 
+IMPLS = ("eager", "compile", "max_autotune", "liger", "coda")
+
+
+def micro_tables(results: Path) -> str:
+    """Per size: fwd+bwd µs of every implementation, CODA's speed-up over the best peer, and
+    the CUDA-graph replay times (host launch cost taken out) and kernel counts of eager and CODA."""
+    rows = [r for r in json.loads((results / "micro.json").read_text())["results"] if "ms" in r]
+    cell = {(r["op"], r["size"], r["impl"], r["pass_"]): r for r in rows}
+    lines = []
+    for size in dict.fromkeys(r["size"] for r in rows):
+        ops = list(dict.fromkeys(r["op"] for r in rows if r["size"] == size))
+        impls = [i for i in IMPLS if any((op, size, i, "fwd_bwd") in cell for op in ops)]
+        lines += [f"\n{size}, fwd + bwd, µs:\n",
+                  "| op | floor | " + " | ".join(impls) + " | CODA / best | graph: eager | graph: CODA "
+                  "| kernels: eager / CODA |",
+                  "| --- " * (len(impls) + 6) + "|"]
+        for op in ops:
+            got = {i: cell[(op, size, i, "fwd_bwd")] for i in impls if (op, size, i, "fwd_bwd") in cell}
+            if "coda" not in got:
+                continue
+            best = min(r["ms"] for i, r in got.items() if i != "coda")
+            eager, coda = got.get("eager", {}), got["coda"]
+
+            def us(ms: float | None) -> str:
+                return "—" if ms is None else f"{ms * 1e3:.0f}"
+            lines.append(f"| {op} | {us(coda['gemm_floor_ms'])} | "
+                         + " | ".join(us(got[i]["ms"]) if i in got else "—" for i in impls)
+                         + f" | {best / coda['ms']:.2f}× | {us(eager.get('graph_ms'))} | "
+                           f"{us(coda.get('graph_ms'))} | {eager.get('kernels', '—')} / "
+                           f"{coda.get('kernels', '—')} |")
+    return "\n".join(lines)
+
+
 def train_plot(results: Path, out: Path) -> None:
     rows = [r for path in sorted(results.glob("train*.json"))
             for r in json.loads(path.read_text())["rows"] if r.get("tokens_per_s")]
@@ -67,10 +101,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
+    parser.add_argument("--tables", action="store_true", help="print the micro benchmark's tables")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     micro_plots(args.results, args.out)
     train_plot(args.results, args.out)
+    if args.tables:
+        print(micro_tables(args.results))
 
 
 if __name__ == "__main__":
