@@ -14,10 +14,12 @@ STEPS=${3:-100}
 for mode in ${1:-ddp fsdp}; do
     for model in ${2:-coda eager compile}; do
         for gpus in 2 1; do
-            python -m torch.distributed.run --standalone --nproc_per_node "$gpus" \
+            began=$SECONDS   # each run has a time limit (RUN_LIMIT), so one hang cannot eat the rest
+            timeout "${RUN_LIMIT:-300}" python -m torch.distributed.run --standalone --nproc_per_node "$gpus" \
                 benchmarks/train_distributed.py --mode "$mode" --model "$model" --arch llama \
                 --steps "$STEPS" --batch-size $((16 / gpus)) --out "$OUT/${mode}_${model}_${gpus}gpu.json" \
                 > "$OUT/${mode}_${model}_${gpus}gpu.log" 2>&1 || echo "$mode $model ${gpus} GPU: failed (see the log)"
+            echo "$mode $model ${gpus} GPU: $((SECONDS - began)) s"
         done
     done
 done
