@@ -254,20 +254,20 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         dx = torch.empty_like(h) if need_x else None
         dg = None
         if need_x or need_g:   # blocks of rows, the whole vocabulary: dx_b complete
-            w_k = w
-            if not norm and padded(vocab) > vocab:
-                # cuBLAS runs a K = V not a multiple of 16 bytes (GPT-2's 50257) in its slow
-                # unaligned kernels: give G_b @ w a K padded with zero columns of G and zero
-                # rows of w. The blocks write only their first V columns, so zeroing the
-                # buffer's padding once keeps it zero for every block.
-                buf[:rows * padded(vocab)].view(rows, padded(vocab))[:, vocab:].zero_()
-                w_k = torch.cat([w, w.new_zeros(padded(vocab) - vocab, hidden)])
+            # cuBLAS runs a K = V that is not a multiple of 16 bytes (GPT-2's 50257) in its slow
+            # unaligned kernels: the dx GEMM takes the aligned first `whole` columns, added in
+            # float32 (beta = 1) to the few last ones' product, which is rounded on its own (a
+            # tiny K: its rounding is negligible next to dx's one).
+            whole = vocab // pad * pad
             for r0, r1 in _spans(tokens, rows):
                 outs = block(r0, r1, 0, vocab, ["output"] + ["r"] * norm)
                 if not norm:
-                    g_b = outs["output"]
-                    g_b = g_b.as_strided((r1 - r0, w_k.shape[0]), g_b.stride())
-                    torch.matmul(g_b, w_k, out=dx[r0:r1])
+                    g_b, dx_b = outs["output"], dx[r0:r1]
+                    if whole < vocab:
+                        torch.matmul(g_b[:, whole:], w[whole:], out=dx_b)
+                        dx_b.addmm_(g_b[:, :whole], w[:whole])
+                    else:
+                        torch.matmul(g_b, w, out=dx_b)
                     continue
                 k = rstd[r0:r1] * rstd[r0:r1] * outs["r"] / hidden
                 final = DX_NORM(outs["output"], w, out=None if dx is None else dx[r0:r1],
