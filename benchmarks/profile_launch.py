@@ -7,22 +7,10 @@ cProfile of forward+backward steps of the micro benchmark's cases.
 import argparse
 import cProfile
 import pstats
-import time
 
 import torch
+from launch_overhead import host_us
 from micro import OPS, SIZES, fwd_bwd
-
-
-def host_us(step, calls: int = 30) -> float:
-    """Microseconds the host spends per call when it never waits for the GPU (a deep queue)."""
-    step()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        step()
-    host = (time.perf_counter() - start) / calls * 1e6
-    torch.cuda.synchronize()
-    return host
 
 
 def main() -> None:

@@ -50,6 +50,11 @@ def micro_plots(results: Path, out: Path) -> None:
 IMPLS = ("eager", "compile", "max_autotune", "liger", "coda")
 
 
+def us(ms: float | None) -> str:
+    """Milliseconds as whole microseconds; "—" for a figure the run did not produce."""
+    return "—" if ms is None else f"{ms * 1e3:.0f}"
+
+
 def micro_tables(results: Path) -> str:
     """Per size: fwd+bwd µs of every implementation, CODA's speed-up over the best peer, and
     the CUDA-graph replay times (host launch cost taken out) and kernel counts of eager and CODA."""
@@ -69,9 +74,6 @@ def micro_tables(results: Path) -> str:
                 continue
             best = min(r["ms"] for i, r in got.items() if i != "coda")
             eager, coda = got.get("eager", {}), got["coda"]
-
-            def us(ms: float | None) -> str:
-                return "—" if ms is None else f"{ms * 1e3:.0f}"
             lines.append(f"| {op} | {us(coda['gemm_floor_ms'])} | "
                          + " | ".join(us(got[i]["ms"]) if i in got else "—" for i in impls)
                          + f" | {best / coda['ms']:.2f}× | {us(eager.get('graph_ms'))} | "

@@ -4,24 +4,12 @@ implementations or fields a run did not measure show as "—"."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("matplotlib")
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "report.py"
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def report():
-    spec = importlib.util.spec_from_file_location("report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def row(op, size, impl, ms, **extra):

@@ -8,7 +8,6 @@ tests/integrations/test_hf.py already checks coda.patch through the interpreter)
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -35,15 +34,6 @@ def result(tmp_path_factory) -> dict:
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(path.read_text())
-
-
-@pytest.fixture(scope="module")
-def bench():
-    """benchmarks/train.py as a module."""
-    spec = importlib.util.spec_from_file_location("benchmarks_train", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def assert_close(a: list[float], b: list[float]) -> None:

@@ -115,18 +115,11 @@ def test_swiglu_mlp(dtype, residual):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bias", [False, True])
-def test_rms_norm_linear(dtype, bias):
-    ref = randomize(TorchNormLinear(nn.RMSNorm(40, eps=1e-6), nn.Linear(40, 24, bias)))
-    ours = RMSNormLinear(40, 24, eps=1e-6, bias=bias).double()
-    ours.load_state_dict(ref.state_dict())
-    check(ours, ref, [(3, 5, 40)], dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("bias", [False, True])
-def test_layer_norm_linear(dtype, bias):
-    ref = randomize(TorchNormLinear(nn.LayerNorm(40, eps=1e-5), nn.Linear(40, 24, bias)))
-    ours = LayerNormLinear(40, 24, eps=1e-5, bias=bias).double()
+@pytest.mark.parametrize(("torch_norm", "module", "eps"), [(nn.RMSNorm, RMSNormLinear, 1e-6),
+                                                           (nn.LayerNorm, LayerNormLinear, 1e-5)])
+def test_norm_linear(dtype, bias, torch_norm, module, eps):
+    ref = randomize(TorchNormLinear(torch_norm(40, eps=eps), nn.Linear(40, 24, bias)))
+    ours = module(40, 24, eps=eps, bias=bias).double()
     ours.load_state_dict(ref.state_dict())
     check(ours, ref, [(3, 5, 40)], dtype)
 

@@ -92,14 +92,14 @@ class Epilogue:
     def replace(self, **changes) -> Epilogue:
         return replace(self, **changes)
 
+    @cached_property
+    def _order(self) -> tuple[Node, ...]:
+        return tuple(toposort(o.value for o in self.outputs))
+
     def nodes(self) -> tuple[Node, ...]:
         """Every node reachable from an output, each once, arguments before users (computed
         once: an Epilogue never changes, passes build new ones)."""
-        order = self.__dict__.get("_order")
-        if order is None:
-            order = tuple(toposort(o.value for o in self.outputs))
-            object.__setattr__(self, "_order", order)
-        return order
+        return self._order
 
     @cached_property
     def accumulates(self) -> bool:

@@ -1,0 +1,30 @@
+"""The benchmark scripts, loaded as modules for their tests (benchmarks/ is not a package)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """benchmarks/train.py as a module."""
+    return load_script("train")
+
+
+@pytest.fixture(scope="module")
+def report():
+    """benchmarks/report.py as a module."""
+    pytest.importorskip("matplotlib")
+    return load_script("report")
