@@ -5,6 +5,11 @@
 
 Runs every competitor side by side in one process on one GPU, bf16 operands, B given as an
 nn.Linear weight (W [N, K], B = W.T). Times are medians of `triton.testing.do_bench`.
+
+On Hopper, CODA's two sm_90 mainloops are also timed one by one, launched through a ready
+`Plan` (no per-call binding): `coda_hopper` (the persistent Triton kernel in its heuristic
+configuration) and `coda_pingpong` (the warp-specialized Gluon kernel, best of its candidate
+configurations, each recorded as `coda_pingpong/<config>`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.testing
+from triton.runtime.errors import OutOfResources
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import coda
@@ -51,6 +57,23 @@ CASES = {
         coda="EPILOGUE(rstd: row) { gate, up = unpack(input * rstd); output = silu(gate) * up; }",
         eager=lambda a, w, o: _swiglu((a @ w.T) * o["rstd"][:, None]),
         lt=None),
+    # (c) and (e) taken apart: which part of a fused epilogue costs what
+    "residual": dict(
+        coda="EPILOGUE(residual: tile) { output = input + residual; }",
+        eager=lambda a, w, o: a @ w.T + o["residual"],
+        lt=None),
+    "rowsumsq": dict(
+        coda="output = input; ss = row_sum(input * input);",
+        eager=lambda a, w, o: _residual_rms(a @ w.T),
+        lt=None),
+    "dgelu": dict(
+        coda="EPILOGUE(pre: tile) { output = input * gelu_grad(pre); }",
+        eager=lambda a, w, o: torch.ops.aten.gelu_backward(a @ w.T, o["pre"], approximate="tanh"),
+        lt=None),
+    "dgelu_bias_grad": dict(
+        coda="EPILOGUE(pre: tile) { output = input * gelu_grad(pre); db = col_sum(output); }",
+        eager=lambda a, w, o: _dgelu_bias_grad(a @ w.T, o["pre"]),
+        lt=None),
 }
 
 
@@ -62,14 +85,47 @@ def _swiglu(h):
     return F.silu(h[:, 0::2]) * h[:, 1::2]
 
 
+def _dgelu_bias_grad(dy, pre):
+    dx = torch.ops.aten.gelu_backward(dy, pre, approximate="tanh")
+    return dx, dx.float().sum(0)
+
+
 def operands(m: int, n: int) -> dict:
     dev, dt = "cuda", torch.bfloat16
     return {"bias": torch.randn(n, device=dev, dtype=dt), "residual": torch.randn(m, n, device=dev, dtype=dt),
-            "rstd": torch.rand(m, device=dev, dtype=dt) + 0.5, "p": P}
+            "pre": torch.randn(m, n, device=dev, dtype=dt), "rstd": torch.rand(m, device=dev, dtype=dt) + 0.5,
+            "p": P}
 
 
 def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def mainloop_timings(prog, a, b, used: dict) -> dict[str, float]:
+    """CODA's sm_90 mainloops one by one, each launched through a ready Plan."""
+    from coda.codegen import tuning
+
+    launch = prog.bind(a, b, seed=1, **used)
+    if prog.triton.kernel(launch).variant != "hopper":
+        return {}
+
+    def time_plan(config) -> float:
+        try:
+            plan, _ = prog.triton.start(launch, config)
+        except OutOfResources:  # this program's staging buffers and this ring exceed shared memory
+            return float("inf")
+        return bench(lambda: plan.run(launch.a, launch.b, launch.values, None, launch.seed))
+
+    m, n, k = launch.m, launch.n, launch.k
+    timings = {"coda_hopper": time_plan(tuning.heuristic("hopper", m, n, k, pingpong=False))}
+    for config in tuning.CANDIDATES["hopper"]:
+        if config.pingpong:
+            label = f"coda_pingpong/{config.block_m}x{config.block_n}x{config.block_k}" \
+                    f"s{config.num_stages}e{config.split_epilogue}"
+            timings[label] = time_plan(config)
+    timings = {key: ms for key, ms in timings.items() if ms < float("inf")}
+    timings["coda_pingpong"] = min(ms for key, ms in timings.items() if key.startswith("coda_pingpong/"))
+    return timings
 
 
 def main() -> None:
@@ -94,6 +150,7 @@ def main() -> None:
             spec, prog = CASES[case], programs[case]
             used = {k_: v for k_, v in ops.items() if k_ in prog.ir.params}
             timings = {"coda": bench(lambda: prog(a, w.T, seed=1, **used)),
+                       **mainloop_timings(prog, a, w.T, used),
                        "eager": bench(lambda: spec["eager"](a, w, ops))}
             if spec["lt"] is not None:
                 timings["cublaslt"] = bench(lambda: spec["lt"](a, w, ops))
@@ -105,7 +162,7 @@ def main() -> None:
                 rows.append(dict(shape=[m, n, k], case=case, impl=impl, ms=ms,
                                  tflops=flops / ms / 1e9, over_cublas=ms / cublas))
             line = "  ".join(f"{impl} {ms * 1e3:7.1f}us ({ms / cublas:4.2f}x)"
-                             for impl, ms in timings.items())
+                             for impl, ms in timings.items() if "/" not in impl)
             print(f"{m}x{n}x{k} {case:28s} cublas {cublas * 1e3:7.1f}us  {line}", flush=True)
         rows.append(dict(shape=[m, n, k], case="plain", impl="cublas", ms=cublas,
                          tflops=flops / cublas / 1e9, over_cublas=1.0))

@@ -121,13 +121,13 @@ PRIMITIVES: dict[str, Primitive] = _rows(
     _e("silu_grad", 1, _silu_grad, "cm.silu_grad({0})"),
     # forms that need more than their arguments
     Primitive("dropout", 2, "dropout", None,
-              "cm.dropout({0}, {1}, seed, rows, {first_col}, BLOCK_M, {block})",
+              "cm.dropout({0}, {1}, {keep})",
               doc="dropout(x, p): zero with probability p, scale the rest by 1/(1-p); "
                   "the mask is a counter-based hash of (seed, row, column)"),
     Primitive("rope", 3, "rope", None, "",
               doc="rope(x, cos, sin): rotate each column pair (2j, 2j+1) by the angle of pair "
                   "j mod H, with cos and sin [M, H] operands of kind `head`"),
-    Primitive("row_index", 0, "index", None, "rows[:, None].to(tl.float32)",
+    Primitive("row_index", 0, "index", None, "{rows}[:, None].to(tl.float32)",
               doc="row_index(): the global row of each element, as a float (exact below 2**24)"),
     Primitive("col_index", 0, "index", None, "{cols}[None, :].to(tl.float32)",
               doc="col_index(): the global column of each element in its domain, as a float "

@@ -1,11 +1,12 @@
-"""The Hopper mainloop compiles for sm_90 on a machine without a GPU.
+"""The Hopper mainloops compile for sm_90 on a machine without a GPU.
 
-The interpreter runs only the portable mainloop, so the persistent TMA kernel would otherwise meet
-a compiler first on the GPU. Triton compiles to PTX (and ptxas, shipped in its wheel, to a cubin)
-for an explicit GPUTarget, so this test generates CODA's Hopper kernel for a few programs and every
-epilogue split, and compiles it for sm_90 — in a subprocess, because the test session runs Triton
-in interpreter mode, which is fixed at import. Correctness and speed are checked on the GPU
-(tests/gpu/test_triton_gpu.py).
+The interpreter runs only the portable mainloop, so the persistent TMA kernel and the Gluon
+ping-pong kernel (which no interpreter runs) would otherwise meet a compiler first on the GPU.
+Triton compiles to PTX (and ptxas, shipped in its wheel, to a cubin) for an explicit GPUTarget,
+so this test generates CODA's two Hopper kernels for a few programs, in the configurations the
+heuristic picks and at every epilogue split, and compiles them for sm_90 — in a subprocess,
+because the test session runs Triton in interpreter mode, which is fixed at import. Correctness
+and speed are checked on the GPU (tests/gpu/test_triton_gpu.py, benchmarks/gemm.py).
 """
 
 from __future__ import annotations
@@ -35,13 +36,16 @@ PROGRAMS = {
 SPLITS = (1, 2, 4)
 #: ptxas may spill this much in the default configuration (measured: none).
 SPILL_LIMIT = 0
+#: Shared memory of an H100/H200 block (bytes): a default that needs more cannot launch.
+SHARED_LIMIT = 232448
 
 
 def compile_all() -> dict[str, dict]:
-    """{"program/config": {"wgmma": count, "tma": count, "registers": n, "spilled": bytes}} of the
-    kernels: every program in the configurations the heuristic picks for a GPT-2 fc1 launch
-    (16384 x 3072 x 768) and for one of 64 rows (a cross-entropy row block), and the heavy one at
-    every split (run with TRITON_INTERPRET=0)."""
+    """{"program/config": {"wgmma": count, "tma": count, "registers": n, "spilled": bytes,
+    "warp_specialized": bool}} of the kernels: every program in the configurations the heuristic
+    picks for a GPT-2 fc1 launch (16384 x 3072 x 768: ping-pong), one with K = 4096 (persistent)
+    and one of 64 rows (a cross-entropy row block), and the heavy one at every split of both
+    kernels (run with TRITON_INTERPRET=0)."""
     import torch
 
     import coda
@@ -60,12 +64,18 @@ def compile_all() -> dict[str, dict]:
                     "rstd": torch.empty(m, dtype=torch.float32), "p": 0.1}
         launch = prog.bind(torch.empty(m, k, dtype=torch.bfloat16), torch.empty(n, k, dtype=torch.bfloat16).T,
                            seed=1, **{p: v for p, v in operands.items() if p in prog.ir.params})
-        built = prog.triton._build(kernel_module._signature(launch, "hopper"), "hopper")
-        configs = {"heuristic": tuning.heuristic("hopper", m, n, k),
-                   "heuristic_m64": tuning.heuristic("hopper", 64, n, k)}
+        pingpong = not prog.triton.draws_dropout   # what the launch's own heuristic allows
+        configs = {"heuristic": tuning.heuristic("hopper", m, n, k, pingpong),
+                   "heuristic_k4096": tuning.heuristic("hopper", m, n, 4096, pingpong),
+                   "heuristic_m64": tuning.heuristic("hopper", 64, n, k, pingpong),
+                   "pingpong": tuning.heuristic("hopper", m, n, k, pingpong=True)}
         if name == "heavy":
             configs |= {f"split{split}": Config(128, 256, 64, 8, 3, split_epilogue=split) for split in SPLITS}
+            configs |= {f"pingpong_split{split}": Config(128, 128, 64, 4, 3, split_epilogue=split,
+                                                         pingpong=True) for split in SPLITS}
         for label, config in configs.items():
+            variant = config.mainloop("hopper")
+            built = prog.triton._build(kernel_module._signature(launch, variant), variant)
             results[f"{name}/{label}"] = compile_sm90(kernel_module, built, config, launch)
     return results
 
@@ -75,19 +85,21 @@ def compile_sm90(kernel_module, built, config, launch) -> dict[str, int]:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource
 
     recorder = Recorder(built.fn.arg_names)
-    plan = kernel_module.Plan(kernel_module.Kernel("hopper", built.source, recorder), config, launch)
+    plan = kernel_module.Plan(kernel_module.Kernel(built.variant, built.source, recorder), config, launch)
     plan.run(launch.a, launch.b, launch.values, None, launch.seed)
     meta = dict(recorder.meta)
-    options = {key: meta.pop(key) for key in ("num_warps", "num_stages")}
+    options = {key: meta.pop(key) for key in ("num_warps", "num_stages", "maxnreg") if key in meta}
     fn = built.fn
     values = dict(zip([p for p in fn.arg_names if p not in meta], recorder.args, strict=True))
     signature = {p: "constexpr" if p in meta else _type(values[p]) for p in fn.arg_names}
-    compiled = triton.compile(ASTSource(fn, signature, constexprs=meta),
-                              target=GPUTarget("cuda", 90, 32), options=options)
+    source = (GluonASTSource if built.variant == "pingpong" else ASTSource)(fn, signature, constexprs=meta)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     ptx = compiled.asm["ptx"]
     return dict(wgmma=ptx.count("wgmma.mma_async"), tma=ptx.count("cp.async.bulk.tensor"),
+                warp_specialized="setmaxnreg" in ptx, shared=compiled.metadata.shared,
                 **ptxas_report(ptx))
 
 
@@ -142,14 +154,20 @@ def test_hopper_kernels_compile_for_sm90():
         pytest.skip(f"Triton cannot run ptxas here: {done.stderr[-300:]}")
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(results) == ({f"{p}/heuristic{m}" for p in PROGRAMS for m in ("", "_m64")}
-                            | {f"heavy/split{s}" for s in SPLITS})
+    assert set(results) == ({f"{p}/{c}" for p in PROGRAMS for c in ("heuristic", "heuristic_k4096",
+                                                                     "heuristic_m64", "pingpong")}
+                            | {f"heavy/{kind}split{s}" for s in SPLITS for kind in ("", "pingpong_")})
     for key, found in results.items():
         assert found["wgmma"] > 0, key   # the tensor-core path of sm_90
         assert found["tma"] > 0, key     # TMA loads of A and B
-        if "/heuristic" in key and not key.startswith("heavy"):
+        # the K = 768 default is the ping-pong kernel unless the epilogue draws dropout numbers
+        dropout = key.split("/")[0] in ("bias_gelu_dropout_residual", "heavy")
+        default_pingpong = key.endswith("/heuristic") and not dropout
+        assert found["warp_specialized"] == (default_pingpong or "pingpong" in key), key
+        if ("/heuristic" in key or key.endswith("/pingpong")) and not key.startswith("heavy"):
             # a spilling default would cost more than the fusion saves
             assert found["spilled"] <= SPILL_LIMIT, (key, found)
+            assert found["shared"] <= SHARED_LIMIT, (key, found)
 
 if __name__ == "__main__":
     print(json.dumps(compile_all()))

@@ -70,3 +70,20 @@ def test_autotune_picks_the_fastest_skips_broken_and_reports_progress(tmp_path, 
 def test_the_heuristic_picks_a_candidate(variant, shape):
     """Its choice is one of the tuned candidates (fallbacks walk that list)."""
     assert tuning.heuristic(variant, *shape) in tuning.CANDIDATES[variant]
+
+
+def test_the_hopper_heuristic_takes_the_pingpong_kernel_for_short_k_without_dropout():
+    gpt2_fc1, llama_up = (16384, 3072, 768), (8192, 11008, 4096)
+    assert tuning.heuristic("hopper", *gpt2_fc1).mainloop("hopper") == "pingpong"
+    assert tuning.heuristic("hopper", *gpt2_fc1, pingpong=False).mainloop("hopper") == "hopper"
+    assert tuning.heuristic("hopper", *llama_up).mainloop("hopper") == "hopper"
+    assert tuning.heuristic("portable", *gpt2_fc1).mainloop("portable") == "portable"
+
+
+def test_a_pingpong_config_gives_the_gluon_kernel_its_ring_depth_and_register_split():
+    config = tuning.Config(128, 128, 64, 4, 5, split_epilogue=4, pingpong=True)
+    meta = config.meta("pingpong")
+    assert meta["STAGES"] == 5 and "num_stages" not in meta and meta["EPILOGUE_SPLIT"] == 4
+    # two 4-warp MMA warpgroups and a loader warp share 168 registers a thread on average
+    assert (2 * meta["MMA_REGS"] + meta["LOAD_REGS"]) / 3 == meta["maxnreg"]
+    assert config.epilogue_block_n == 32

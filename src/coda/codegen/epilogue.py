@@ -22,11 +22,29 @@ from ..primitives import PRIMITIVES
 if TYPE_CHECKING:
     from ..runtime.program import Program
 
-#: Per column domain: the column-index variable, its mask, the tile width and the domain size.
+
+@dataclass(frozen=True)
+class _Domain:
+    """The names a column domain's code uses: row and column indices and their masks, the tile
+    width and domain size, and (Gluon) the tensor whose layout the domain's values take."""
+
+    rows: str
+    mask_rows: str
+    cols: str
+    mask_cols: str
+    block: str
+    size: str
+    like: str
+
+
 _DOMAIN = {
-    "full": ("cols", "mask_n", "BLOCK_N", "N"),
-    HALF: ("hcols", "mask_h", "(BLOCK_N // 2)", "(N // 2)"),
+    "full": _Domain("rows", "mask_m", "cols", "mask_n", "BLOCK_N", "N", "acc"),
+    HALF: _Domain("hrows", "mask_hm", "hcols", "mask_h", "(BLOCK_N // 2)", "(N // 2)", "half_like"),
 }
+
+#: Gluon: the layout of dropout's Philox calls, one column quad each, so that a thread then holds
+#: the quad's four numbers (four warps: one ping-pong warpgroup).
+_QUAD_LAYOUT = "gl.BlockedLayout([1, 1], [4, 8], [4, 1], [1, 0])"
 
 
 @dataclass(frozen=True)
@@ -65,40 +83,109 @@ def kernel_params(program: Program, sig: Signature) -> list[str]:
     return params
 
 
-def epilogue_args(program: Program, sig: Signature) -> list[str]:
-    """What the mainloop passes to the epilogue: the kernel parameters, with a descriptor in
-    place of pointer and strides for every tile in `sig.tma`."""
+def epilogue_args(program: Program, sig: Signature, gluon: bool = False) -> list[str]:
+    """What the mainloop passes to the epilogue: the kernel parameters, with, for every tile in
+    `sig.tma`, a descriptor in place of pointer and strides (Triton), or (Gluon) the shared-memory
+    buffer the tile is staged in, after the descriptor for an output."""
     args = []
     for param in kernel_params(program, sig):
         base, _, field = param.rpartition("_")
-        if base in sig.tma:
-            if field == "ptr":
-                args.append(f"{base}_desc")
-        else:
+        if base not in sig.tma:
             args.append(param)
+        elif field == "ptr":
+            args += [f"{base}_smem"] if gluon and base.startswith("op_") else (
+                [f"{base}_desc", f"{base}_smem"] if gluon else [f"{base}_desc"])
     return args
+
+
+def _tma_tiles(program: Program, sig: Signature) -> list[tuple[str, bool]]:
+    """(name, whether in the [M, N/2] domain) of every tile read or written through TMA."""
+    tiles = []
+    for base in sorted(sig.tma):
+        half = program.widths.operands.get(base[3:]) == {HALF} if base.startswith("op_") else (
+            program.widths.outputs[base[4:]] == HALF)
+        tiles.append((base, half))
+    return tiles
 
 
 def descriptor_prologue(program: Program, sig: Signature) -> str:
     """Kernel-prologue lines that make the TMA descriptors of `sig.tma` (one per program)."""
     lines = []
-    for base in sorted(sig.tma):
-        half = program.widths.operands.get(base[3:]) == {HALF} if base.startswith("op_") else (
-            program.widths.outputs[base[4:]] == HALF)
+    for base, half in _tma_tiles(program, sig):
         cols, block = ("N // 2", "EPILOGUE_N // 2") if half else ("N", "EPILOGUE_N")
         lines.append(f"    {base}_desc = tl.make_tensor_descriptor({base}_ptr, shape=[M, {cols}], "
                      f"strides=[{base}_s0, 1], block_shape=[BLOCK_M, {block}])")
     return "\n".join(lines)
 
 
-def generate_epilogue(program: Program, sig: Signature) -> str:
-    """The source of `epilogue(acc, pid_m, tile_n, M, N, seed, ..., BLOCK_M, BLOCK_N)`."""
-    return _Emitter(program, sig).run()
+def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
+    """The program-specific pieces of the Gluon ping-pong mainloop (codegen/mainloops.py).
+
+    Every TMA tile gets a descriptor and shared-memory buffers of [BLOCK_M, slice width]:
+    a tile operand one per column slice per warpgroup, filled by TMA when the warpgroup starts
+    the tile's K loop (so the load runs under the MMAs) and waited for before the epilogue;
+    an output one per warpgroup, written by the epilogue and stored by TMA without waiting."""
+    tiles = _tma_tiles(program, sig)
+    operands = [base for base, _ in tiles if base.startswith("op_")]
+    prologue = []
+    for base, half in tiles:
+        cols, block = ("N // 2", "BLOCK_N // EPILOGUE_SPLIT // 2") if half else (
+            "N", "BLOCK_N // EPILOGUE_SPLIT")
+        count = "2 * EPILOGUE_SPLIT" if base in operands else "2"
+        prologue += [
+            f"{base}_layout: gl.constexpr = smem_layout(BLOCK_M, {block}, {base}_ptr.dtype.element_ty)",
+            f"{base}_desc = tma.make_tensor_descriptor({base}_ptr, [M, {cols}], [{base}_s0, 1], "
+            f"[BLOCK_M, {block}], {base}_layout)",
+            f"{base}_bufs = gl.allocate_shared_memory({base}_ptr.dtype.element_ty, "
+            f"[{count}, BLOCK_M, {block}], {base}_layout)"]
+    partition_args, slice_args = [], []
+    for param in kernel_params(program, sig):
+        base, _, field = param.rpartition("_")
+        if base not in sig.tma:
+            partition_args.append(param)
+            slice_args.append(param)
+        elif field == "ptr":
+            partition_args += [f"{base}_desc", f"{base}_bufs"]
+            slice_args += ([f"{base}_bufs.index(WG * EPILOGUE_SPLIT + j)"] if base in operands
+                           else [f"{base}_desc", f"{base}_bufs.index(WG)"])
+    prefetch, wait = "", ""
+    if operands:
+        prologue += ["tiles_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())",
+                     "mbarrier.init(tiles_ready.index(0), count=1)",
+                     "mbarrier.init(tiles_ready.index(1), count=1)"]
+        partition_args.append("tiles_ready")
+        nbytes = " + ".join(f"{base}_desc.block_type.nbytes" for base in operands)
+        prefetch_lines = ["fence_async_shared()  # this warpgroup's reads of the buffers come first",
+                          f"mbarrier.expect(tiles_ready.index(WG), EPILOGUE_SPLIT * ({nbytes}))",
+                          "for j in gl.static_range(EPILOGUE_SPLIT):"]
+        for base in operands:
+            block = f"{base}_desc.block_type.shape[1]"
+            prefetch_lines.append(
+                f"    tma.async_copy_global_to_shared({base}_desc, [pid_m * BLOCK_M, "
+                f"(pid_n * EPILOGUE_SPLIT + j) * {block}], tiles_ready.index(WG), "
+                f"{base}_bufs.index(WG * EPILOGUE_SPLIT + j))")
+        prefetch = "\n".join("        " + line for line in prefetch_lines)
+        wait = "        mbarrier.wait(tiles_ready.index(WG), rounds & 1)"
+    join = "".join
+    return {"{PROLOGUE}": "\n".join("    " + line for line in prologue),
+            "{PARTITION_ARGS}": join(f", {a}" for a in partition_args),
+            "{SLICE_ARGS}": join(f", {a}" for a in slice_args),
+            "{PREFETCH}": prefetch, "{TILES_WAIT}": wait}
+
+
+def generate_epilogue(program: Program, sig: Signature, gluon: bool = False) -> str:
+    """The source of `epilogue(acc, pid_m, tile_n, M, N, seed, ..., BLOCK_M, BLOCK_N)`.
+
+    With `gluon`, the few tensors made from nothing (index ranges, constants) come from Gluon's
+    constructors, whose automatic layout takes the layout of the accumulator they meet; the rest
+    of the code is the same for both front ends."""
+    return _Emitter(program, sig, "gl" if gluon else "tl").run()
 
 
 class _Emitter:
-    def __init__(self, program: Program, sig: Signature):
+    def __init__(self, program: Program, sig: Signature, ns: str):
         self.program = program
+        self.ns = ns  # "tl" (Triton) or "gl" (Gluon: new tensors need a layout)
         self.kinds = dict(sig.kinds)
         self.sig = sig
         self.domains = program.widths.nodes
@@ -106,31 +193,52 @@ class _Emitter:
         self.names: dict[Node, str] = {}
         self.unpacked: dict[Node, tuple[str, str]] = {}
 
+    @property
+    def gluon(self) -> bool:
+        return self.ns == "gl"
+
     def emit(self, line: str) -> None:
         self.lines.append("    " + line)
 
+    def arange(self, size: str, axis: int, like: str) -> str:
+        """`arange(0, size)` along `axis` (0: rows, 1: columns) of tiles laid out like `like`."""
+        if self.gluon:
+            return f"gl.arange(0, {size}, layout=gl.SliceLayout({1 - axis}, {like}.type.layout))"
+        return f"tl.arange(0, {size})"
+
+    def full(self, value: str, width: str) -> str:
+        """A [1, 1] float32 tensor of `value` in `width`'s domain."""
+        if self.gluon:
+            return f"gl.full((1, 1), {value}, tl.float32, layout={_DOMAIN[width].like}.type.layout)"
+        return f"tl.full((1, 1), {value}, tl.float32)"
+
     def tile_shape(self, width: str) -> str:
-        return f"(BLOCK_M, {_DOMAIN[width][2]})"
+        return f"(BLOCK_M, {_DOMAIN[width].block})"
 
     def mask2d(self, width: str) -> str:
-        return f"mask_m[:, None] & {_DOMAIN[width][1]}[None, :]"
+        d = _DOMAIN[width]
+        return f"{d.mask_rows}[:, None] & {d.mask_cols}[None, :]"
 
     def broadcast(self, node: Node) -> str:
         return f"tl.broadcast_to({self.names[node]}, {self.tile_shape(self.domains[node])})"
 
     def run(self) -> str:
         params = ", ".join(["acc", "pid_m", "tile_n", "M", "N", "seed",
-                            *epilogue_args(self.program, self.sig), "BLOCK_M: tl.constexpr",
+                            *epilogue_args(self.program, self.sig, self.gluon), "BLOCK_M: tl.constexpr",
                             "BLOCK_N: tl.constexpr"])
-        self.emit("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
-        self.emit("cols = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)")
+        self.emit(f"rows = pid_m * BLOCK_M + {self.arange('BLOCK_M', 0, 'acc')}")
+        self.emit(f"cols = tile_n * BLOCK_N + {self.arange('BLOCK_N', 1, 'acc')}")
         self.emit("mask_m = rows < M")
         self.emit("mask_n = cols < N")
-        if any(o.axis == "row" and o.name in self.sig.outputs for o in self.program.ir.outputs):
-            # a column slice wholly past N (Hopper's split epilogue, ragged N) has no partial row
-            self.emit("mask_r = mask_m & (tile_n * BLOCK_N < N)")
         if any(w == HALF for w in self.domains.values()):
-            self.emit("hcols = tile_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)")
+            if self.gluon:  # the layout `unpack` gives: a split of the accumulator
+                self.emit("half_like = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))[0]")
+                self.emit(f"hrows = pid_m * BLOCK_M + {self.arange('BLOCK_M', 0, 'half_like')}")
+                self.emit("mask_hm = hrows < M")
+            else:
+                self.emit("hrows = rows")
+                self.emit("mask_hm = mask_m")
+            self.emit(f"hcols = tile_n * (BLOCK_N // 2) + {self.arange('BLOCK_N // 2', 1, 'half_like')}")
             self.emit("mask_h = hcols < N // 2")
         for index, node in enumerate(self.program.ir.nodes()):
             if node.op == "operand" and self.kinds[node.arg] == "head":
@@ -145,13 +253,22 @@ class _Emitter:
         return f"@triton.jit\ndef epilogue({params}):\n{body}\n"
 
     # values -----------------------------------------------------------------------------------
+    def arg(self, node: Node, width: str) -> str:
+        """`node`'s value where a `width` value uses it. Only values that do not depend on the
+        column (constants, scalars, row operands) meet both domains; Gluon moves them over."""
+        name = self.names[node]
+        if self.gluon and self.domains[node] != width:
+            return f"gl.convert_layout({name}, {_DOMAIN[width].like}.type.layout)"
+        return name
+
     def value(self, node: Node) -> str:
-        op, args = node.op, [self.names[a] for a in node.args]
-        width = self.domains[node]
+        op, width = node.op, self.domains[node]
+        d = _DOMAIN[width]
+        args = [self.names[a] if op == "unpack" else self.arg(a, width) for a in node.args]
         if op == "input":
             return "acc"
         if op == "const":
-            return f"tl.full((1, 1), {float(node.arg)!r}, tl.float32)"
+            return self.full(repr(float(node.arg)), width)
         if op == "operand":
             return self.load_operand(node.arg, width)
         if op == "prior":
@@ -159,33 +276,52 @@ class _Emitter:
         if op == "unpack":
             return self.unpack(node)
         if op == "dropout":
-            block = _DOMAIN[width][2]
-            return PRIMITIVES["dropout"].triton.format(
-                self.broadcast(node.args[0]), args[1], first_col=f"tile_n * {block}", block=block)
+            x = f"tl.broadcast_to({args[0]}, {self.tile_shape(width)})"
+            return PRIMITIVES["dropout"].triton.format(x, args[1], keep=self.keep(node, x, args[1]))
         if op == "rope":
             return self.rope(node)
-        if op == "col_index":
-            return PRIMITIVES[op].triton.format(cols=_DOMAIN[width][0])
+        if op in ("col_index", "row_index"):
+            return PRIMITIVES[op].triton.format(cols=d.cols, rows=d.rows)
         return PRIMITIVES[op].triton.format(*args)
 
+    def keep(self, node: Node, x: str, p: str) -> str:
+        """Dropout's keep mask for the tile of `node`: uniform numbers (tl_math.uniform4) >= p."""
+        d = _DOMAIN[self.domains[node]]
+        if not self.gluon:
+            quads = f"tile_n * ({d.block} // 4) + tl.arange(0, {d.block} // 4)"
+            return f"cm.uniform4(seed, rows, {quads}, BLOCK_M, {d.block}) >= {p}"
+        # Gluon: drawn in a layout with whole column quads per thread (one Philox call each; the
+        # wgmma accumulator gives a thread two columns of a quad), compared there, and the
+        # one-byte mask moved into the tile's layout
+        v = self.names[node]
+        self.emit(f"{v}_rows = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, "
+                  f"layout=gl.SliceLayout(1, {_QUAD_LAYOUT}))")
+        self.emit(f"{v}_quads = tile_n * ({d.block} // 4) + gl.arange(0, {d.block} // 4, "
+                  f"layout=gl.SliceLayout(0, {_QUAD_LAYOUT}))")
+        self.emit(f"{v}_uniforms = cm.uniform4(seed, {v}_rows, {v}_quads, BLOCK_M, {d.block})")
+        self.emit(f"{v}_keep = {v}_uniforms >= gl.convert_layout({p}, {v}_uniforms.type.layout)")
+        return f"gl.convert_layout({v}_keep.to(tl.int8), {x}.type.layout) != 0"
+
     def load_operand(self, name: str, width: str) -> str:
-        kind, base = self.kinds[name], f"op_{name}"
-        cols, mask_c, _, _ = _DOMAIN[width]
+        kind, base, d = self.kinds[name], f"op_{name}", _DOMAIN[width]
         if kind == "scalar":
             value = f"tl.load({base}_ptr)" if name in self.sig.scalar_tensors else base
-            return f"tl.zeros((1, 1), tl.float32) + {value}"
+            return f"{self.full('0.0', width)} + {value}"
         if kind == "row":
-            return f"tl.load({base}_ptr + rows * {base}_s0, mask=mask_m, other=0.0).to(tl.float32)[:, None]"
+            return (f"tl.load({base}_ptr + {d.rows} * {base}_s0, mask={d.mask_rows}, "
+                    f"other=0.0).to(tl.float32)[:, None]")
         if kind == "col":
-            return (f"tl.load({base}_ptr + {cols} * {base}_s0, mask={mask_c}, "
+            return (f"tl.load({base}_ptr + {d.cols} * {base}_s0, mask={d.mask_cols}, "
                     f"other=0.0).to(tl.float32)[None, :]")
         return self.load_tile(base, width)
 
     def load_tile(self, base: str, width: str) -> str:
-        cols, _, block, _ = _DOMAIN[width]
+        d = _DOMAIN[width]
+        if base in self.sig.tma and self.gluon:  # staged in shared memory by the mainloop
+            return f"{base}_smem.load({d.like}.type.layout).to(tl.float32)"
         if base in self.sig.tma:
-            return f"{base}_desc.load([pid_m * BLOCK_M, tile_n * {block}]).to(tl.float32)"
-        ptr = f"{base}_ptr + rows[:, None] * {base}_s0 + {cols}[None, :] * {base}_s1"
+            return f"{base}_desc.load([pid_m * BLOCK_M, tile_n * {d.block}]).to(tl.float32)"
+        ptr = f"{base}_ptr + {d.rows}[:, None] * {base}_s0 + {d.cols}[None, :] * {base}_s1"
         return f"tl.load({ptr}, mask={self.mask2d(width)}, other=0.0).to(tl.float32)"
 
     def unpack(self, node: Node) -> str:
@@ -200,50 +336,68 @@ class _Emitter:
     def rope(self, node: Node) -> str:
         x, cos, sin = node.args
         v = self.names[node]
-        _, _, block, _ = _DOMAIN[self.domains[node]]
+        width = self.domains[node]
+        block = _DOMAIN[width].block
         self.emit(f"{v}_x0, {v}_x1 = tl.split(tl.reshape({self.broadcast(x)}, (BLOCK_M, {block} // 2, 2)))")
-        self.emit(f"{v}_pair = tile_n * ({block} // 2) + tl.arange(0, {block} // 2)")
+        rows, mask = "rows", "mask_m"
+        if self.gluon:  # the pairs' layout (a split) is not the tile's
+            rows, mask = f"{v}_rows", f"{v}_mask"
+            self.emit(f"{rows} = pid_m * BLOCK_M + {self.arange('BLOCK_M', 0, f'{v}_x0')}")
+            self.emit(f"{mask} = {rows} < M")
+        self.emit(f"{v}_pair = tile_n * ({block} // 2) + {self.arange(f'{block} // 2', 1, f'{v}_x0')}")
         for table, short in ((cos, "cos"), (sin, "sin")):
             base = f"op_{table.arg}"
-            ptr = f"{base}_ptr + rows[:, None] * {base}_s0 + ({v}_pair % {base}_h)[None, :] * {base}_s1"
-            self.emit(f"{v}_{short} = tl.load({ptr}, mask=mask_m[:, None], other=0.0).to(tl.float32)")
-        rotated = (f"tl.join({v}_x0 * {v}_cos - {v}_x1 * {v}_sin, "
-                   f"{v}_x1 * {v}_cos + {v}_x0 * {v}_sin)")
-        return f"tl.reshape({rotated}, (BLOCK_M, {block}))"
+            ptr = f"{base}_ptr + {rows}[:, None] * {base}_s0 + ({v}_pair % {base}_h)[None, :] * {base}_s1"
+            self.emit(f"{v}_{short} = tl.load({ptr}, mask={mask}[:, None], other=0.0).to(tl.float32)")
+        rotated = (f"tl.reshape(tl.join({v}_x0 * {v}_cos - {v}_x1 * {v}_sin, "
+                   f"{v}_x1 * {v}_cos + {v}_x0 * {v}_sin), (BLOCK_M, {block}))")
+        if self.gluon:  # back in the tile's own layout (the same data placement, renamed)
+            return f"gl.convert_layout({rotated}, {_DOMAIN[width].like}.type.layout)"
+        return rotated
 
     # outputs ----------------------------------------------------------------------------------
     def store(self, out) -> None:
         width = self.program.widths.outputs[out.name]
-        cols, mask_c, _, size = _DOMAIN[width]
-        value = f"tl.broadcast_to({self.names[out.value]}, {self.tile_shape(width)})"
+        d = _DOMAIN[width]
+        value = f"tl.broadcast_to({self.arg(out.value, width)}, {self.tile_shape(width)})"
         if out.reduction is None:
             base = f"out_{out.name}"
+            if base in self.sig.tma and self.gluon:
+                # through this warpgroup's buffer, once the store that last read it is done
+                in_flight = sum(b.startswith("out_") for b in self.sig.tma) - 1
+                self.emit(f"tma.store_wait({in_flight})")
+                self.emit(f"{base}_smem.store({value}.to({base}_desc.dtype))")
+                self.emit("fence_async_shared()")
+                self.emit(f"tma.async_copy_shared_to_global({base}_desc, [pid_m * BLOCK_M, "
+                          f"tile_n * {d.block}], {base}_smem)")
+                return
             if base in self.sig.tma:
-                block = _DOMAIN[width][2]
-                self.emit(f"{base}_desc.store([pid_m * BLOCK_M, tile_n * {block}], "
+                self.emit(f"{base}_desc.store([pid_m * BLOCK_M, tile_n * {d.block}], "
                           f"{value}.to({base}_desc.dtype))")
                 return
-            ptr = f"{base}_ptr + rows[:, None] * {base}_s0 + {cols}[None, :] * {base}_s1"
+            ptr = f"{base}_ptr + {d.rows}[:, None] * {base}_s0 + {d.cols}[None, :] * {base}_s1"
             self.emit(f"tl.store({ptr}, {value}.to({base}_ptr.dtype.element_ty), "
                       f"mask={self.mask2d(width)})")
             return
         is_max = out.reduction in ("row_max", "col_max", "row_logsumexp")
         fill = "float('-inf')" if is_max else "0.0"
         part = f"{out.name}_tile"
+        combine = "tl.max" if is_max else "tl.sum"
         self.emit(f"{part} = tl.where({self.mask2d(width)}, {value}, {fill})")
         if out.axis == "col":
-            combine = "tl.max" if is_max else "tl.sum"
-            self.emit(f"tl.store(red_{out.name}_ptr + pid_m * {size} + {cols}, "
-                      f"{combine}({part}, axis=0), mask={mask_c})")
-        elif out.reduction == "row_logsumexp":
+            self.emit(f"tl.store(red_{out.name}_ptr + pid_m * {d.size} + {d.cols}, "
+                      f"{combine}({part}, axis=0), mask={d.mask_cols})")
+            return
+        # a column slice wholly past N (Hopper's split epilogue, ragged N) has no partial row
+        mask = f"{d.mask_rows} & (tile_n * BLOCK_N < N)"
+        if out.reduction == "row_logsumexp":
             self.emit(f"{part}_max = tl.max({part}, axis=1)")
             # a row with no finite value here (past M, or -inf logits) shifts by 0, not -inf:
             # exp(-inf - -inf) would be NaN
             self.emit(f"{part}_shift = tl.where({part}_max == float('-inf'), 0.0, {part}_max)")
-            self.emit(f"tl.store(red_{out.name}_max + tile_n * M + rows, {part}_max, mask=mask_r)")
-            self.emit(f"tl.store(red_{out.name}_sum + tile_n * M + rows, "
-                      f"tl.sum(tl.exp({part} - {part}_shift[:, None]), axis=1), mask=mask_r)")
+            self.emit(f"tl.store(red_{out.name}_max + tile_n * M + {d.rows}, {part}_max, mask={mask})")
+            self.emit(f"tl.store(red_{out.name}_sum + tile_n * M + {d.rows}, "
+                      f"tl.sum(tl.exp({part} - {part}_shift[:, None]), axis=1), mask={mask})")
         else:
-            combine = "tl.max" if is_max else "tl.sum"
-            self.emit(f"tl.store(red_{out.name}_ptr + tile_n * M + rows, "
-                      f"{combine}({part}, axis=1), mask=mask_r)")
+            self.emit(f"tl.store(red_{out.name}_ptr + tile_n * M + {d.rows}, "
+                      f"{combine}({part}, axis=1), mask={mask})")

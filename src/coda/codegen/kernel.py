@@ -25,7 +25,14 @@ from ..ir import format_epilogue
 from ..runtime.binding import Launch
 from ..runtime.program import Program, interpreter_enabled
 from . import tuning
-from .epilogue import Signature, descriptor_prologue, epilogue_args, generate_epilogue, kernel_params
+from .epilogue import (
+    Signature,
+    descriptor_prologue,
+    epilogue_args,
+    generate_epilogue,
+    kernel_params,
+    pingpong_parts,
+)
 from .mainloops import HEADER, MAINLOOPS
 from .tuning import Config
 
@@ -49,6 +56,7 @@ class TritonProgram:
         self._kernels: dict[tuple[Signature, str], Kernel] = {}
         self._configs: dict[tuple, Config] = {}
         self._lock = threading.Lock()
+        self.draws_dropout = any(node.op == "dropout" for node in program.ir.nodes())
 
     # public -----------------------------------------------------------------------------------
     def launch(self, launch: Launch, config: Config | None = None) -> dict[str, torch.Tensor]:
@@ -65,7 +73,7 @@ class TritonProgram:
         chosen = config or self.config(launch, kernel)
         fallbacks = [] if config else [c for c in tuning.CANDIDATES.get(kernel.variant, ()) if c != chosen]
         for candidate in (chosen, *fallbacks):
-            plan = Plan(kernel, candidate, launch)
+            plan = Plan(self.kernel(launch, candidate), candidate, launch)
             try:
                 return plan, plan.run(launch.a, launch.b, launch.values, launch.out, launch.seed)
             except OutOfResources:
@@ -73,8 +81,11 @@ class TritonProgram:
                     raise
         raise LaunchError(f"no kernel configuration of {self.program.name} fits this GPU")
 
-    def kernel(self, launch: Launch) -> Kernel:
+    def kernel(self, launch: Launch, config: Config | None = None) -> Kernel:
+        """The kernel for this launch's operand signature, in the mainloop `config` picks."""
         variant = _variant(launch)
+        if config is not None:
+            variant = config.mainloop(variant)
         sig = _signature(launch, variant)
         key = (sig, variant)
         kernel = self._kernels.get(key)
@@ -96,7 +107,7 @@ class TritonProgram:
         config = self._configs.get(bucket)
         if config is None:
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
-                config = tuning.heuristic(kernel.variant, m, n, k)
+                config = tuning.heuristic(kernel.variant, m, n, k, pingpong=not self.draws_dropout)
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))
@@ -105,7 +116,7 @@ class TritonProgram:
 
                 def run(c: Config) -> None:
                     if c not in plans:
-                        plans[c] = Plan(kernel, c, launch)
+                        plans[c] = Plan(self.kernel(launch, c), c, launch)
                     plans[c].run(launch.a, launch.b, launch.values, scratch, launch.seed)
 
                 config = tuning.autotune(key, kernel.variant, run, f"{self.program.name} {m}x{n}x{k}")
@@ -113,20 +124,23 @@ class TritonProgram:
         return config
 
     def explain(self, launch: Launch) -> str:
-        kernel = self.kernel(launch)
-        config = self.config(launch, kernel)
+        config = self.config(launch, self.kernel(launch))
+        kernel = self.kernel(launch, config)
         return (f"# Triton kernel ({kernel.variant} mainloop), config {config}\n"
                 f"{kernel.source}")
 
     # building ---------------------------------------------------------------------------------
     def _build(self, sig: Signature, variant: str) -> Kernel:
-        params = "".join(f", {p}" for p in kernel_params(self.program, sig))
-        args = "".join(f", {p}" for p in epilogue_args(self.program, sig))
+        gluon = variant == "pingpong"
+        parts = pingpong_parts(self.program, sig) if gluon else {
+            "{EPILOGUE_ARGS}": "".join(f", {p}" for p in epilogue_args(self.program, sig)),
+            "{PROLOGUE}": descriptor_prologue(self.program, sig)}
+        parts["{EPILOGUE_PARAMS}"] = "".join(f", {p}" for p in kernel_params(self.program, sig))
+        mainloop = MAINLOOPS[variant]
+        for placeholder, text in parts.items():
+            mainloop = mainloop.replace(placeholder, text)
         source = (HEADER.format(NAME=self.program.name, VARIANT=variant)
-                  + generate_epilogue(self.program, sig)
-                  + MAINLOOPS[variant].replace("{EPILOGUE_PARAMS}", params)
-                                      .replace("{EPILOGUE_ARGS}", args)
-                                      .replace("{PROLOGUE}", descriptor_prologue(self.program, sig)))
+                  + generate_epilogue(self.program, sig, gluon) + mainloop)
         digest = hashlib.sha256(source.encode()).hexdigest()[:20]
         path = tuning.cache_dir() / "kernels" / f"{self.program.name}_{digest}.py"
         if not path.exists():
@@ -156,13 +170,16 @@ class Plan:
             self.sizes = (m, n, a.stride(0), a.stride(1))
         else:
             self.sizes = (m, n, launch.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
-        epilogue_n = config.epilogue_block_n if kernel.variant == "hopper" else config.block_n
+        persistent = kernel.variant in ("hopper", "pingpong")
+        epilogue_n = config.epilogue_block_n if persistent else config.block_n
         self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": math.ceil(m / config.block_m)}
         tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
-        if kernel.variant == "hopper":
+        if persistent:
             self.grid = (min(tiles, _num_sms(a.device)),)
-            self.meta = config.meta("hopper") | dict(
-                NUM_SMS=self.grid[0], A_K_CONTIGUOUS=a.stride(1) == 1, B_N_CONTIGUOUS=b.stride(1) == 1)
+            self.meta = config.meta(kernel.variant) | dict(
+                A_K_CONTIGUOUS=a.stride(1) == 1, B_N_CONTIGUOUS=b.stride(1) == 1)
+            if kernel.variant == "hopper":
+                self.meta["NUM_SMS"] = self.grid[0]
         else:
             self.grid, self.meta = (tiles,), config.meta(kernel.variant)
         names = kernel.fn.arg_names
@@ -191,7 +208,7 @@ class Plan:
                          for _ in range(2 if spec.reduction == "row_logsumexp" else 1))
             partials[spec.name] = bufs
             args += bufs
-        if self.kernel.variant == "hopper":
+        if self.kernel.variant in ("hopper", "pingpong"):
             _ensure_allocator()
         if self.launcher is not None:
             self.launcher(*args, *self.constexprs)
@@ -229,7 +246,7 @@ def _signature(launch: Launch, variant: str) -> Signature:
     tensors = frozenset(name for name, kind in launch.kinds.items()
                         if kind == "scalar" and isinstance(launch.values[name], torch.Tensor))
     tma = set()
-    if variant == "hopper":
+    if variant in ("hopper", "pingpong"):
         tma |= {f"op_{name}" for name, kind in launch.kinds.items()
                 if kind == "tile" and _tma_ok(launch.values[name], row_major=True)}
         for spec in launch.outputs:

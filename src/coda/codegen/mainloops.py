@@ -48,7 +48,7 @@ def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EP
     epilogue(acc, pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N)
 '''
 
-HOPPER = '''
+TILE_HELPERS = '''
 @triton.jit
 def column_halves(tile, ROWS: tl.constexpr, COLS: tl.constexpr):
     return tl.split(tl.permute(tl.reshape(tile, (ROWS, 2, COLS // 2)), (0, 2, 1)))
@@ -62,8 +62,9 @@ def tile_coords(tile_id, row_blocks, col_blocks, GROUP_M: tl.constexpr):
     pid_m = first_row_block + (tile_id % group_size) % rows_in_group
     pid_n = (tile_id % group_size) // rows_in_group
     return pid_m, pid_n
+'''
 
-
+HOPPER = '''
 @triton.jit(do_not_specialize=["seed"])
 def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -126,6 +127,169 @@ def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EP
                 epilogue(q3, pid_m, 4 * pid_n + 3, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
 '''
 
+PINGPONG = '''
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                              warpgroup_mma, warpgroup_mma_wait)
+
+
+@gluon.constexpr_function
+def smem_layout(rows, cols, dtype):
+    # the widest swizzle a [rows, cols] tile allows (what TMA and wgmma read fastest)
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], dtype)
+
+
+@gluon.jit
+def column_slices(tile, SPLIT: gl.constexpr):
+    # the tile as SPLIT column slices, left to right (SPLIT a power of two)
+    slices = (tile,)
+    for _ in gl.static_range(SPLIT.bit_length() - 1):
+        halves = ()
+        for j in gl.static_range(len(slices)):
+            halves += column_halves(slices[j], slices[j].shape[0], slices[j].shape[1])
+        slices = halves
+    return slices
+
+
+@gluon.jit
+def load_partition(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                   GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr,
+                   B_N_CONTIGUOUS: gl.constexpr):
+    # One warp walks the program's tiles and their K blocks in order and fills ring slot
+    # `step % STAGES` as soon as the MMA warpgroups release it (running ahead across tiles).
+    row_blocks = gl.cdiv(M, BLOCK_M)
+    col_blocks = gl.cdiv(N, BLOCK_N)
+    k_blocks = gl.cdiv(K, BLOCK_K)
+    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    step = 0
+    for tile_id in range(gl.program_id(0), row_blocks * col_blocks, gl.num_programs(0)):
+        pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
+        for kb in range(k_blocks):
+            slot = step % STAGES
+            mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)  # a fresh ring is empty
+            mbarrier.expect(ready.index(slot), nbytes)
+            if A_K_CONTIGUOUS:
+                tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M, kb * BLOCK_K],
+                                                ready.index(slot), a_ring.index(slot))
+            else:
+                tma.async_copy_global_to_shared(a_desc, [kb * BLOCK_K, pid_m * BLOCK_M],
+                                                ready.index(slot), a_ring.index(slot))
+            if B_N_CONTIGUOUS:
+                tma.async_copy_global_to_shared(b_desc, [kb * BLOCK_K, pid_n * BLOCK_N],
+                                                ready.index(slot), b_ring.index(slot))
+            else:
+                tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N, kb * BLOCK_K],
+                                                ready.index(slot), b_ring.index(slot))
+            step += 1
+
+
+@gluon.jit
+def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS},
+                  WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+                  A_K_CONTIGUOUS: gl.constexpr, B_N_CONTIGUOUS: gl.constexpr,
+                  EPILOGUE_SPLIT: gl.constexpr):
+    # Warpgroup WG (0 or 1) takes every other tile of the program. The `turn` barriers pass the
+    # tensor cores back and forth: a warpgroup runs its K loop once the other has issued its
+    # last MMA, so each warpgroup's epilogue overlaps the other's K loop. The epilogue's tile
+    # operands are fetched by TMA while the K loop runs; its outputs leave by TMA stores that
+    # are waited for only before their buffer is written again.
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, BLOCK_N, 16])
+    row_blocks = gl.cdiv(M, BLOCK_M)
+    col_blocks = gl.cdiv(N, BLOCK_N)
+    k_blocks = gl.cdiv(K, BLOCK_K)
+    programs = gl.num_programs(0)
+    rounds = 0
+    for tile_id in range(gl.program_id(0) + WG * programs, row_blocks * col_blocks, 2 * programs):
+        pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
+        step = (2 * rounds + WG) * k_blocks  # the ring position of this tile's first K block
+{PREFETCH}
+        mbarrier.wait(turn.index(WG), (rounds & 1) ^ (1 - WG))  # warpgroup 0 goes first
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        for kb in range(k_blocks):
+            slot = step % STAGES
+            mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
+            a = a_ring.index(slot)
+            b = b_ring.index(slot)
+            if A_K_CONTIGUOUS:
+                a_tile = a
+            else:
+                a_tile = a.permute((1, 0))
+            if B_N_CONTIGUOUS:
+                b_tile = b
+            else:
+                b_tile = b.permute((1, 0))
+            acc = warpgroup_mma(a_tile, b_tile, acc, is_async=True)
+            # one MMA stays in flight; the one before it is done, so its slot goes back
+            acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
+            mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1, pred=kb > 0)
+            step += 1
+        mbarrier.arrive(turn.index(1 - WG), count=1)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1)
+        # The epilogue sees EPILOGUE_SPLIT column slices of the tile, one after the other.
+{TILES_WAIT}
+        slices = column_slices(acc, EPILOGUE_SPLIT)
+        for j in gl.static_range(EPILOGUE_SPLIT):
+            epilogue(slices[j], pid_m, pid_n * EPILOGUE_SPLIT + j, M, N, seed{SLICE_ARGS},
+                     BLOCK_M, BLOCK_N // EPILOGUE_SPLIT)
+        rounds += 1
+    tma.store_wait(0)
+
+
+@gluon.jit(do_not_specialize=["seed"])
+def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+              GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr,
+              B_N_CONTIGUOUS: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr,
+              LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr):
+    # A ring of STAGES (A, B) tile pairs. An operand stored transposed (rows along M or N) is
+    # loaded as stored and transposed as a view for the MMA.
+    dtype: gl.constexpr = A.dtype.element_ty
+    if A_K_CONTIGUOUS:
+        a_layout: gl.constexpr = smem_layout(BLOCK_M, BLOCK_K, dtype)
+        a_desc = tma.make_tensor_descriptor(A, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K], a_layout)
+        a_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_layout)
+    else:
+        a_layout: gl.constexpr = smem_layout(BLOCK_K, BLOCK_M, dtype)
+        a_desc = tma.make_tensor_descriptor(A, [K, M], [stride_ak, 1], [BLOCK_K, BLOCK_M], a_layout)
+        a_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_M], a_layout)
+    if B_N_CONTIGUOUS:
+        b_layout: gl.constexpr = smem_layout(BLOCK_K, BLOCK_N, dtype)
+        b_desc = tma.make_tensor_descriptor(B, [K, N], [stride_bk, 1], [BLOCK_K, BLOCK_N], b_layout)
+        b_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_N], b_layout)
+    else:
+        b_layout: gl.constexpr = smem_layout(BLOCK_N, BLOCK_K, dtype)
+        b_desc = tma.make_tensor_descriptor(B, [N, K], [stride_bn, 1], [BLOCK_N, BLOCK_K], b_layout)
+        b_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_K], b_layout)
+    # ready[s]: slot s is loaded (TMA transaction bytes); empty[s]: the MMA reading it is done;
+    # turn[w]: warpgroup w may run its K loop.
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    for w in gl.static_range(2):
+        mbarrier.init(turn.index(w), count=1)
+    # The epilogue's TMA tiles: descriptors and staging buffers (codegen/epilogue.py).
+{PROLOGUE}
+    fence_async_shared()
+    gl.warp_specialize([
+        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS}, 0,
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
+                         B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
+        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS}, 1,
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
+                         B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
+        (load_partition, (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, BLOCK_M, BLOCK_N,
+                          BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS, B_N_CONTIGUOUS)),
+    ], [4, 1], [MMA_REGS, LOAD_REGS])
+'''
+
 MAP = '''
 @triton.jit(do_not_specialize=["seed"])
 def coda_gemm(X, M, N, stride_xm, stride_xn, seed{EPILOGUE_PARAMS},
@@ -141,7 +305,8 @@ def coda_gemm(X, M, N, stride_xm, stride_xn, seed{EPILOGUE_PARAMS},
     epilogue(acc.to(tl.float32), pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N)
 '''
 
-MAINLOOPS = {"portable": PORTABLE, "hopper": HOPPER, "map": MAP}
+MAINLOOPS = {"portable": PORTABLE, "hopper": TILE_HELPERS + HOPPER,
+             "pingpong": TILE_HELPERS + PINGPONG, "map": MAP}
 
 HEADER = '''"""Generated by CODA for epilogue `{NAME}` ({VARIANT} mainloop). Do not edit."""
 import triton

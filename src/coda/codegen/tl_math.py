@@ -91,10 +91,9 @@ def philox(seed, c0, c1):
 
 
 @triton.jit
-def uniform4(seed, rows, first_col, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """[BLOCK_M, BLOCK_N] uniforms in [0, 1) for columns first_col.. (first_col % 4 == 0):
-    one Philox call per four columns, split into four 16-bit numbers (runtime/rng.py)."""
-    quads = first_col // 4 + tl.arange(0, BLOCK_N // 4)
+def uniform4(seed, rows, quads, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] uniforms in [0, 1) for the column quads `quads` (column // 4): one
+    Philox call per four columns, split into four 16-bit numbers (runtime/rng.py)."""
     first, second = philox(seed, quads[None, :], rows[:, None])
     # join stacks on a new minor axis, so join(join(a, b), join(c, d)) flattens to a, c, b, d.
     low = tl.join(first & 0xFFFF, second & 0xFFFF)
@@ -104,6 +103,5 @@ def uniform4(seed, rows, first_col, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
 
 
 @triton.jit
-def dropout(x, p, seed, rows, first_col, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    keep = uniform4(seed, rows, first_col, BLOCK_M, BLOCK_N) >= p
+def dropout(x, p, keep):
     return tl.where(keep, x / (1.0 - p), 0.0)

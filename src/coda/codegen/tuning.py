@@ -28,6 +28,8 @@ class Config:
     group_m: int = 8
     split_epilogue: int = 1        # hopper: run the epilogue on 1, 2 or 4 column slices
     flatten: bool = True           # hopper: flatten the tile loop with the K loop
+    pingpong: bool = False         # hopper: the warp-specialized ping-pong kernel (Gluon), in
+                                   # which num_stages is the depth of its shared-memory ring
 
     def meta(self, variant: str) -> dict:
         """The kernel's compile-time arguments for this configuration."""
@@ -38,7 +40,17 @@ class Config:
         if variant == "hopper":
             meta.update(EPILOGUE_SPLIT=self.split_epilogue, FLATTEN=self.flatten,
                         EPILOGUE_N=self.epilogue_block_n)
+        if variant == "pingpong":
+            # two MMA warpgroups of 4 warps and a 1-warp loader share 168 registers a thread
+            # on average: the loader gives all but 40 of its share to the MMA warpgroups
+            del meta["num_stages"]
+            meta.update(STAGES=self.num_stages, EPILOGUE_SPLIT=self.split_epilogue,
+                        LOAD_REGS=40, MMA_REGS=232, maxnreg=168)
         return meta
+
+    def mainloop(self, variant: str) -> str:
+        """The mainloop template this configuration runs for a launch of `variant`."""
+        return "pingpong" if variant == "hopper" and self.pingpong else variant
 
     @property
     def epilogue_block_n(self) -> int:
@@ -56,6 +68,10 @@ CANDIDATES = {
         Config(128, 128, 64, 8, 4, split_epilogue=2),
         Config(128, 256, 64, 8, 3, split_epilogue=2, flatten=False),
         Config(64, 128, 64, 4, 4),
+        Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True),
+        Config(128, 128, 64, 4, 3, split_epilogue=2, pingpong=True),
+        Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True),
+        Config(128, 128, 64, 4, 5, split_epilogue=4, pingpong=True),
     ],
     "portable": [
         Config(128, 128, 32, 4, 4),
@@ -73,13 +89,18 @@ MAP_CONFIG = Config(32, 128, 0, num_warps=4)
 INTERPRETER_CONFIG = Config(32, 32, 32, group_m=4)
 
 
-def heuristic(variant: str, m: int, n: int, k: int) -> Config:
-    """A sound default without timing: 128x256 tiles when there are enough of them to fill the
-    132 SMs of an H100/H200 (else 128x128; 64 rows, one warpgroup, when M is that small: a
-    cross-entropy row block), smaller tiles for small portable launches."""
+def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True) -> Config:
+    """A sound default without timing. On Hopper: the ping-pong kernel when K is short, where
+    its epilogue overlapping the other tile's MMAs pays most (unless `pingpong` is False: the
+    epilogue draws dropout numbers, whose hashing measured slower there); else 128x256 tiles
+    when there are enough of them to fill the 132 SMs of an H100/H200 (else 128x128; 64 rows,
+    one warpgroup, when M is that small: a cross-entropy row block). Smaller tiles for small
+    portable launches. Measurements behind each choice: docs/performance.md."""
     if variant == "hopper":
         if m <= 64:
             return Config(64, 128, 64, 4, 4)
+        if k <= 1024 and pingpong:
+            return Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True)
         if (m // 128) * (n // 256) >= 132:
             return Config(128, 256, 64, 8, 3, split_epilogue=2)
         return Config(128, 128, 64, 8, 4)
