@@ -1,10 +1,12 @@
-"""Plots and tables for docs/benchmarks.md from the JSON results of micro.py and train.py.
+"""Plots and tables for docs/benchmarks.md and docs/performance.md from the JSON results.
 
     python benchmarks/report.py [--results benchmarks/results] [--out docs/img] [--tables]
+                                [--gemm benchmarks/results/gemm.json ...]
 
 Writes micro_<size>.png (time of each op, fwd+bwd, per implementation, as a multiple of the
 cuBLAS time of its GEMMs) and train_throughput.png (tokens/s per model and mode); with --tables
-also prints the micro benchmark's markdown tables (µs per op, fwd+bwd, per size).
+also prints the micro benchmark's markdown tables (µs per op, fwd+bwd, per size); with --gemm
+prints, per gemm.py result file, the GEMM + epilogue table against the Hopper fast-path targets.
 """
 
 from __future__ import annotations
@@ -82,6 +84,36 @@ def micro_tables(results: Path) -> str:
     return "\n".join(lines)
 
 
+#: The Hopper fast-path targets: a fused epilogue's time over CODA's plain GEMM time.
+GEMM_TARGET = {"short_k": (1024, 1.10), "long_k": 1.05}
+
+
+def gemm_table(path: Path) -> str:
+    """Per shape and epilogue (benchmarks/gemm.py): µs of cuBLAS, CODA's default, the best
+    ping-pong configuration, cuBLASLt and eager, and CODA's best time over its best plain GEMM
+    against the target (1.10 up to K = 1024, else 1.05)."""
+    cell: dict[tuple, dict[str, float]] = {}
+    for r in json.loads(path.read_text())["results"]:
+        cell.setdefault((tuple(r["shape"]), r["case"]), {})[r["impl"]] = r["ms"]
+    lines = ["| M×N×K | epilogue | cuBLAS | CODA default | ping-pong | CODA best / CODA plain | target "
+             "| cuBLASLt | eager |", "| --- " * 9 + "|"]
+    for (shape, case), got in cell.items():
+        if case == "plain" and "coda" not in got:
+            continue  # the cuBLAS row
+
+        def best(entries: dict[str, float]) -> float:
+            return min(ms for impl, ms in entries.items() if impl.startswith("coda"))
+
+        cublas = cell[(shape, "plain")]["cublas"]
+        ratio = best(got) / best(cell[(shape, "plain")])
+        limit = GEMM_TARGET["short_k"][1] if shape[2] <= GEMM_TARGET["short_k"][0] else GEMM_TARGET["long_k"]
+        mark = "✓" if ratio <= limit else "✗"
+        lines.append(f"| {'×'.join(map(str, shape))} | {case} | {us(cublas)} | {us(got['coda'])} | "
+                     f"{us(got.get('coda_pingpong'))} | {ratio:.2f} {mark} | ≤ {limit:.2f} | "
+                     f"{us(got.get('cublaslt'))} | {us(got.get('eager'))} |")
+    return "\n".join(lines)
+
+
 def train_plot(results: Path, out: Path) -> None:
     rows = [r for path in sorted(results.glob("train*.json"))
             for r in json.loads(path.read_text())["rows"] if r.get("tokens_per_s")]
@@ -104,7 +136,13 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     parser.add_argument("--tables", action="store_true", help="print the micro benchmark's tables")
+    parser.add_argument("--gemm", type=Path, nargs="*", default=[],
+                        help="print the fast-path table of these gemm.py results (no plots)")
     args = parser.parse_args()
+    if args.gemm:
+        for path in args.gemm:
+            print(f"\n{path}:\n\n{gemm_table(path)}")
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     micro_plots(args.results, args.out)
     train_plot(args.results, args.out)

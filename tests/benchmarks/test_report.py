@@ -50,3 +50,24 @@ def test_plots(report, results, tmp_path):
     report.train_plot(results, out)
     for name in ("micro_gpt2.png", "train_throughput.png"):
         assert (out / name).read_bytes().startswith(PNG)
+
+
+def test_gemm_table_holds_the_best_coda_time_to_its_best_plain_time(report, tmp_path):
+    def g(shape, case, impl, ms):
+        return dict(shape=shape, case=case, impl=impl, ms=ms)
+
+    short, long_ = [16384, 3072, 768], [8192, 8192, 8192]
+    rows = [g(short, "plain", "coda", 0.120), g(short, "plain", "coda_pingpong", 0.115),
+            g(short, "plain", "cublas", 0.114),
+            g(short, "bias_gelu", "coda", 0.140), g(short, "bias_gelu", "coda_pingpong", 0.126),
+            g(short, "bias_gelu", "coda_pingpong/128x128x64s4e2", 0.126),
+            g(short, "bias_gelu", "cublaslt", 0.133),
+            g(long_, "plain", "coda", 1.0), g(long_, "plain", "cublas", 1.0),
+            g(long_, "bias_gelu", "coda", 1.06)]
+    path = tmp_path / "gemm.json"
+    path.write_text(json.dumps(dict(results=rows)))
+    table = {tuple(line.split(" | ")[:2]): line.split(" | ") for line in report.gemm_table(path).splitlines()}
+    gelu = table[("| 16384×3072×768", "bias_gelu")]
+    assert gelu[2:9] == ["114", "140", "126", "1.10 ✓", "≤ 1.10", "133", "— |"]   # 126 / 115
+    assert table[("| 8192×8192×8192", "bias_gelu")][5:7] == ["1.06 ✗", "≤ 1.05"]
+    assert ("| 16384×3072×768", "plain") in table and len(table) == 6   # header, rule, 4 rows
