@@ -176,26 +176,23 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
 def generate_epilogue(program: Program, sig: Signature, gluon: bool = False) -> str:
     """The source of `epilogue(acc, pid_m, tile_n, M, N, seed, ..., BLOCK_M, BLOCK_N)`.
 
-    With `gluon`, the few tensors made from nothing (index ranges, constants) come from Gluon's
-    constructors, whose automatic layout takes the layout of the accumulator they meet; the rest
-    of the code is the same for both front ends."""
-    return _Emitter(program, sig, "gl" if gluon else "tl").run()
+    With `gluon` (the ping-pong mainloop) the tensors made from nothing, index ranges and
+    constants, take the layout of the values they meet (the accumulator's, or that of its column
+    pairs after `unpack`), and TMA tiles are read from and written to the shared-memory buffers
+    the mainloop stages them in; the rest of the code is the same for both front ends."""
+    return _Emitter(program, sig, gluon).run()
 
 
 class _Emitter:
-    def __init__(self, program: Program, sig: Signature, ns: str):
+    def __init__(self, program: Program, sig: Signature, gluon: bool):
         self.program = program
-        self.ns = ns  # "tl" (Triton) or "gl" (Gluon: new tensors need a layout)
+        self.gluon = gluon  # Gluon: new tensors need a layout (see generate_epilogue)
         self.kinds = dict(sig.kinds)
         self.sig = sig
         self.domains = program.widths.nodes
         self.lines: list[str] = []
         self.names: dict[Node, str] = {}
         self.unpacked: dict[Node, tuple[str, str]] = {}
-
-    @property
-    def gluon(self) -> bool:
-        return self.ns == "gl"
 
     def emit(self, line: str) -> None:
         self.lines.append("    " + line)

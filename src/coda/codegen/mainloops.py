@@ -14,6 +14,13 @@ descriptors (codegen/epilogue.py). EPILOGUE_N is the width of the tile the epilo
   tile loop flattened with the K loop so the next tile's loads overlap this tile's epilogue, and
   the epilogue optionally run on two or four column slices of the tile to cut its register
   footprint.
+- `pingpong` (sm_90, Gluon): persistent and warp-specialized. A loader warp fills a ring of
+  (A, B) tiles by TMA; two MMA warpgroups take alternate tiles and pass the tensor cores back and
+  forth, so each tile's epilogue runs under the other warpgroup's K loop. Its program-specific
+  pieces are `{PROLOGUE}` (descriptors and shared-memory buffers of the epilogue's TMA tiles),
+  `{PARTITION_ARGS}` (what an MMA warpgroup receives), `{SLICE_ARGS}` (what it passes to the
+  epilogue for column slice `j`), `{PREFETCH}` and `{TILES_WAIT}` (the TMA loads of the epilogue's
+  tile operands and the wait for them): `epilogue.pingpong_parts`.
 """
 
 PORTABLE = '''
