@@ -92,9 +92,14 @@ def epilogue_args(program: Program, sig: Signature, gluon: bool = False) -> list
         base, _, field = param.rpartition("_")
         if base not in sig.tma:
             args.append(param)
-        elif field == "ptr":
-            args += [f"{base}_smem"] if gluon and base.startswith("op_") else (
-                [f"{base}_desc", f"{base}_smem"] if gluon else [f"{base}_desc"])
+        elif field != "ptr":
+            continue  # a stride: the descriptor has it
+        elif not gluon:
+            args.append(f"{base}_desc")
+        elif base.startswith("op_"):
+            args.append(f"{base}_smem")
+        else:
+            args += [f"{base}_desc", f"{base}_smem"]
     return args
 
 

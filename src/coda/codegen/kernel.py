@@ -170,7 +170,8 @@ class Plan:
             self.sizes = (m, n, a.stride(0), a.stride(1))
         else:
             self.sizes = (m, n, launch.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
-        persistent = kernel.variant in ("hopper", "pingpong")
+        # persistent Hopper kernels: one program per SM, TMA descriptors made on the device
+        self.persistent = persistent = kernel.variant in ("hopper", "pingpong")
         epilogue_n = config.epilogue_block_n if persistent else config.block_n
         self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": math.ceil(m / config.block_m)}
         tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
@@ -208,7 +209,7 @@ class Plan:
                          for _ in range(2 if spec.reduction == "row_logsumexp" else 1))
             partials[spec.name] = bufs
             args += bufs
-        if self.kernel.variant in ("hopper", "pingpong"):
+        if self.persistent:
             _ensure_allocator()
         if self.launcher is not None:
             self.launcher(*args, *self.constexprs)

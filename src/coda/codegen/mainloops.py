@@ -148,6 +148,16 @@ def smem_layout(rows, cols, dtype):
 
 
 @gluon.jit
+def operand_ring(X, ROWS, COLS, stride, BLOCK_ROWS: gl.constexpr, BLOCK_COLS: gl.constexpr,
+                 STAGES: gl.constexpr):
+    # the TMA descriptor of the row-major [ROWS, COLS] tensor at X, and a ring of STAGES tiles
+    layout: gl.constexpr = smem_layout(BLOCK_ROWS, BLOCK_COLS, X.dtype.element_ty)
+    desc = tma.make_tensor_descriptor(X, [ROWS, COLS], [stride, 1], [BLOCK_ROWS, BLOCK_COLS], layout)
+    ring = gl.allocate_shared_memory(X.dtype.element_ty, [STAGES, BLOCK_ROWS, BLOCK_COLS], layout)
+    return desc, ring
+
+
+@gluon.jit
 def column_slices(tile, SPLIT: gl.constexpr):
     # the tile as SPLIT column slices, left to right (SPLIT a power of two)
     slices = (tile,)
@@ -255,23 +265,14 @@ def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EP
               LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr):
     # A ring of STAGES (A, B) tile pairs. An operand stored transposed (rows along M or N) is
     # loaded as stored and transposed as a view for the MMA.
-    dtype: gl.constexpr = A.dtype.element_ty
     if A_K_CONTIGUOUS:
-        a_layout: gl.constexpr = smem_layout(BLOCK_M, BLOCK_K, dtype)
-        a_desc = tma.make_tensor_descriptor(A, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K], a_layout)
-        a_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_layout)
+        a_desc, a_ring = operand_ring(A, M, K, stride_am, BLOCK_M, BLOCK_K, STAGES)
     else:
-        a_layout: gl.constexpr = smem_layout(BLOCK_K, BLOCK_M, dtype)
-        a_desc = tma.make_tensor_descriptor(A, [K, M], [stride_ak, 1], [BLOCK_K, BLOCK_M], a_layout)
-        a_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_M], a_layout)
+        a_desc, a_ring = operand_ring(A, K, M, stride_ak, BLOCK_K, BLOCK_M, STAGES)
     if B_N_CONTIGUOUS:
-        b_layout: gl.constexpr = smem_layout(BLOCK_K, BLOCK_N, dtype)
-        b_desc = tma.make_tensor_descriptor(B, [K, N], [stride_bk, 1], [BLOCK_K, BLOCK_N], b_layout)
-        b_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_N], b_layout)
+        b_desc, b_ring = operand_ring(B, K, N, stride_bk, BLOCK_K, BLOCK_N, STAGES)
     else:
-        b_layout: gl.constexpr = smem_layout(BLOCK_N, BLOCK_K, dtype)
-        b_desc = tma.make_tensor_descriptor(B, [N, K], [stride_bn, 1], [BLOCK_N, BLOCK_K], b_layout)
-        b_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_K], b_layout)
+        b_desc, b_ring = operand_ring(B, N, K, stride_bn, BLOCK_N, BLOCK_K, STAGES)
     # ready[s]: slot s is loaded (TMA transaction bytes); empty[s]: the MMA reading it is done;
     # turn[w]: warpgroup w may run its K loop.
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
