@@ -142,11 +142,12 @@ def philox2x32_10(c0: int, c1: int, key: int) -> tuple[int, int]:
 
 
 def philox_uniform(seed: int, row: int, col: int) -> float:
-    """CODA's dropout number for one element. One Philox call on counter (col // 4, row) under key
-    seed gives two words = four 16-bit numbers, for columns 4j, 4j+1 (low and high half of the
-    first word), 4j+2, 4j+3 (of the second word); the element's number is those bits * 2**-16."""
-    first, second = philox2x32_10((col >> 2) & M32, row & M32, seed & M32)
-    word = first if col % 4 < 2 else second
+    """CODA's dropout number for one element. One Philox call on counter (col // 2,
+    8 * (row // 16) + row % 8) under key seed gives two words = four 16-bit numbers, for rows r
+    (first word) and r + 8 (second word) of a 16-row group and columns 2j (low half of a word)
+    and 2j + 1 (high half); the element's number is those bits * 2**-16."""
+    first, second = philox2x32_10((col >> 1) & M32, (8 * (row >> 4) + row % 8) & M32, seed & M32)
+    word = first if row % 16 < 8 else second
     bits = word & 0xFFFF if col % 2 == 0 else word >> 16
     return bits * 2.0**-16
 

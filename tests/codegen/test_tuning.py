@@ -72,7 +72,7 @@ def test_the_heuristic_picks_a_candidate(variant, shape):
     assert tuning.heuristic(variant, *shape) in tuning.CANDIDATES[variant]
 
 
-def test_the_hopper_heuristic_takes_the_pingpong_kernel_for_short_k_without_dropout():
+def test_the_hopper_heuristic_takes_the_pingpong_kernel_for_short_k():
     gpt2_fc1, llama_up = (16384, 3072, 768), (8192, 11008, 4096)
     assert tuning.heuristic("hopper", *gpt2_fc1).mainloop("hopper") == "pingpong"
     assert tuning.heuristic("hopper", *gpt2_fc1, pingpong=False).mainloop("hopper") == "hopper"

@@ -32,11 +32,13 @@ def test_torch_philox_matches_random123_known_answers(c0, c1, key, out0, out1):
 
 @pytest.mark.parametrize("c0, c1, key, out0, out1", KAT[:1] + KAT[2:])
 def test_uniform_takes_16_bit_quarters_of_one_philox_call(c0, c1, key, out0, out1):
-    # counter (col // 4, row): columns 4*c0 .. 4*c0 + 3 of row c1 share one call
-    got = rng.uniform(key, torch.tensor([c1]), torch.arange(4 * c0, 4 * c0 + 4))
+    # counter (col // 2, 8 * (row // 16) + row % 8): columns 2*c0, 2*c0 + 1 of rows r and r + 8
+    # (r = 16 * (c1 // 8) + c1 % 8) share one call
+    r = 16 * (c1 // 8) + c1 % 8
+    got = rng.uniform(key, torch.tensor([[r], [r + 8]]), torch.tensor([[2 * c0, 2 * c0 + 1]]))
     assert got.dtype == torch.float32
-    quarters = [out0 & 0xFFFF, out0 >> 16, out1 & 0xFFFF, out1 >> 16]
-    assert got.tolist() == [q * 2.0**-16 for q in quarters]
+    quarters = [[out0 & 0xFFFF, out0 >> 16], [out1 & 0xFFFF, out1 >> 16]]
+    assert got.tolist() == [[q * 2.0**-16 for q in row] for row in quarters]
 
 
 def test_constants():

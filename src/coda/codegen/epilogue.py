@@ -42,11 +42,6 @@ _DOMAIN = {
     HALF: _Domain("hrows", "mask_hm", "hcols", "mask_h", "(BLOCK_N // 2)", "(N // 2)", "half_like"),
 }
 
-#: Gluon: the layout of dropout's Philox calls, one column quad each, so that a thread then holds
-#: the quad's four numbers (four warps: one ping-pong warpgroup).
-_QUAD_LAYOUT = "gl.BlockedLayout([1, 1], [4, 8], [4, 1], [1, 0])"
-
-
 @dataclass(frozen=True)
 class Signature:
     """What the generated source depends on besides the program: each operand's kind, and
@@ -287,22 +282,13 @@ class _Emitter:
         return PRIMITIVES[op].triton.format(*args)
 
     def keep(self, node: Node, x: str, p: str) -> str:
-        """Dropout's keep mask for the tile of `node`: uniform numbers (tl_math.uniform4) >= p."""
+        """Dropout's keep mask for the tile of `node`: 16-bit random numbers (tl_math.random_bits)
+        at or above p's threshold."""
         d = _DOMAIN[self.domains[node]]
-        if not self.gluon:
-            quads = f"tile_n * ({d.block} // 4) + tl.arange(0, {d.block} // 4)"
-            return f"cm.uniform4(seed, rows, {quads}, BLOCK_M, {d.block}) >= {p}"
-        # Gluon: drawn in a layout with whole column quads per thread (one Philox call each; the
-        # wgmma accumulator gives a thread two columns of a quad), compared there, and the
-        # one-byte mask moved into the tile's layout
-        v = self.names[node]
-        self.emit(f"{v}_rows = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, "
-                  f"layout=gl.SliceLayout(1, {_QUAD_LAYOUT}))")
-        self.emit(f"{v}_quads = tile_n * ({d.block} // 4) + gl.arange(0, {d.block} // 4, "
-                  f"layout=gl.SliceLayout(0, {_QUAD_LAYOUT}))")
-        self.emit(f"{v}_uniforms = cm.uniform4(seed, {v}_rows, {v}_quads, BLOCK_M, {d.block})")
-        self.emit(f"{v}_keep = {v}_uniforms >= gl.convert_layout({p}, {v}_uniforms.type.layout)")
-        return f"gl.convert_layout({v}_keep.to(tl.int8), {x}.type.layout) != 0"
+        bits = f"cm.random_bits(seed, {d.rows}, {d.cols}, BLOCK_M, {d.block})"
+        if self.gluon:
+            bits = f"gl.convert_layout({bits}, {x}.type.layout)"
+        return f"{bits} >= cm.keep_threshold({p})"
 
     def load_operand(self, name: str, width: str) -> str:
         kind, base, d = self.kinds[name], f"op_{name}", _DOMAIN[width]

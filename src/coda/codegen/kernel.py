@@ -56,7 +56,6 @@ class TritonProgram:
         self._kernels: dict[tuple[Signature, str], Kernel] = {}
         self._configs: dict[tuple, Config] = {}
         self._lock = threading.Lock()
-        self.draws_dropout = any(node.op == "dropout" for node in program.ir.nodes())
 
     # public -----------------------------------------------------------------------------------
     def launch(self, launch: Launch, config: Config | None = None) -> dict[str, torch.Tensor]:
@@ -107,7 +106,7 @@ class TritonProgram:
         config = self._configs.get(bucket)
         if config is None:
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
-                config = tuning.heuristic(kernel.variant, m, n, k, pingpong=not self.draws_dropout)
+                config = tuning.heuristic(kernel.variant, m, n, k)
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))

@@ -45,7 +45,11 @@ def sigmoid_grad(x):
 
 @triton.jit
 def gelu(x):
-    return 0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * x * (1.0 + GELU_CUBIC * x * x)))
+    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), written so that it compiles to two
+    # multiplications, two fused multiply-adds and the tanh
+    half_x = 0.5 * x
+    t = tanh(x * (SQRT_2_OVER_PI + SQRT_2_OVER_PI * GELU_CUBIC * (x * x)))
+    return half_x + half_x * t
 
 
 @triton.jit
@@ -82,8 +86,9 @@ def philox(seed, c0, c1):
     c1 = c1.to(tl.uint32)
     key = seed.to(tl.uint32)
     for _ in tl.static_range(ROUNDS):
-        hi = tl.umulhi(c0, MULTIPLIER)
-        lo = c0 * MULTIPLIER
+        product = c0.to(tl.uint64) * MULTIPLIER  # one 32 x 32 -> 64-bit multiply (IMAD.WIDE)
+        hi = (product >> 32).to(tl.uint32)
+        lo = product.to(tl.uint32)
         c0 = hi ^ c1 ^ key
         c1 = lo
         key = key + WEYL
@@ -91,17 +96,36 @@ def philox(seed, c0, c1):
 
 
 @triton.jit
-def uniform4(seed, rows, quads, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """[BLOCK_M, BLOCK_N] uniforms in [0, 1) for the column quads `quads` (column // 4): one
-    Philox call per four columns, split into four 16-bit numbers (runtime/rng.py)."""
-    first, second = philox(seed, quads[None, :], rows[:, None])
-    # join stacks on a new minor axis, so join(join(a, b), join(c, d)) flattens to a, c, b, d.
-    low = tl.join(first & 0xFFFF, second & 0xFFFF)
-    high = tl.join(first >> 16, second >> 16)
-    bits = tl.reshape(tl.join(low, high), (BLOCK_M, BLOCK_N))
-    return bits.to(tl.float32) * (1.0 / 65536.0)
+def block_corners(t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] -> [BLOCK_M // 16, 8, BLOCK_N // 2]: the first element of each dropout
+    block (rows r and r + 8 of a 16-row group, columns 2j and 2j + 1)."""
+    blocks = tl.permute(tl.reshape(t, (BLOCK_M // 16, 2, 8, BLOCK_N // 2, 2)), (0, 2, 3, 4, 1))
+    first_row, _ = tl.split(blocks)
+    corner, _ = tl.split(first_row)
+    return corner
+
+
+@triton.jit
+def random_bits(seed, rows, cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] random 16-bit numbers (as uint32) at global `rows` x `cols` (BLOCK_M a
+    multiple of 16, starting at one): one Philox call per block of rows r, r + 8 and columns 2j,
+    2j + 1 (runtime/rng.py). Drawn in the tile's own layout: where a thread holds whole blocks,
+    as in the wgmma accumulator, no number moves between threads."""
+    r = block_corners(tl.broadcast_to(rows[:, None], (BLOCK_M, BLOCK_N)), BLOCK_M, BLOCK_N)
+    c = block_corners(tl.broadcast_to(cols[None, :], (BLOCK_M, BLOCK_N)), BLOCK_M, BLOCK_N)
+    first, second = philox(seed, c // 2, (r // 16) * 8 + r % 8)
+    # [M / 16, 8, N / 2, column parity, row + 8] back to [M, N]
+    blocks = tl.join(tl.join(first & 0xFFFF, first >> 16), tl.join(second & 0xFFFF, second >> 16))
+    return tl.reshape(tl.permute(blocks, (0, 4, 1, 2, 3)), (BLOCK_M, BLOCK_N))
+
+
+@triton.jit
+def keep_threshold(p):
+    """Dropout keeps an element whose 16-bit number u has u * 2**-16 >= p, that is (scaling by a
+    power of two is exact) u >= ceil(p * 2**16): one integer comparison per element."""
+    return tl.ceil(p * 65536.0).to(tl.uint32)
 
 
 @triton.jit
 def dropout(x, p, keep):
-    return tl.where(keep, x / (1.0 - p), 0.0)
+    return tl.where(keep, x * (1.0 / (1.0 - p)), 0.0)

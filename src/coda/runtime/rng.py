@@ -1,12 +1,14 @@
 """The counter-based dropout RNG, in PyTorch: Philox-2x32 with 10 rounds.
 
 The random number of an element depends only on (seed, global row, global column). One Philox
-call, on counter (column // 4, row) under key seed mod 2**32, gives 64 random bits: four 16-bit
-uniforms, for columns 4j .. 4j+3 (low half of the first word, high half, then the second word).
-So a dropout probability acts with a resolution of 2**-16. The Triton backend runs the same
-rounds on uint32 values (`coda.codegen.tl_math.uniform4`), so the reference and the kernels draw
-identical masks, and a backward pass regenerates its forward mask from the seed, whatever the
-tiling.
+call gives 64 random bits, four 16-bit numbers, for a block of four elements: rows r and r + 8 of
+a 16-row group (r % 16 < 8) and columns 2j and 2j + 1. Its counter is (j, 8 * (r // 16) + r % 8)
+under key seed mod 2**32; row r takes the first word, row r + 8 the second, column 2j a word's
+low half and 2j + 1 its high half. (That block is what one thread holds of a Hopper wgmma
+accumulator, so the Gluon kernel draws its numbers where they are used.) A dropout probability
+acts with a resolution of 2**-16. The Triton backend runs the same rounds on uint32 values
+(`coda.codegen.tl_math.random_bits`), so the reference and the kernels draw identical masks,
+and a backward pass regenerates its forward mask from the seed, whatever the tiling.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ def philox(seed: int, c0: torch.Tensor, c1: torch.Tensor) -> tuple[torch.Tensor,
 def uniform(seed: int, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """Uniform float32 numbers in [0, 1), multiples of 2**-16, for each (row, col) pair."""
     rows, cols = torch.broadcast_tensors(rows.to(torch.int64), cols.to(torch.int64))
-    first, second = philox(seed, cols >> 2, rows)
-    word = torch.where((cols & 2) == 0, first, second)
+    first, second = philox(seed, cols >> 1, ((rows >> 4) << 3) + (rows & 7))
+    word = torch.where((rows & 8) == 0, first, second)
     bits = torch.where((cols & 1) == 0, word & 0xFFFF, word >> 16)
     return bits.to(torch.float32) * 2.0**-16
 
