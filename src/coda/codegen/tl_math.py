@@ -54,8 +54,12 @@ def gelu(x):
 
 @triton.jit
 def gelu_grad(x):
-    t = tanh(SQRT_2_OVER_PI * x * (1.0 + GELU_CUBIC * x * x))
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x)
+    # 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t the tanh of gelu, in
+    # multiply-add form
+    x2 = x * x
+    t = tanh(x * (SQRT_2_OVER_PI + SQRT_2_OVER_PI * GELU_CUBIC * x2))
+    slope = SQRT_2_OVER_PI + 3.0 * SQRT_2_OVER_PI * GELU_CUBIC * x2
+    return (0.5 + 0.5 * t) + (0.5 * x) * (1.0 - t * t) * slope
 
 
 @triton.jit
