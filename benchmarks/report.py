@@ -115,8 +115,9 @@ def gemm_table(path: Path) -> str:
 
 
 def train_plot(results: Path, out: Path) -> None:
-    rows = [r for path in sorted(results.glob("train*.json"))
-            for r in json.loads(path.read_text())["rows"] if r.get("tokens_per_s")]
+    runs = sorted((json.loads(path.read_text()) for path in results.glob("train*.json")),
+                  key=lambda run: run["date"])  # a later run's row replaces an earlier one's
+    rows = [r for run in runs for r in run["rows"] if r.get("tokens_per_s")]
     if not rows:
         return
     models = list(dict.fromkeys(r["model"] for r in rows))
