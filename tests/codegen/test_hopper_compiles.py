@@ -29,6 +29,9 @@ PROGRAMS = {
                          " ss = row_sum(output * output); }",
     "rowscale_swiglu": "EPILOGUE(rstd: row) { gate, up = unpack(input * rstd); output = silu(gate) * up; }",
     "dgelu_bias_grad": "EPILOGUE(pre: tile) { output = input * gelu_grad(pre); db = col_sum(output); }",
+    # dropout in the half-width domain of unpack (Gluon draws its numbers in another layout)
+    "swiglu_dropout": "EPILOGUE(p: scalar) { gate, up = unpack(input);"
+                      " output = dropout(silu(gate) * up, p); }",
     "heavy": ("EPILOGUE(residual: tile, p: scalar) { output = dropout(input, p) + residual;"
               " ss = row_sum(output * output); lse = row_logsumexp(input); cs = col_sum(input); }"),
 }

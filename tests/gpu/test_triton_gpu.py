@@ -23,6 +23,9 @@ PROGRAMS = {
                      " ss = row_sum(output * output); }", {"residual": "tile"}),
     "swiglu": ("EPILOGUE(rstd: row) { gate, up = unpack(input * rstd); output = silu(gate) * up; }",
                {"rstd": "row"}),
+    # dropout in unpack's half-width domain, whose numbers Gluon draws in another layout
+    "swiglu_dropout": ("EPILOGUE(p: scalar) { gate, up = unpack(input);"
+                       " output = dropout(silu(gate) * up, p); }", {"p": 0.1}),
     "dgelu_bias_grad": ("EPILOGUE(preact: tile) { output = input * gelu_grad(preact);"
                         " db = col_sum(output); }", {"preact": "tile"}),
     "rope": ("EPILOGUE(cos: head, sin: head) { output = rope(input, cos, sin); }",

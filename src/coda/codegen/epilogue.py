@@ -42,6 +42,11 @@ _DOMAIN = {
     HALF: _Domain("hrows", "mask_hm", "hcols", "mask_h", "(BLOCK_N // 2)", "(N // 2)", "half_like"),
 }
 
+#: Gluon: a layout in which a thread holds whole dropout blocks (rows r and r + 8, columns 2j and
+#: 2j + 1: two columns a thread, eight rows a warp) for four warps.
+_DRAW_LAYOUT = "gl.BlockedLayout([1, 2], [8, 4], [1, 4], [1, 0])"
+
+
 @dataclass(frozen=True)
 class Signature:
     """What the generated source depends on besides the program: each operand's kind, and
@@ -283,9 +288,20 @@ class _Emitter:
 
     def keep(self, node: Node, x: str, p: str) -> str:
         """Dropout's keep mask for the tile of `node`: 16-bit random numbers (tl_math.random_bits)
-        at or above p's threshold."""
-        d = _DOMAIN[self.domains[node]]
-        bits = f"cm.random_bits(seed, {d.rows}, {d.cols}, BLOCK_M, {d.block})"
+        at or above p's threshold. Gluon draws them in the accumulator's layout, where a thread
+        holds whole blocks of the stream; values of the half-width domain (whose threads hold
+        single columns) draw in `_DRAW_LAYOUT` and move over."""
+        width = self.domains[node]
+        d = _DOMAIN[width]
+        rows, cols = d.rows, d.cols
+        if self.gluon and width != "full":
+            v = self.names[node]
+            self.emit(f"{v}_rows = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, "
+                      f"layout=gl.SliceLayout(1, {_DRAW_LAYOUT}))")
+            self.emit(f"{v}_cols = tile_n * {d.block} + gl.arange(0, {d.block}, "
+                      f"layout=gl.SliceLayout(0, {_DRAW_LAYOUT}))")
+            rows, cols = f"{v}_rows", f"{v}_cols"
+        bits = f"cm.random_bits(seed, {rows}, {cols}, BLOCK_M, {d.block})"
         if self.gluon:
             bits = f"gl.convert_layout({bits}, {x}.type.layout)"
         return f"{bits} >= cm.keep_threshold({p})"
