@@ -114,15 +114,21 @@ def gemm_table(path: Path) -> str:
     return "\n".join(lines)
 
 
-def train_plot(results: Path, out: Path) -> None:
+def train_table(results: Path) -> dict[tuple[str, str], float]:
+    """{(model, mode): thousands of tokens/s} over every train*.json; where runs measured the same
+    (model, mode), the latest run (by its date) counts."""
     runs = sorted((json.loads(path.read_text()) for path in results.glob("train*.json")),
-                  key=lambda run: run["date"])  # a later run's row replaces an earlier one's
-    rows = [r for run in runs for r in run["rows"] if r.get("tokens_per_s")]
-    if not rows:
+                  key=lambda run: run["date"])
+    return {(r["model"], r["mode"]): r["tokens_per_s"] / 1e3
+            for run in runs for r in run["rows"] if r.get("tokens_per_s")}
+
+
+def train_plot(results: Path, out: Path) -> None:
+    table = train_table(results)
+    if not table:
         return
-    models = list(dict.fromkeys(r["model"] for r in rows))
-    modes = list(dict.fromkeys(r["mode"] for r in rows))
-    table = {(r["model"], r["mode"]): r["tokens_per_s"] / 1e3 for r in rows}
+    models = list(dict.fromkeys(model for model, _ in table))
+    modes = list(dict.fromkeys(mode for _, mode in table))
     fig, ax = plt.subplots(figsize=(8, 4))
     grouped_bars(ax, models, {m: [table.get((model, m)) for model in models] for m in modes},
                  "training tokens/s (thousands)")

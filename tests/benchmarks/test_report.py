@@ -28,7 +28,7 @@ def results(tmp_path: Path) -> Path:
             dict(op="qkv_rope", size="gpt2", error="RuntimeError('failed')")]
     (tmp_path / "micro.json").write_text(json.dumps(dict(results=rows)))
     train = [dict(model="gpt2", mode=mode, tokens_per_s=tps) for mode, tps in (("eager", 2e5), ("coda", 3e5))]
-    (tmp_path / "train.json").write_text(json.dumps(dict(rows=train)))
+    (tmp_path / "train.json").write_text(json.dumps(dict(date="2026-11-29T10:00:00+00:00", rows=train)))
     return tmp_path
 
 
@@ -50,6 +50,15 @@ def test_plots(report, results, tmp_path):
     report.train_plot(results, out)
     for name in ("micro_gpt2.png", "train_throughput.png"):
         assert (out / name).read_bytes().startswith(PNG)
+
+
+def test_train_table_takes_the_latest_run_of_each_model_and_mode(report, results):
+    older = [dict(model="gpt2", mode="coda", tokens_per_s=4e5),
+             dict(model="bert", mode="eager", tokens_per_s=1e5)]
+    # the file name sorts after train.json, the date before it
+    (results / "train_rest.json").write_text(json.dumps(dict(date="2026-11-28T10:00:00+00:00", rows=older)))
+    assert report.train_table(results) == {("gpt2", "coda"): 300.0, ("bert", "eager"): 100.0,
+                                           ("gpt2", "eager"): 200.0}
 
 
 def test_gemm_table_holds_the_best_coda_time_to_its_best_plain_time(report, tmp_path):
