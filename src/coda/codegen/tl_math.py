@@ -111,10 +111,11 @@ def block_corners(t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def random_bits(seed, rows, cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """[BLOCK_M, BLOCK_N] random 16-bit numbers (as uint32) at global `rows` x `cols` (BLOCK_M a
-    multiple of 16, starting at one): one Philox call per block of rows r, r + 8 and columns 2j,
-    2j + 1 (runtime/rng.py). Drawn in the tile's own layout: where a thread holds whole blocks,
-    as in the wgmma accumulator, no number moves between threads."""
+    """[BLOCK_M, BLOCK_N] random 16-bit numbers (as uint32) at global `rows` x `cols` (BLOCK_M
+    rows from a multiple of 16, BLOCK_N columns from an even one): one Philox call per block of
+    rows r, r + 8 and columns 2j, 2j + 1 (runtime/rng.py). Drawn in the tile's own layout:
+    where a thread holds whole blocks, as in the wgmma accumulator, no number moves between
+    threads."""
     r = block_corners(tl.broadcast_to(rows[:, None], (BLOCK_M, BLOCK_N)), BLOCK_M, BLOCK_N)
     c = block_corners(tl.broadcast_to(cols[None, :], (BLOCK_M, BLOCK_N)), BLOCK_M, BLOCK_N)
     first, second = philox(seed, c // 2, (r // 16) * 8 + r % 8)

@@ -91,8 +91,8 @@ INTERPRETER_CONFIG = Config(32, 32, 32, group_m=4)
 
 def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True) -> Config:
     """A sound default without timing. On Hopper: the ping-pong kernel when K is short, where
-    its epilogue overlapping the other tile's MMAs pays most (unless `pingpong` is False: what
-    benchmarks/gemm.py asks to time the Triton kernel there); else 128x256 tiles
+    its epilogue overlapping the other tile's MMAs pays most (`pingpong=False` gives the Triton
+    kernel's configuration there instead: benchmarks/gemm.py times both); else 128x256 tiles
     when there are enough of them to fill the 132 SMs of an H100/H200 (else 128x128; 64 rows,
     one warpgroup, when M is that small: a cross-entropy row block). Smaller tiles for small
     portable launches. Measurements behind each choice: docs/performance.md."""
