@@ -99,6 +99,19 @@ def test_dropout_masks_match_the_reference_exactly(shape):
     np.testing.assert_array_equal(oracle.np64(out["output"]), np.where(keep, 1 / 0.7, 0.0).astype(np.float32))
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+def test_dropout_masks_in_the_pair_domain_match_the_reference_exactly(shape):
+    # after unpack the stream's columns are the pair domain's (0 .. N/2 - 1)
+    m, n, k = shape
+    prog = coda.compile("EPILOGUE(p: scalar) { g, u = unpack(input * 0.0 + 1.0);"
+                        " output = dropout(g, p) * u; }")
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    out, ref = run_both(prog, a, b, p=0.3, seed=11)
+    assert torch.equal(out["output"], ref["output"])
+    keep = oracle.dropout_mask_from_rng(11, 0.3, m, n // 2)
+    np.testing.assert_array_equal(oracle.np64(out["output"]), np.where(keep, 1 / 0.7, 0.0).astype(np.float32))
+
+
 def test_transposed_operands_need_no_copy():
     m, n, k = 50, 70, 40
     a = torch.randn(k, m).T          # column-major A
