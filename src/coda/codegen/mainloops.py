@@ -158,6 +158,16 @@ def operand_ring(X, ROWS, COLS, stride, BLOCK_ROWS: gl.constexpr, BLOCK_COLS: gl
 
 
 @gluon.jit
+def load_tile(desc, ring, ready, slot, row, k, K_CONTIGUOUS: gl.constexpr):
+    # TMA-load the ring slot's tile of rows from `row` (along M or N) and K from `k`, from an
+    # operand stored with K contiguous ([rows, K]) or transposed ([K, rows])
+    if K_CONTIGUOUS:
+        tma.async_copy_global_to_shared(desc, [row, k], ready.index(slot), ring.index(slot))
+    else:
+        tma.async_copy_global_to_shared(desc, [k, row], ready.index(slot), ring.index(slot))
+
+
+@gluon.jit
 def column_slices(tile, SPLIT: gl.constexpr):
     # the tile as SPLIT column slices, left to right (SPLIT a power of two)
     slices = (tile,)
@@ -187,18 +197,8 @@ def load_partition(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
             slot = step % STAGES
             mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)  # a fresh ring is empty
             mbarrier.expect(ready.index(slot), nbytes)
-            if A_K_CONTIGUOUS:
-                tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M, kb * BLOCK_K],
-                                                ready.index(slot), a_ring.index(slot))
-            else:
-                tma.async_copy_global_to_shared(a_desc, [kb * BLOCK_K, pid_m * BLOCK_M],
-                                                ready.index(slot), a_ring.index(slot))
-            if B_N_CONTIGUOUS:
-                tma.async_copy_global_to_shared(b_desc, [kb * BLOCK_K, pid_n * BLOCK_N],
-                                                ready.index(slot), b_ring.index(slot))
-            else:
-                tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N, kb * BLOCK_K],
-                                                ready.index(slot), b_ring.index(slot))
+            load_tile(a_desc, a_ring, ready, slot, pid_m * BLOCK_M, kb * BLOCK_K, A_K_CONTIGUOUS)
+            load_tile(b_desc, b_ring, ready, slot, pid_n * BLOCK_N, kb * BLOCK_K, not B_N_CONTIGUOUS)
             step += 1
 
 
