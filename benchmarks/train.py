@@ -1,6 +1,7 @@
 """End-to-end training benchmark: HuggingFace GPT-2, LLaMA and BERT, eager / torch.compile / Liger / CODA.
 
-    python benchmarks/train.py [--models gpt2,llama,bert] [--modes eager,compile,liger,coda,coda+compile]
+    python benchmarks/train.py [--models gpt2,llama,bert]
+                               [--modes eager,compile,liger,coda,coda+compile,eager+graph,coda+graph]
                                [--steps 20] [--warmup 5] [--profile eager,coda] [--curve gpt2|llama|bert|none]
                                [--curve-steps 200] [--timeout 300] [--json benchmarks/results/train.json]
                                [--smoke]
@@ -17,7 +18,11 @@ takes away the dropout that CODA would fuse into its epilogues. Models (random i
 
 Modes: `eager` (HF as is), `compile` (`torch.compile(model)`), `liger` (Liger Kernel's
 `apply_liger_kernel_to_llama(model=...)`; LLaMA only, Liger has no GPT-2 or BERT support), `coda`
-(`coda.patch(model)`), `coda+compile` (patched, then compiled). Each (model, mode) runs in its own
+(`coda.patch(model)`), `coda+compile` (patched, then compiled), and `eager+graph` / `coda+graph`: the
+whole step (forward, backward, optimizer) captured once as a CUDA graph and replayed, which takes the
+host time per kernel away (a peer and a CODA mode: a user can capture either; the optimizer is then
+AdamW(fused=True, capturable=True)). CODA's ratios are over the fastest peer that ran (eager, compile,
+Liger, eager+graph). Each (model, mode) runs in its own
 subprocess, so that GPU memory, compile caches and Liger's patching of HF's module-level classes do not
 leak into the next run; a failure (exception, out of memory, timeout) becomes the row's `error`.
 
@@ -25,7 +30,8 @@ Per run: `--warmup` steps (compilation, CODA's autotuning), then `--steps` timed
 `torch.cuda.synchronize()`: tokens/s and ms per step over the whole timed stretch, the peak memory of
 the timed steps (`torch.cuda.max_memory_allocated`), the per-step losses. For the modes in `--profile`,
 one more step under `torch.profiler` splits its GPU kernel time into GEMM, attention, CODA (the
-generated `coda_gemm` kernels: GEMM + epilogue), optimizer and other (µs per step, plus the top kernels).
+generated `coda_gemm_*` / `coda_map_*` kernels), optimizer and other (µs per step, plus the top
+kernels and the launch count).
 
 `--curve MODEL` trains that model in eager mode and with CODA for `--curve-steps` steps on real text,
 and once more in eager mode with PyTorch's math attention instead of its fused kernels (the same
@@ -74,7 +80,9 @@ from coda.train import batch as text_batch
 from coda.train import learning_rate, load_corpus, moving_average
 
 MODELS = ("gpt2", "llama", "bert")
-MODES = ("eager", "compile", "liger", "coda", "coda+compile")
+MODES = ("eager", "compile", "liger", "coda", "coda+compile", "eager+graph", "coda+graph")
+#: the modes CODA is compared against (its ratios are over the fastest of them)
+PEERS = ("eager", "compile", "liger", "eager+graph")
 SMOKE_MODES = ("eager", "coda")
 #: (batch, sequence length) of the benchmark; the smoke test's tiny models take SMOKE_SHAPE.
 SHAPES = {"gpt2": (16, 1024), "llama": (8, 2048), "bert": (32, 512)}
@@ -86,10 +94,10 @@ MLM_FRACTION = 0.15
 SDPA = {"attn_implementation": "sdpa"}
 #: The child process prints its result on one line after this marker.
 RESULT = "CODA_TRAIN_RESULT "
-#: Kernel name -> class, first match wins: CODA's kernels contain "gemm" and cutlass attention
-#: kernels "cutlass", so CODA and attention are tried before GEMM.
+#: Kernel name -> class, first match wins: CODA's kernels (coda_gemm_<program>, coda_map_<program>)
+#: contain "gemm" and cutlass attention kernels "cutlass", so CODA and attention come before GEMM.
 KERNEL_CLASSES = (
-    ("coda", ("coda_gemm",)),
+    ("coda", ("coda_gemm", "coda_map")),
     ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn")),
     ("optimizer", ("adam", "multi_tensor")),
     ("gemm", ("gemm", "cublas", "cutlass", "nvjet", "xmma", "splitk")),
@@ -152,7 +160,7 @@ def prepare(model: torch.nn.Module, mode: str) -> torch.nn.Module:
         apply_liger_kernel_to_llama(model=model)
     if mode.startswith("coda"):
         coda.patch(model)
-    return torch.compile(model) if mode.endswith("compile") else model
+    return torch.compile(model) if mode.removesuffix("+graph").endswith("compile") else model
 
 
 # ------------------------------------------------------------------------------------------------
@@ -168,9 +176,10 @@ def measure(name: str, mode: str, args: argparse.Namespace, device: torch.device
             dtype: torch.dtype) -> dict:
     """Warm up, time `args.steps` training steps, then profile one if `mode` is in `args.profile`."""
     cuda = device.type == "cuda"
+    graphed = cuda and mode.endswith("+graph")
     model = build(name, args.smoke, device, dtype)
     step_model = prepare(model, mode)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=cuda)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=cuda, capturable=graphed)
     batch_size, seq = SMOKE_SHAPE if args.smoke else SHAPES[name]
     generator = torch.Generator().manual_seed(SEED)
     vocab = model.config.vocab_size
@@ -184,9 +193,13 @@ def measure(name: str, mode: str, args: argparse.Namespace, device: torch.device
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
-    losses = [step() for _ in range(args.warmup)]
+    if graphed:   # the peak counts the capture: the graph's memory pool holds the step's tensors
+        torch.cuda.reset_peak_memory_stats(device)
+        step, losses = capture(step_model, inputs, optimizer, step, args.warmup)
+    else:
+        losses = [step() for _ in range(args.warmup)]
     synchronize(device)
-    if cuda:
+    if cuda and not graphed:
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
     losses += [step() for _ in range(args.steps)]
@@ -199,6 +212,30 @@ def measure(name: str, mode: str, args: argparse.Namespace, device: torch.device
                 breakdown=breakdown(step, device) if cuda and mode in args.profile else None)
 
 
+def capture(step_model, inputs: dict, optimizer, step, warmup: int):
+    """The "+graph" modes: the whole training step (forward, backward, optimizer) recorded once as
+    a CUDA graph and replayed, so no host time is spent per kernel (PyTorch's whole-network
+    capture recipe: warm-up steps on a side stream, gradients set to None before the capture so
+    that the backward writes them afresh at each replay, a `capturable` optimizer). Returns the
+    replaying step and the warm-up losses."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        losses = [step() for _ in range(max(warmup, 1))]
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    optimizer.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        loss = step_model(**inputs).loss
+        loss.backward()
+        optimizer.step()
+
+    def replay() -> torch.Tensor:
+        graph.replay()
+        return loss.detach().clone()
+    return replay, losses
+
+
 def classify(kernel: str) -> str:
     """The class of a GPU kernel, from its name."""
     name = kernel.lower()
@@ -206,8 +243,9 @@ def classify(kernel: str) -> str:
 
 
 def breakdown(step, device: torch.device) -> dict:
-    """One step under torch.profiler: its GPU kernel time per class in µs, the total, and the ten
-    longest kernels (name cut to 120 characters, class, µs)."""
+    """One step under torch.profiler: its GPU kernel time per class in µs, the total, and the 25
+    longest kernels (name cut to 120 characters, class, µs, launches; CODA's are named by program),
+    and the number of kernel launches."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -215,15 +253,19 @@ def breakdown(step, device: torch.device) -> dict:
         step()
         synchronize(device)
     per_kernel: dict[str, float] = defaultdict(float)
+    launches: dict[str, int] = defaultdict(int)
     for event in prof.events():
-        if event.device_type == DeviceType.CUDA:
+        # GPU kernels only: user annotations on the GPU timeline (Optimizer.step#...) span kernels
+        if event.device_type == DeviceType.CUDA and not event.is_user_annotation:
             per_kernel[event.name] += event.device_time_total
+            launches[event.name] += 1
     per_class = dict.fromkeys(CLASSES, 0.0)
     for kernel, us in per_kernel.items():
         per_class[classify(kernel)] += us
-    top = sorted(per_kernel.items(), key=lambda item: -item[1])[:10]
+    top = sorted(per_kernel.items(), key=lambda item: -item[1])[:25]
     return {**per_class, "total": sum(per_class.values()),
-            "top": [[kernel[:120], classify(kernel), us] for kernel, us in top]}
+            "launches": sum(launches.values()),
+            "top": [[kernel[:120], classify(kernel), us, launches[kernel]] for kernel, us in top]}
 
 
 def curve(name: str, args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict:
@@ -311,23 +353,24 @@ def spawn(spec: str, args: argparse.Namespace) -> dict:
 
 
 def ratios(rows: list[dict]) -> dict:
-    """Per model: each CODA mode's tokens/s over the best of eager and compile."""
+    """Per model: each CODA mode's tokens/s over the fastest peer's (eager, compile, Liger,
+    eager+graph: whichever ran)."""
     out = {}
     for name in dict.fromkeys(r["model"] for r in rows):
         rate = {r["mode"]: r.get("tokens_per_s") for r in rows if r["model"] == name and not r["error"]}
-        baselines = {m: rate[m] for m in ("eager", "compile") if rate.get(m)}
+        baselines = {m: rate[m] for m in PEERS if rate.get(m)}
         if not baselines:
             continue
         best = max(baselines, key=baselines.get)
-        out[name] = {"baseline": best, **{m: rate[m] / baselines[best] for m in ("coda", "coda+compile")
-                                          if rate.get(m)}}
+        out[name] = {"baseline": best, **{m: rate[m] / baselines[best] for m in MODES
+                                          if m.startswith("coda") and rate.get(m)}}
     return out
 
 
 def table(rows: list[dict], ratio: dict) -> str:
     """The runs as a markdown table; the breakdown in ms of GPU kernel time per step."""
     head = ["model", "mode", "batch", "tokens/s", "ms/step", "peak GiB", "loss", "GEMM", "attn", "CODA",
-            "optim", "other", "vs best(eager, compile)", "error / note"]
+            "optim", "other", "vs best peer", "error / note"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         cells = [r["model"], r["mode"]]

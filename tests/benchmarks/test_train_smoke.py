@@ -68,7 +68,8 @@ def test_loss_curve_and_png(result):
 
 
 @pytest.mark.parametrize("kernel, expected", [
-    ("coda_gemm", "coda"),
+    ("coda_gemm_linear_gelu", "coda"),
+    ("coda_map_ln_stats", "coda"),
     ("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, false>, true>", "attention"),
     ("fmha_cutlassB_bf16_aligned_64x64_k64_sm80", "attention"),
     ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64", "attention"),

@@ -1,7 +1,8 @@
 """The GEMM mainloops, written once. Each computes fp32 `acc = A @ B` for output tiles and hands
 each finished tile to the generated `epilogue` function; nothing here knows what it computes.
 
-`{EPILOGUE_PARAMS}` stands for the epilogue's operand/output parameters, `{EPILOGUE_ARGS}` for
+`{KERNEL}` stands for the kernel's name (`coda_gemm_<program>` or `coda_map_<program>`: what
+profilers show), `{EPILOGUE_PARAMS}` for the epilogue's operand/output parameters, `{EPILOGUE_ARGS}` for
 what the mainloop passes on, and `{PROLOGUE}` for the lines that make the epilogue's TMA
 descriptors (codegen/epilogue.py). EPILOGUE_N is the width of the tile the epilogue sees.
 
@@ -25,7 +26,7 @@ descriptors (codegen/epilogue.py). EPILOGUE_N is the width of the tile the epilo
 
 PORTABLE = '''
 @triton.jit(do_not_specialize=["seed"])
-def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
+def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr):
     pid = tl.program_id(0)
@@ -73,7 +74,7 @@ def tile_coords(tile_id, row_blocks, col_blocks, GROUP_M: tl.constexpr):
 
 HOPPER = '''
 @triton.jit(do_not_specialize=["seed"])
-def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
+def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr,
               B_N_CONTIGUOUS: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr,
@@ -258,7 +259,7 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_AR
 
 
 @gluon.jit(do_not_specialize=["seed"])
-def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
+def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr,
               B_N_CONTIGUOUS: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr,
@@ -300,7 +301,7 @@ def coda_gemm(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EP
 
 MAP = '''
 @triton.jit(do_not_specialize=["seed"])
-def coda_gemm(X, M, N, stride_xm, stride_xn, seed{EPILOGUE_PARAMS},
+def {KERNEL}(X, M, N, stride_xm, stride_xn, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # No GEMM: the epilogue's input is a tile of X (`Program.map`).
     col_blocks = tl.cdiv(N, BLOCK_N)

@@ -39,6 +39,11 @@ def resolve_seed(p: float, seed: int | None, name: str = "seed") -> int | None:
     if p == 0.0:
         return None
     if seed is None:
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise LaunchError(f"dropout with {name}=None while a CUDA graph is being captured: the "
+                              f"seed drawn now would be replayed at every step (the same mask each "
+                              f"time). Capture without dropout, or pass {name}= and accept that the "
+                              f"graph replays that mask")
         return int(torch.randint(2**31, ()).item())  # < 2**31: a signed int32 at launch
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise LaunchError(f"{name} must be an int or None, got {seed!r}")

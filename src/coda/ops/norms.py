@@ -66,6 +66,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from .common import SUMS, as_rows, column_sum, matmul, present, weight_grad
+from .dropout import resolve_seed
 
 # -- the statistics of each row, as DSL text spliced into the programs that need them -----------
 RMS_ROW = "rstd = rsqrt(ss * inv_n + eps);"
@@ -363,10 +364,7 @@ def out_proj_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor,
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::out_proj_residual, no graph break
         return custom.out_proj_residual_op(x, w, residual, bias, p, seed, stats)
-    if p == 0.0:
-        seed = None
-    elif seed is None:
-        seed = int(torch.randint(2**31, ()).item())
+    seed = resolve_seed(p, seed)
     return OutProjResidualFunction.apply(x, w, residual, bias, p, seed, stats)
 
 

@@ -77,7 +77,8 @@ class Program:
     def _launch(self, a, b, backend, out, out_dtype, seed, outputs, operands
                 ) -> dict[str, torch.Tensor]:
         key = None
-        if backend != "reference" and isinstance(a, torch.Tensor) and a.is_cuda:
+        if backend != "reference" and isinstance(a, torch.Tensor) and (
+                a.is_cuda or interpreter_enabled()):
             # The cached fast path: same shapes, strides, dtypes and alignment as a launch
             # that was validated before, so it needs no validation again.
             key = (backend, _meta(a), _meta(b), _meta(out), out_dtype, seed is None,

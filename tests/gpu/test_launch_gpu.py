@@ -1,0 +1,116 @@
+"""GPU checks of the cached launch path (`Plan.run` through `direct_launcher`) and of CUDA-graph
+capture: a cached launch on the default stream, on a side stream and replayed from a graph gives
+the bits of a first launch through Triton's JIT; dropout refuses to draw a seed under capture; a
+CODA-patched model's whole training step replays from a graph with the losses of eager steps.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import coda
+from coda.errors import LaunchError
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+PROGRAM = ("EPILOGUE(bias: col, residual: tile, p: scalar) { h = input + bias; save pre = h;"
+           " output = dropout(gelu(h), p) + residual; ss = row_sum(output * output);"
+           " db = col_sum(h); }")
+#: (M, N, K): ping-pong (K <= 1024), persistent TMA (K > 1024) and, with K * 2 bytes not a
+#: multiple of 16, the portable kernel.
+SHAPES = [(1000, 1536, 768), (1024, 1100, 2048), (1000, 1100, 520 + 1)]
+
+
+def operands(m: int, n: int) -> dict:
+    return dict(bias=torch.randn(n, device="cuda", dtype=torch.bfloat16),
+                residual=torch.randn(m, n, device="cuda", dtype=torch.bfloat16), p=0.1)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_cached_launches_equal_first_launches(shape):
+    m, n, k = shape
+    prog = coda.compile(PROGRAM)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+    ops = operands(m, n)
+    prog(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), w.T, seed=1, **ops)  # makes the plan
+    (plan,) = prog._plans.values()
+    assert plan.launcher is not None
+    side = torch.cuda.Stream()
+    for stream in (torch.cuda.current_stream(), side, torch.cuda.current_stream()):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            cached = prog(a, w.T, seed=5, **ops)
+        torch.cuda.current_stream().wait_stream(side)
+        first = prog.triton.launch(prog.bind(a, w.T, seed=5, **ops), plan.config)  # through the JIT
+        for name, value in first.items():
+            assert torch.equal(cached[name], value), name
+
+
+def test_pingpong_plan_replays_from_a_cuda_graph():
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Hopper only")
+    m, n, k = SHAPES[0]
+    prog = coda.compile(PROGRAM)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+    ops = operands(m, n)
+    prog(a, w.T, seed=3, **ops)
+    (plan,) = prog._plans.values()
+    assert plan.kernel.variant == "pingpong", plan.config
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = prog(a, w.T, seed=3, **ops)
+    for _ in range(2):
+        a.copy_(torch.randn_like(a))
+        graph.replay()
+        fresh = prog.triton.launch(prog.bind(a, w.T, seed=3, **ops), plan.config)
+        for name, value in fresh.items():
+            assert torch.equal(captured[name], value), name
+
+
+def test_dropout_refuses_to_draw_a_seed_under_capture():
+    x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(384, 512, device="cuda", dtype=torch.bfloat16)
+    coda.ops.linear(x, w, dropout_p=0.1, seed=1)   # compiled outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(LaunchError, match="CUDA graph"):
+        with torch.cuda.graph(graph):
+            coda.ops.linear(x, w, dropout_p=0.1)
+
+
+def test_patched_gpt2_training_step_replays_from_a_cuda_graph():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_embd=256, n_layer=2, n_head=4, vocab_size=1000, n_positions=256,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
+                                     attn_implementation="sdpa")
+    ids = torch.randint(1000, (4, 256), device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+
+    def trained(graph: bool) -> list[float]:
+        torch.manual_seed(0)
+        model = coda.patch(transformers.GPT2LMHeadModel(config).cuda().bfloat16().train())
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True, capturable=graph)
+
+        def step() -> torch.Tensor:
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.detach()
+        losses = [step()]
+        if not graph:
+            return [x.item() for x in losses + [step() for _ in range(3)]]
+        cuda_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cuda_graph):
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+        for _ in range(3):
+            cuda_graph.replay()
+            losses.append(loss.detach().clone())
+        return [x.item() for x in losses]
+
+    eager, replayed = trained(False), trained(True)
+    assert replayed == pytest.approx(eager, rel=1e-3), (replayed, eager)
+    assert len(set(replayed)) == len(replayed), replayed   # each replay updated the weights
