@@ -25,6 +25,9 @@ AdamW(fused=True, capturable=True)). CODA's ratios are over the fastest peer tha
 Liger, eager+graph). Each (model, mode) runs in its own
 subprocess, so that GPU memory, compile caches and Liger's patching of HF's module-level classes do not
 leak into the next run; a failure (exception, out of memory, timeout) becomes the row's `error`.
+The subprocesses of one model start together and warm up side by side (most of a run is
+compilation); then each in turn, while the others wait idle with their cached GPU memory given
+back, times its steps alone. The loss curve runs during the first model's warm-up.
 
 Per run: `--warmup` steps (compilation, CODA's autotuning), then `--steps` timed steps between two
 `torch.cuda.synchronize()`: tokens/s and ms per step over the whole timed stretch, the peak memory of
@@ -67,6 +70,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections import defaultdict
@@ -92,8 +96,10 @@ LR = 3e-4
 SEED = 0
 MLM_FRACTION = 0.15
 SDPA = {"attn_implementation": "sdpa"}
-#: The child process prints its result on one line after this marker.
+#: The child process prints its result on one line after this marker, and with --wait-turn this
+#: line once warmed up.
 RESULT = "CODA_TRAIN_RESULT "
+READY = "CODA_TRAIN_READY"
 #: Kernel name -> class, first match wins: CODA's kernels (coda_gemm_<program>, coda_map_<program>)
 #: contain "gemm" and cutlass attention kernels "cutlass", so CODA and attention come before GEMM.
 KERNEL_CLASSES = (
@@ -199,6 +205,8 @@ def measure(name: str, mode: str, args: argparse.Namespace, device: torch.device
     else:
         losses = [step() for _ in range(args.warmup)]
     synchronize(device)
+    if args.wait_turn:
+        wait_turn(device)
     if cuda and not graphed:
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
@@ -307,6 +315,15 @@ def curve(name: str, args: argparse.Namespace, device: torch.device, dtype: torc
                 train_seconds=seconds)
 
 
+def wait_turn(device: torch.device) -> None:
+    """Tell the parent that the warm-up is done, give cached GPU memory back (the other children of
+    the model warm up meanwhile), and block until the parent says that it is this child's turn."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    print(READY, flush=True)
+    sys.stdin.readline()
+
+
 def child(spec: str, args: argparse.Namespace) -> None:
     """Run one (model, mode), or the curve (mode "curve"), and print its result line."""
     name, mode = spec.split(":")
@@ -330,26 +347,57 @@ def device_name(device: torch.device) -> str:
 # The parent: one subprocess per run, then the JSON, the table and the PNG
 
 
-def spawn(spec: str, args: argparse.Namespace) -> dict:
-    """Run `spec` ("model:mode") in a child process; its result, or an error with its output's tail."""
-    command = [sys.executable, __file__, "--child", spec, "--steps", str(args.steps),
-               "--warmup", str(args.warmup), "--profile", ",".join(args.profile) or "none",
-               "--curve-steps", str(args.curve_steps)] + (["--smoke"] if args.smoke else [])
-    name, mode = spec.split(":")
-    start = time.perf_counter()
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
-        output = done.stdout + done.stderr
-        lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
-        result = (json.loads(lines[-1].removeprefix(RESULT)) if lines else
-                  dict(model=name, mode=mode, error=f"the child exited with code {done.returncode}"))
-    except subprocess.TimeoutExpired as err:
-        output = (err.stdout or b"").decode() + (err.stderr or b"").decode()
-        result = dict(model=name, mode=mode, error=f"timed out after {args.timeout} s")
-    result["seconds"] = time.perf_counter() - start
-    if result["error"]:
-        result["log"] = output[-3000:]
-    return result
+class Child:
+    """`spec` ("model:mode", or "model:curve") running in a subprocess. With `wait_turn` the child
+    warms up (compilation, autotuning) and then waits for `take_turn`: the children of one model
+    warm up side by side, and their timed steps run one at a time on an otherwise idle GPU and
+    host, so the timings are those of a child alone."""
+
+    def __init__(self, spec: str, args: argparse.Namespace, wait_turn: bool = False):
+        self.spec, self.timeout, self.start = spec, args.timeout, time.perf_counter()
+        command = [sys.executable, __file__, "--child", spec, "--steps", str(args.steps),
+                   "--warmup", str(args.warmup), "--profile", ",".join(args.profile) or "none",
+                   "--curve-steps", str(args.curve_steps)]
+        command += ["--smoke"] * args.smoke + ["--wait-turn"] * wait_turn
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if line.startswith(READY):
+                self.ready.set()
+        self.ready.set()   # it exited (or failed) before getting ready: nothing to wait for
+
+    def take_turn(self) -> dict:
+        """Let the child time its steps (once warmed up); its result, or an error with the tail of
+        its output."""
+        name, mode = self.spec.split(":")
+        left = lambda: max(self.timeout - (time.perf_counter() - self.start), 0)  # noqa: E731
+        try:
+            if not self.ready.wait(left()):
+                raise subprocess.TimeoutExpired(self.spec, self.timeout)
+            try:
+                self.proc.stdin.write("go\n")
+                self.proc.stdin.flush()
+            except BrokenPipeError:
+                pass   # it has exited: its output says why
+            self.proc.wait(left())
+            self.reader.join()
+            found = [line for line in self.lines if line.startswith(RESULT)]
+            result = (json.loads(found[-1].removeprefix(RESULT)) if found else
+                      dict(model=name, mode=mode, error=f"the child exited with code {self.proc.returncode}"))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            result = dict(model=name, mode=mode, error=f"timed out after {self.timeout} s")
+        result["seconds"] = time.perf_counter() - self.start
+        if result["error"]:
+            result["log"] = "".join(self.lines)[-3000:]
+        return result
 
 
 def ratios(rows: list[dict]) -> dict:
@@ -442,6 +490,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="default benchmarks/results/train.json; --smoke: a temporary directory")
     parser.add_argument("--smoke", action="store_true", help="tiny models on the CPU, for CI")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # "model:mode": run it, print one line
+    parser.add_argument("--wait-turn", action="store_true", help=argparse.SUPPRESS)  # see Child
     args = parser.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     args.modes = [m for m in (args.modes or ",".join(SMOKE_MODES if args.smoke else MODES)).split(",") if m]
@@ -478,26 +527,20 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))
 
-    # the curve first: it is the check that CODA trains like eager; the timings follow
-    if args.curve != "none":
-        result["curve"] = spawn(f"{args.curve}:curve", args)
-        result["gpu"] = result["gpu"] or result["curve"].get("device")
-        if not result["curve"]["error"]:
-            png = (args.json.parent if args.smoke else Path("docs/img")) / f"train_loss_{args.curve}.png"
-            plot(result["curve"], png)
-            result["curve"]["png"] = str(png)
-        save()
-        curve = result["curve"]
-        print(f"curve {args.curve}: " + (curve["error"] or ", ".join(
-            f"{mode} last loss {losses[-1]:.4f} ({curve['train_seconds'][mode]:.0f} s)"
-            for mode, losses in curve["losses"].items()) + f"; {curve['png']}"))
+    # The curve runs while the first model's children warm up; it ends before any timed step.
+    curve_child = Child(f"{args.curve}:curve", args) if args.curve != "none" else None
     for name in args.models:
+        group = {mode: Child(f"{name}:{mode}", args, wait_turn=True) for mode in args.modes
+                 if mode != "liger" or name in LIGER_MODELS}
+        if curve_child is not None:
+            record_curve(curve_child.take_turn(), result, args, save)
+            curve_child = None
         for mode in args.modes:
-            if mode == "liger" and name not in LIGER_MODELS:
+            if mode not in group:
                 row = dict(model=name, mode=mode, error=None,
                            note=f"skipped: Liger Kernel has no {name} support")
             else:
-                row = spawn(f"{name}:{mode}", args)
+                row = group[mode].take_turn()
                 result["gpu"] = result["gpu"] or row.get("device")
             result["rows"].append(row)
             result["ratios"] = ratios(result["rows"])
@@ -505,10 +548,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:>5} {mode:<12} " + (f"{row['tokens_per_s'] / 1e3:8.1f}k tokens/s" if
                   row.get("tokens_per_s") else row["error"] or row["note"])
                   + (f"  ({row['seconds']:.0f} s)" if "seconds" in row else ""), flush=True)
+    if curve_child is not None:   # no models
+        record_curve(curve_child.take_turn(), result, args, save)
     print()
     print(table(result["rows"], result["ratios"]))
     print(f"\nwrote {args.json}")
     return 0
+
+
+def record_curve(curve: dict, result: dict, args: argparse.Namespace, save) -> None:
+    """The loss curve's result into the JSON, its PNG, and a line of output."""
+    result["curve"] = curve
+    result["gpu"] = result["gpu"] or curve.get("device")
+    if not curve["error"]:
+        png = (args.json.parent if args.smoke else Path("docs/img")) / f"train_loss_{args.curve}.png"
+        plot(curve, png)
+        curve["png"] = str(png)
+    save()
+    print(f"curve {args.curve}: " + (curve["error"] or ", ".join(
+        f"{mode} last loss {losses[-1]:.4f} ({curve['train_seconds'][mode]:.0f} s)"
+        for mode, losses in curve["losses"].items()) + f"; {curve['png']}"), flush=True)
 
 
 if __name__ == "__main__":

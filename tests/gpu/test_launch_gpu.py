@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import coda
+from coda import ops
 from coda.errors import LaunchError
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -73,11 +74,11 @@ def test_pingpong_plan_replays_from_a_cuda_graph():
 def test_dropout_refuses_to_draw_a_seed_under_capture():
     x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(384, 512, device="cuda", dtype=torch.bfloat16)
-    coda.ops.linear(x, w, dropout_p=0.1, seed=1)   # compiled outside the capture
+    ops.linear(x, w, dropout_p=0.1, seed=1)   # compiled outside the capture
     graph = torch.cuda.CUDAGraph()
     with pytest.raises(LaunchError, match="CUDA graph"):
         with torch.cuda.graph(graph):
-            coda.ops.linear(x, w, dropout_p=0.1)
+            ops.linear(x, w, dropout_p=0.1)
 
 
 def test_patched_gpt2_training_step_replays_from_a_cuda_graph():
