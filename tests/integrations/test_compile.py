@@ -119,6 +119,12 @@ def test_qkv_rope(bias):
     assert_compiles(qkv, *((x, w, rand(w.shape[0])) if bias else (x, w)))
 
 
+def test_rope():
+    torch.manual_seed(0)
+    angles = torch.randn(5, 2, dtype=F64)
+    assert_compiles(lambda x: ops.rope(x, angles.cos(), angles.sin(), 4, 8), rand(2, 5, 12))
+
+
 def test_qkv_rope_views():
     """q, k and v are views of one buffer in the graph too, and an unused v gives no error."""
     torch.manual_seed(0)
@@ -454,6 +460,8 @@ def opcheck_cases():
         "qkv_rope_backward": (c.qkv_rope_backward, (dy[:, :1].expand(3, 16).contiguous(), x.detach(),
                                                     wqkv.detach(), angles.cos(), angles.sin(), 2, 1, 4,
                                                     [True, False, True], F64)),
+        "rope": (c.rope, (dy[:, :1].expand(3, 16).contiguous().requires_grad_(), angles.cos(),
+                          angles.sin(), 8)),
         "linear_cross_entropy": (c.linear_cross_entropy, (x, w, target, b, g, -100, "mean", 0.1, 3.0,
                                                           4, 1e-6)),
         "linear_cross_entropy_backward": (c.linear_cross_entropy_backward, (

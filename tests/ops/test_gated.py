@@ -19,7 +19,7 @@ import torch
 
 import coda
 from coda.ops.gated_mlp import deinterleave, geglu_mlp, interleave, swiglu_mlp
-from coda.ops.rope import permute_for_interleaved_rope, qkv_rope
+from coda.ops.rope import permute_for_interleaved_rope, qkv_rope, rope
 
 TOL32 = 2e-5
 
@@ -286,6 +286,51 @@ def test_rotate_half_checkpoints_give_the_same_attention():
     perm = permute_for_interleaved_rope(torch.arange(d), 1, d)
     assert torch.allclose(q, q_hf[..., perm], atol=1e-13) and torch.allclose(k, k_hf[..., perm], atol=1e-13)
     assert torch.equal(permute_for_interleaved_rope(w_perm[:n_heads * d], n_heads, d, inverse=True), wq)
+
+
+def rope_reference(t, cos, sin, head_dim, n_rot):
+    """The first n_rot columns of t [..., N] rotated per head, the rest as they are."""
+    rotated = rope_interleaved(t[..., :n_rot].unflatten(-1, (-1, head_dim)), cos, sin).flatten(-2)
+    return torch.cat((rotated, t[..., n_rot:]), -1)
+
+
+@pytest.mark.parametrize(("lead", "n", "head_dim", "n_rot", "dtype", "tol"), [
+    ((2, 5), 24, 4, 16, torch.float64, 1e-12),    # q and k rotated, v not (reference backend)
+    ((2, 13), 48, 8, 48, torch.float32, TOL32),   # every column (Triton interpreter)
+    ((31,), 30, 10, 20, torch.float32, TOL32),    # odd M, head_dim 10
+])
+def test_rope_map_and_its_gradient(lead, n, head_dim, n_rot, dtype, tol):
+    torch.manual_seed(n + n_rot)
+    x = torch.randn(*lead, n, dtype=dtype, requires_grad=True)
+    cos, sin = rope_tables(torch.randint(0, 4096, lead[-1:]), head_dim)
+    got = rope(x, cos.to(dtype), sin.to(dtype), head_dim, n_rot)
+    ref_x = x.detach().double().requires_grad_()
+    ref = rope_reference(ref_x, cos, sin, head_dim, n_rot)
+    assert got.shape == x.shape and got.dtype == dtype and rel(got, ref) < tol, rel(got, ref)
+    cot = torch.randn_like(ref)
+    (dx,) = torch.autograd.grad(got, x, cot.to(dtype))
+    (ref_dx,) = torch.autograd.grad(ref, ref_x, cot)
+    assert rel(dx, ref_dx) < tol, rel(dx, ref_dx)
+
+
+def test_rope_gradcheck_float64():
+    x = torch.randn(3, 4, 16, dtype=torch.float64, requires_grad=True)
+    cos, sin = rope_tables(torch.arange(4), 8)
+    assert torch.autograd.gradcheck(lambda x: rope(x, cos, sin, 8, 8), [x])
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"n_rot": 12}, "n_rot must be a multiple of head_dim = 8 in \\(0, 16\\]"),
+    ({"n_rot": 24}, "n_rot must be"),
+    ({"head_dim": 7}, "head_dim must be even"),
+    ({"cos": torch.randn(3, 8)}, "cos must be .*take cos\\[..., :4\\]"),
+    ({"x": torch.ones(3, 16, dtype=torch.int32)}, "x must be a floating-point tensor"),
+])
+def test_rope_errors_name_the_argument(kwargs, match):
+    args = {"x": torch.randn(3, 16), "cos": torch.randn(3, 4), "sin": torch.randn(3, 4),
+            "head_dim": 8} | kwargs
+    with pytest.raises(coda.LaunchError, match=match):
+        rope(**args)
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [

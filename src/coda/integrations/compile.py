@@ -10,6 +10,7 @@ as `torch.library` custom ops in the `coda` namespace:
     coda::dropout                coda::dropout itself, with the same seed (dropout is self-adjoint)
     coda::gated_mlp              coda::gated_mlp_backward        (swiglu_mlp and geglu_mlp)
     coda::qkv_rope               coda::qkv_rope_backward
+    coda::rope                   coda::rope itself, with -sin (the inverse rotation)
     coda::linear_cross_entropy   coda::linear_cross_entropy_backward
     coda::rms_norm_linear        coda::rms_norm_linear_backward
     coda::layer_norm_linear      coda::layer_norm_linear_backward
@@ -69,7 +70,7 @@ from ..ops.dropout import DropoutFunction, resolve_seed
 from ..ops.gated_mlp import GatedMLPFunction
 from ..ops.linear import ACTIVATIONS, LinearFunction, MLPFunction
 from ..ops.norms import LayerNormLinearFunction, OutProjResidualFunction, RMSNormLinearFunction, RmsRstd
-from ..ops.rope import QKVRopeFunction
+from ..ops.rope import QKVRopeFunction, rotate
 
 _FORCED = contextvars.ContextVar("coda_custom_ops", default=False)
 
@@ -451,6 +452,36 @@ def qkv_rope_op(x: Tensor, w_qkv: Tensor, bias: Tensor | None, cos: Tensor, sin:
     lead = x.shape[:-1]
     return (q.view(*lead, n_heads, head_dim), k.view(*lead, n_kv_heads, head_dim),
             v.view(*lead, n_kv_heads, head_dim))
+
+
+# rope --------------------------------------------------------------------------------------------
+@torch.library.custom_op("coda::rope", mutates_args=())
+def _rope(x: Tensor, cos: Tensor, sin: Tensor, n_rot: int) -> Tensor:
+    """coda.ops.rope's map. Its backward, the inverse rotation, is this op with -sin."""
+    return rotate(x, cos, sin, n_rot)
+
+
+@_rope.register_fake
+def _rope_fake(x, cos, sin, n_rot):
+    return x.new_empty(x.shape)
+
+
+def _rope_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1], inputs[2])
+    ctx.n_rot = inputs[3]
+
+
+def _rope_grad(ctx, dy):
+    cos, sin = ctx.saved_tensors
+    return torch.ops.coda.rope(dy, cos, -sin, ctx.n_rot), None, None, None
+
+
+_rope.register_autograd(_rope_grad, setup_context=_rope_setup)
+
+
+def rope_op(x: Tensor, cos: Tensor, sin: Tensor, n_rot: int) -> Tensor:
+    """coda.ops.rope's launch (checked arguments, [M, head_dim / 2] tables) through coda::rope."""
+    return torch.ops.coda.rope(x, cos, sin, n_rot)
 
 
 # linear_cross_entropy ----------------------------------------------------------------------------

@@ -10,7 +10,9 @@ Per family (docs/integrations.md, "HuggingFace models"):
 
 - LLaMA (`LlamaModel`, `LlamaForCausalLM`), each `LlamaDecoderLayer`:
   `input_layernorm` + q/k/v projections -> `rms_norm_linear` (one GEMM against the concatenated
-  `[wq; wk; wv]`), HF's rotate-half RoPE and attention, `o_proj` + residual -> `out_proj_residual`
+  `[wq; wk; wv]`, q and k rows permuted within heads), RoPE -> `rope` (one map over q and k in
+  CODA's interleaved convention, equal to HF's rotate-half on the permuted rows), HF's attention,
+  `o_proj` + residual -> `out_proj_residual`
   (which emits the next RMSNorm's row statistics), `post_attention_layernorm` + MLP + residual ->
   `swiglu_mlp` with the norm folded (`rstd` from those statistics, the gain in the weight).
 - GPT-2 (`GPT2Model`, `GPT2LMHeadModel`), each `GPT2Block`: `ln_1` + `c_attn` ->
@@ -110,14 +112,17 @@ def _llama_layer(layer: nn.Module) -> Callable:
         norm1, norm2 = self.input_layernorm, self.post_attention_layernorm
         lead, d = hidden_states.shape[:-1], attn.head_dim
         projections = (attn.q_proj, attn.k_proj, attn.v_proj)
-        w_qkv = torch.cat([p.weight for p in projections])
-        b_qkv = torch.cat([p.bias for p in projections]) if attn.q_proj.bias is not None else None
+        widths = [p.out_features for p in projections]
+        # HF's rotate_half tables [..., d] repeat one half of angles; q and k rows are permuted
+        # within each head so that CODA's interleaved rotation (one map over q and k) is HF's
+        # rotation. The scores are unchanged (q and k permuted alike); v keeps its order.
+        cos, sin = (t[..., :d // 2] for t in position_embeddings)
+        w_qkv = _qkv_rows([p.weight for p in projections], 2, d)
+        b_qkv = _qkv_rows([p.bias for p in projections], 2, d) if attn.q_proj.bias is not None else None
         qkv = ops.rms_norm_linear(hidden_states, norm1.weight, w_qkv, eps=norm1.variance_epsilon,
                                   bias=b_qkv)
-        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2)
-                   for t in qkv.split([p.out_features for p in projections], dim=-1))
-        cos, sin = position_embeddings
-        q, k = hf.apply_rotary_pos_emb(q, k, cos, sin)
+        qkv = ops.rope(qkv, cos, sin, d, widths[0] + widths[1])
+        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(widths, dim=-1))
         out = _attend(hf, attn, q, k, v, attention_mask,
                       attn.attention_dropout if attn.training else 0.0, cache, kwargs)
         h, ss = ops.out_proj_residual(out.reshape(*lead, -1), attn.o_proj.weight, hidden_states,
@@ -129,6 +134,16 @@ def _llama_layer(layer: nn.Module) -> Callable:
     return forward
 
 
+
+
+def _qkv_rows(parts: list[torch.Tensor], rotated: int, d: int) -> torch.Tensor:
+    """The q, k, v weights (or biases) stacked as one [N, ...] tensor by one copy, the rows of the
+    first `rotated` parts (q and k) reordered per head from rotate_half's pairs (i, i + d/2) to
+    interleaved pairs (2i, 2i + 1), as `ops.permute_for_interleaved_rope` does."""
+    tail = parts[0].shape[1:]
+    heads = [p.view(p.shape[0] // d, 2, d // 2, *tail) for p in parts]   # [heads, half, i, ...]
+    return torch.cat([h.transpose(1, 2) if i < rotated else h.view(h.shape[0], d // 2, 2, *tail)
+                      for i, h in enumerate(heads)]).view(-1, *tail)
 
 
 # ---------------------------------------------------------------------------------------------- GPT-2

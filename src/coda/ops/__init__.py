@@ -9,9 +9,9 @@ from .dropout import dropout
 from .gated_mlp import deinterleave, geglu_mlp, interleave, swiglu_mlp
 from .linear import linear, mlp
 from .norms import layer_norm_linear, out_proj_residual, rms_norm_linear, rms_rstd
-from .rope import permute_for_interleaved_rope, qkv_rope
+from .rope import permute_for_interleaved_rope, qkv_rope, rope
 
 __all__ = ["as_rows", "deinterleave", "dropout", "geglu_mlp", "interleave", "layer_norm_linear",
            "linear", "linear_cross_entropy", "matmul", "mlp", "out_proj_residual",
-           "permute_for_interleaved_rope", "qkv_rope", "rms_norm_linear", "rms_rstd", "swiglu_mlp",
-           "weight_grad"]
+           "permute_for_interleaved_rope", "qkv_rope", "rms_norm_linear", "rms_rstd", "rope",
+           "swiglu_mlp", "weight_grad"]

@@ -166,6 +166,50 @@ def qkv_rope(x: torch.Tensor, w_qkv: torch.Tensor, cos: torch.Tensor, sin: torch
     return QKVRopeFunction.apply(x, w_qkv, bias, *tables, (n_heads, n_kv_heads, head_dim))
 
 
+class RopeFunction(torch.autograd.Function):
+    """RoPE on the first n_rot columns of an existing [M, N] tensor: one map forward, the inverse
+    rotation (sin -> -sin) backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_rot: int) -> torch.Tensor:
+        ctx.save_for_backward(cos, sin)
+        ctx.n_rot = n_rot
+        return rotate(x, cos, sin, n_rot)
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        cos, sin = ctx.saved_tensors
+        return rotate(dy, cos, -sin, ctx.n_rot), None, None, None
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_rot: int) -> torch.Tensor:
+    """x with the column pairs (2j, 2j + 1) below n_rot rotated by the [M, head_dim / 2] tables:
+    the qkv_rope epilogue as a map over x."""
+    rows = as_rows(x)[0]
+    return forward_program(False).map(rows, cos=cos, sin=sin, n_rot=n_rot)["output"].reshape(x.shape)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int,
+         n_rot: int | None = None) -> torch.Tensor:
+    """x [..., N] with RoPE applied to its first `n_rot` columns (default all), heads of
+    `head_dim` columns, interleaved pairs (2i, 2i + 1): for a tensor that no CODA GEMM produced
+    (after a GEMM use `qkv_rope`, which rotates in the epilogue). cos, sin: [..., head_dim / 2]
+    tables as in `qkv_rope`. One map forward and one backward; differentiable in x."""
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or not x.is_floating_point():
+        raise LaunchError(f"x must be a floating-point tensor [..., N], got {checks.describe(x)}")
+    _check_heads(1, 1, head_dim)
+    n = x.shape[-1]
+    n_rot = n if n_rot is None else n_rot
+    if isinstance(n_rot, bool) or not isinstance(n_rot, int) or not 0 < n_rot <= n or n_rot % head_dim:
+        raise LaunchError(f"n_rot must be a multiple of head_dim = {head_dim} in (0, {n}] (whole "
+                          f"heads of x's {n} columns), got {n_rot!r}")
+    tables = [_table(name, t, x.shape[:-1], head_dim, x) for name, t in (("cos", cos), ("sin", sin))]
+    from ..integrations import compile as custom  # here: that module imports this one
+    if custom.routed():   # inside torch.compile: the custom op coda::rope, no graph break
+        return custom.rope_op(x, *tables, n_rot)
+    return RopeFunction.apply(x, *tables, n_rot)
+
+
 def _table(name: str, t: object, lead: torch.Size, head_dim: int, x: torch.Tensor) -> torch.Tensor:
     """A cos or sin table as [M, head_dim / 2] rows (broadcast to x's leading dims)."""
     shape = (*lead, head_dim // 2)
@@ -178,7 +222,7 @@ def _table(name: str, t: object, lead: torch.Size, head_dim: int, x: torch.Tenso
         raise LaunchError(f"{name} must be [..., head_dim / 2 = {head_dim // 2}], got "
                           f"{checks.describe(t)}{hint}")
     if t.requires_grad and torch.is_grad_enabled():
-        raise LaunchError(f"{name} requires grad, but qkv_rope treats the rope tables as constants: "
+        raise LaunchError(f"{name} requires grad, but rope treats the tables as constants: "
                           f"pass {name}.detach()")
     _check_like(name, t, x, dtype=False)
     try:

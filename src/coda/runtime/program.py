@@ -20,7 +20,7 @@ def _meta(x) -> tuple | type:
     """What a launch plan depends on: a tensor's layout (and 16-byte alignment, on which Triton
     specializes pointers), or a non-tensor's type."""
     if isinstance(x, torch.Tensor):
-        return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0)
+        return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() & 15)
     return type(x)
 
 
@@ -83,7 +83,7 @@ class Program:
             # that was validated before, so it needs no validation again.
             key = (backend, _meta(a), _meta(b), _meta(out), out_dtype, seed is None,
                    outputs if outputs is None else tuple(outputs),
-                   *((name, _meta(v)) for name, v in operands.items()))
+                   *[(name, _meta(v)) for name, v in operands.items()])
             plan = self._plans.get(key)
             if plan is not None:
                 return plan.run(a, b, operands, out, seed_word(seed))
