@@ -129,7 +129,7 @@ def train_plot(results: Path, out: Path) -> None:
         return
     models = list(dict.fromkeys(model for model, _ in table))
     modes = list(dict.fromkeys(mode for _, mode in table))
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(10, 4))
     grouped_bars(ax, models, {m: [table.get((model, m)) for model in models] for m in modes},
                  "training tokens/s (thousands)")
     ax.set_title("training step throughput, H200 bf16 (higher is better)")
