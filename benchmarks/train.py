@@ -25,9 +25,11 @@ AdamW(fused=True, capturable=True)). CODA's ratios are over the fastest peer tha
 Liger, eager+graph). Each (model, mode) runs in its own
 subprocess, so that GPU memory, compile caches and Liger's patching of HF's module-level classes do not
 leak into the next run; a failure (exception, out of memory, timeout) becomes the row's `error`.
-The subprocesses of one model start together and warm up side by side (most of a run is
-compilation); then each in turn, while the others wait idle with their cached GPU memory given
-back, times its steps alone. The loss curve runs during the first model's warm-up.
+With CODA_AUTOTUNE=0 (run_all.sh) the subprocesses of one model start together and warm up side
+by side (most of a run is compilation); then each in turn, while the others wait idle with their
+cached GPU memory given back, runs one more untimed step and times its steps alone. With CODA's
+autotuning on they run one after the other (tuning times kernels: it must have the GPU to
+itself). The loss curve runs during the first model's warm-up.
 
 Per run: `--warmup` steps (compilation, CODA's autotuning), then `--steps` timed steps between two
 `torch.cuda.synchronize()`: tokens/s and ms per step over the whole timed stretch, the peak memory of
@@ -47,12 +49,12 @@ tuned configurations are reused (200 steps of GPT-2 take about 20 s per mode at 
 losses go into the JSON and a PNG, docs/img/train_loss_<model>.png.
 
 The JSON (--json) is rewritten after every run, so an interrupted benchmark keeps what it measured;
-the markdown table is printed at the end. GPU time of the default run, an estimate (not measured) for
-one H200 with cold caches: 8 to 12 minutes. Each child process starts in about 10 s; torch.compile takes
-about a minute per model; CODA's first run of a model autotunes every GEMM + epilogue shape (8
-configurations each, cached in ~/.cache/coda and reused by coda+compile, the curve and later runs;
-CODA_AUTOTUNE=0 takes the heuristic configurations instead). Split the run with --models to stay under
-a time limit.
+the markdown table is printed at the end. Measured on one H200 with cold caches and CODA_AUTOTUNE=0
+(run_all.sh's stage: 3 models x 7 modes, 8 steps after 2, the curve): 255 s. torch.compile takes
+about a minute per model; with autotuning on, CODA's first run of a model autotunes every GEMM +
+epilogue shape (8 configurations each, cached in ~/.cache/coda and reused by coda+compile, the curve
+and later runs), and the runs go one at a time: several minutes more. Split the run with --models to
+stay under a time limit.
 
 `--smoke` runs on the CPU in float32 with tiny models of the same three families (2 layers, hidden 64,
 vocab 512, batch 2 x 32): modes eager and coda, 1 warm-up and 2 timed steps, a 5-step curve, the JSON
@@ -67,6 +69,7 @@ import argparse
 import datetime
 import importlib.metadata
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -544,18 +547,20 @@ def main(argv: list[str] | None = None) -> int:
 
     # The curve runs while the first model's children warm up; it ends before any timed step.
     curve_child = Child(f"{args.curve}:curve", args) if args.curve != "none" else None
+    # CODA's autotuning times kernels: it must not share the GPU with other warm-ups
+    side_by_side = os.environ.get("CODA_AUTOTUNE", "1") == "0"
     for name in args.models:
-        group = {mode: Child(f"{name}:{mode}", args, wait_turn=True) for mode in args.modes
-                 if mode != "liger" or name in LIGER_MODELS}
+        runs = [mode for mode in args.modes if mode != "liger" or name in LIGER_MODELS]
+        group = {mode: Child(f"{name}:{mode}", args, wait_turn=True) for mode in runs if side_by_side}
         if curve_child is not None:
             record_curve(curve_child.take_turn(), result, args, save)
             curve_child = None
         for mode in args.modes:
-            if mode not in group:
+            if mode not in runs:
                 row = dict(model=name, mode=mode, error=None,
                            note=f"skipped: Liger Kernel has no {name} support")
             else:
-                row = group[mode].take_turn()
+                row = (group.get(mode) or Child(f"{name}:{mode}", args, wait_turn=True)).take_turn()
                 result["gpu"] = result["gpu"] or row.get("device")
             result["rows"].append(row)
             result["ratios"] = ratios(result["rows"])

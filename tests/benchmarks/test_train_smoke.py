@@ -26,14 +26,25 @@ PNG = b"\x89PNG\r\n\x1a\n"
 RTOL = 1e-5
 
 
-@pytest.fixture(scope="module")
-def result(tmp_path_factory) -> dict:
-    path = tmp_path_factory.mktemp("train") / "train.json"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--json", str(path)],
-                          env={**os.environ, "TRITON_INTERPRET": "0"}, capture_output=True, text=True,
-                          timeout=300)
+def run_smoke(path: Path, autotune: str, *options: str) -> dict:
+    """The smoke run; CODA_AUTOTUNE=0 starts a model's runs side by side (as run_all.sh does),
+    autotuning on runs them one after the other."""
+    done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--json", str(path), *options],
+                          env={**os.environ, "TRITON_INTERPRET": "0", "CODA_AUTOTUNE": autotune},
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory) -> dict:
+    return run_smoke(tmp_path_factory.mktemp("train") / "train.json", "0")
+
+
+def test_runs_one_after_the_other_when_autotuning(tmp_path):
+    rows = run_smoke(tmp_path / "train.json", "1", "--models", "bert", "--curve", "none")["rows"]
+    assert [(r["model"], r["mode"]) for r in rows] == [("bert", "eager"), ("bert", "coda")]
+    assert all(r["error"] is None and len(r["losses"]) == 4 for r in rows), rows
 
 
 def assert_close(a: list[float], b: list[float]) -> None:
