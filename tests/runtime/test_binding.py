@@ -299,3 +299,18 @@ def test_operands_may_be_named_like_the_launch_arguments():
                 b=torch.ones(5, dtype=torch.float64))
     assert torch.allclose(prog(a, b, **ones)["output"], a @ b + 1)
     assert torch.allclose(prog.map(a @ b, **ones)["output"], a @ b + 1)
+
+
+def test_a_cached_launch_still_checks_the_seed_and_the_probabilities():
+    """A launch whose plan is cached skips validation, but not of the values outside the plan's
+    key: a probability out of [0, 1] or a non-integer seed would otherwise run silently."""
+    prog = coda.compile("EPILOGUE(p: scalar) { output = dropout(input, p); }")
+    a, b = (t.to("cuda" if torch.cuda.is_available() else "cpu") for t in _ab(dtype=torch.float32))
+    prog(a, b, p=0.5, seed=1, backend="triton")
+    assert len(prog._plans) == 1   # the next launches take the cached plan
+    for p, seed, match in ((1.5, 1, "operand 'p' is a dropout probability"),
+                           (float("nan"), 1, "dropout probability"),
+                           (0.5, 2.5, "seed= must be an integer")):
+        with pytest.raises(coda.LaunchError, match=match):
+            prog(a, b, p=p, seed=seed, backend="triton")
+    assert len(prog._plans) == 1

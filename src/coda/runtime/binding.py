@@ -87,8 +87,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
                               f"of columns; got N = {n}")
     values = _operand_values(epi, operands, a.device)
     kinds = infer_kinds(epi, program.widths, m, n, values)
-    if epi.uses_dropout:
-        _check_probabilities(epi, values)
+    check_per_call(probability_operands(epi), values, seed)
     if out_dtype is None:
         out_dtype = out.dtype if isinstance(out, torch.Tensor) else a.dtype
     specs = _output_specs(program, m, n, out_dtype)
@@ -97,8 +96,6 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     elif epi.accumulates:
         raise LaunchError("the program accumulates into `output` (it reads the prior output, as "
                           "`output += ...` does): pass the tensor to accumulate into as out=")
-    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
-        raise LaunchError(f"seed= must be an integer, got {seed!r}")
     if epi.uses_dropout and seed is None:
         raise LaunchError("the program uses dropout: pass an integer seed= (got None)")
     seed = seed_word(seed)
@@ -121,16 +118,23 @@ def _select(specs: tuple[OutputSpec, ...], names) -> tuple[OutputSpec, ...]:
     return tuple(s for s in specs if s.name in names)
 
 
-def _check_probabilities(epi, values: dict) -> None:
-    """A dropout probability bound as a plain number must lie in [0, 1] (tensors are not read
-    back here: that would synchronize with the device)."""
-    for node in epi.nodes():
-        if node.op == "dropout" and node.args[1].op == "operand":
-            name = node.args[1].arg
-            p = values[name]
-            if isinstance(p, numbers.Real) and not 0.0 <= p <= 1.0:
-                raise LaunchError(f"operand {name!r} is a dropout probability: expected a number in "
-                                  f"[0, 1], got {p!r}")
+def probability_operands(epi) -> tuple[str, ...]:
+    """The operands that some dropout takes as its probability."""
+    return tuple(dict.fromkeys(node.args[1].arg for node in epi.nodes()
+                               if node.op == "dropout" and node.args[1].op == "operand"))
+
+
+def check_per_call(probabilities: tuple[str, ...], values: dict, seed) -> None:
+    """What a launch must check even when its plan is cached (these values are not in the plan's
+    key): the seed is an integer, and a dropout probability bound as a plain number lies in
+    [0, 1] (tensors are not read back here: that would synchronize with the device)."""
+    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
+        raise LaunchError(f"seed= must be an integer, got {seed!r}")
+    for name in probabilities:
+        p = values.get(name)
+        if isinstance(p, numbers.Real) and not 0.0 <= p <= 1.0:
+            raise LaunchError(f"operand {name!r} is a dropout probability: expected a number in "
+                              f"[0, 1], got {p!r}")
 
 
 def _check_matrix(name: str, x) -> None:

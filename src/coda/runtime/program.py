@@ -9,7 +9,7 @@ import torch
 from ..errors import LaunchError
 from ..ir import Epilogue, format_epilogue
 from ..passes import optimize, widths
-from .binding import Launch, bind
+from .binding import Launch, bind, check_per_call, probability_operands
 from .reference import run_reference
 from .rng import seed_word
 
@@ -42,6 +42,7 @@ class Program:
         nodes = self.ir.nodes()
         self.has_unpack = any(n.op == "unpack" for n in nodes)
         self.rope_domains = {self.widths.nodes[n] for n in nodes if n.op == "rope"}
+        self.probabilities = probability_operands(self.ir)
         self._triton = None
         self._plans: dict[tuple, object] = {}
 
@@ -86,6 +87,7 @@ class Program:
                    *[(name, _meta(v)) for name, v in operands.items()])
             plan = self._plans.get(key)
             if plan is not None:
+                check_per_call(self.probabilities, operands, seed)
                 return plan.run(a, b, operands, out, seed_word(seed))
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
                       outputs=outputs)
