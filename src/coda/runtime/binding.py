@@ -87,7 +87,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
                               f"of columns; got N = {n}")
     values = _operand_values(epi, operands, a.device)
     kinds = infer_kinds(epi, program.widths, m, n, values)
-    check_per_call(probability_operands(epi), values, seed)
+    check_per_call(program.probabilities, values, seed)
     if out_dtype is None:
         out_dtype = out.dtype if isinstance(out, torch.Tensor) else a.dtype
     specs = _output_specs(program, m, n, out_dtype)
