@@ -4,7 +4,10 @@ Liger's fused linear cross-entropy.
     python benchmarks/cross_entropy_memory.py [--tokens 8192] [--json benchmarks/results/cross_entropy.json]
 
 bf16, tokens x hidden hidden states, a [vocab, hidden] head without bias, mean loss over all rows.
-- coda:  coda.ops.linear_cross_entropy (no logits in the forward; [tokens, chunk] blocks backward)
+- coda:  coda.ops.linear_cross_entropy (no logits in the forward; [rows, vocab] blocks backward,
+         dw accumulated in float32)
+- coda_low_memory: the same with low_memory=True (blocks no larger than Liger's chunks, no
+         float32 accumulator, one more GEMM)
 - eager: F.cross_entropy(x @ w.T, target) (the [tokens, vocab] logits and their gradient in bf16)
 - liger: liger_kernel's LigerFusedLinearCrossEntropyLoss, when importable (skipped otherwise)
 Peak memory is torch.cuda.max_memory_allocated() during one forward + backward, minus what was
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import sys
 from pathlib import Path
@@ -33,6 +37,7 @@ SHAPES = [(768, 50257), (2048, 32000), (2048, 128256), (4096, 32000), (4096, 128
 def impls() -> dict:
     """name -> loss(x, w, target)."""
     found = {"coda": lambda x, w, t: linear_cross_entropy(x, w, t),
+             "coda_low_memory": lambda x, w, t: linear_cross_entropy(x, w, t, low_memory=True),
              "eager": lambda x, w, t: F.cross_entropy(x @ w.T, t)}
     try:
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
@@ -56,6 +61,7 @@ def measure(loss_fn, tokens: int, hidden: int, vocab: int) -> dict:
 
     loss = step()[0]   # compile, tune (the gradients are dropped at once)
     torch.cuda.synchronize()
+    gc.collect()   # what earlier cases left in reference cycles would be freed mid-measurement
     torch.cuda.empty_cache()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
@@ -80,12 +86,13 @@ def main() -> None:
                 result = dict(error="out of memory")
             torch.cuda.empty_cache()
             row = dict(impl=name, tokens=args.tokens, hidden=hidden, vocab=vocab, **result)
-            if name == "coda":
-                row["chunk_size"], row["row_block"] = block_shapes(args.tokens, hidden, vocab, None)
+            if name.startswith("coda"):
+                row["chunk_size"], row["row_block"] = block_shapes(
+                    args.tokens, hidden, vocab, None, low_memory=name == "coda_low_memory")
             rows.append(row)
             shown = (f"peak {row['peak_mib']:9.1f} MiB  {row['ms']:8.3f} ms  loss {row['loss']:.5f}"
                      if "ms" in row else row["error"])
-            print(f"{args.tokens}x{hidden}x{vocab:<7d} {name:6s} {shown}", flush=True)
+            print(f"{args.tokens}x{hidden}x{vocab:<7d} {name:15s} {shown}", flush=True)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(dict(
         gpu=torch.cuda.get_device_name(), torch=torch.__version__,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import math
 import platform
@@ -257,6 +258,7 @@ def peak_memory_gb(fn: Callable) -> float:
     """Peak allocated memory of one call above what was allocated before it."""
     fn()
     torch.cuda.synchronize()
+    gc.collect()   # what earlier calls left in reference cycles would be freed mid-measurement
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     fn()

@@ -7,6 +7,7 @@ import threading
 import pytest
 import triton.testing
 
+import coda
 from coda.codegen import tuning
 from coda.codegen.tuning import Config, TuningStore
 
@@ -57,12 +58,12 @@ def test_autotune_picks_the_fastest_skips_broken_and_reports_progress(tmp_path, 
             raise RuntimeError("out of shared memory")
 
     monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
-    assert tuning.autotune("k", "hopper", run, "demo 1x2x3") == fastest
+    assert tuning.autotune("k", candidates, run, "demo 1x2x3") == fastest
     err = capsys.readouterr().err
     assert "coda: tuning demo 1x2x3" in err and "skipped (RuntimeError)" in err
     # Cached: a second call does not time anything.
     monkeypatch.setattr(triton.testing, "do_bench", lambda *a, **k: pytest.fail("re-tuned"))
-    assert tuning.autotune("k", "hopper", run, "demo") == fastest
+    assert tuning.autotune("k", candidates, run, "demo") == fastest
 
 
 @pytest.mark.parametrize("variant", ["hopper", "portable"])
@@ -87,3 +88,15 @@ def test_a_pingpong_config_gives_the_gluon_kernel_its_ring_depth_and_register_sp
     # two 4-warp MMA warpgroups and a loader warp share 168 registers a thread on average
     assert (2 * meta["MMA_REGS"] + meta["LOAD_REGS"]) / 3 == meta["maxnreg"]
     assert config.epilogue_block_n == 32
+
+
+def test_a_program_that_reads_its_prior_output_never_gets_the_pingpong_kernel():
+    """The ping-pong kernel cannot read `out=` back (its outputs leave through shared memory):
+    an accumulating program is tuned, defaulted and falls back among the other kernels only."""
+    accumulate = coda.compile("EPILOGUE acc() { output += input; }")
+    assert accumulate.triton.pingpong is False
+    assert coda.compile("output = input;").triton.pingpong is True
+    kept = tuning.candidates("hopper", pingpong=False)
+    assert kept and not any(c.pingpong for c in kept)
+    assert len(kept) < len(tuning.candidates("hopper"))
+    assert tuning.heuristic("hopper", 16384, 3072, 768, pingpong=False) in kept

@@ -94,6 +94,22 @@ def test_hopper_mainloops_are_used_for_linear_layouts():
     assert prog.triton.kernel(launch, PINGPONG).variant == "pingpong"
 
 
+def test_accumulating_into_a_float32_out_at_short_k():
+    """`output += input` where the ping-pong kernel would be the default (K <= 1024): it runs in
+    the Triton kernel, which reads the prior output back (the ping-pong kernel read its own
+    shared-memory staging buffer instead: garbage); forcing the ping-pong kernel is an error."""
+    prog = coda.compile("EPILOGUE acc() { output += input; }")
+    g = torch.randn(256, 32000, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(256, 4096, device="cuda", dtype=torch.bfloat16)
+    acc = torch.randn(32000, 4096, device="cuda")
+    want = acc.double() + g.T.double() @ x.double()
+    prog(g.T, x, out=acc)
+    assert rel(acc, want) < 1e-5
+    if torch.cuda.get_device_capability()[0] == 9:
+        with pytest.raises(coda.CodaError, match="prior output"):
+            prog.triton.launch(prog.bind(g.T, x, out=acc), config=PINGPONG)
+
+
 def test_cuda_graph_capture_and_replay():
     prog = coda.compile("EPILOGUE(bias: col) { output = gelu(input + bias); s = row_sum(output); }")
     a = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)

@@ -141,7 +141,7 @@ def test_qkv_rope_views():
 @pytest.mark.parametrize(("reduction", "options"), [
     ("mean", {}),
     ("sum", {"label_smoothing": 0.1, "softcap": 5.0, "chunk_size": 7}),
-    ("none", {"chunk_size": 8})])
+    ("none", {"chunk_size": 8, "low_memory": True})])
 def test_linear_cross_entropy(reduction, options):
     torch.manual_seed(0)
     x, w = rand(3, 4, 8), rand(20, 8)
@@ -463,10 +463,10 @@ def opcheck_cases():
         "rope": (c.rope, (dy[:, :1].expand(3, 16).contiguous().requires_grad_(), angles.cos(),
                           angles.sin(), 8)),
         "linear_cross_entropy": (c.linear_cross_entropy, (x, w, target, b, g, -100, "mean", 0.1, 3.0,
-                                                          4, 1e-6)),
+                                                          4, False, 1e-6)),
         "linear_cross_entropy_backward": (c.linear_cross_entropy_backward, (
             torch.tensor(0.5, dtype=F64), x.detach(), w.detach(), None, None, torch.empty(0, dtype=F64),
-            tf, vec + 2.0, torch.empty(0, dtype=F64), vec, 0.0, None, 4, [True, True, False, False])),
+            tf, vec + 2.0, torch.empty(0, dtype=F64), vec, 0.0, None, 4, True, [True, True, False, False])),
     }
 
 

@@ -6,7 +6,8 @@ of CODA. Checks:
 - float64 on the reference backend: torch.autograd.gradcheck (the math of the backward), and the
   loss and every gradient against PyTorch autograd of the reference;
 - float32 through the Triton interpreter (the real kernels) at small odd shapes;
-- chunking does not change the result; the forward stores no [tokens, vocab] tile;
+- chunking does not change the result, nor does `low_memory` (the other backward); the forward
+  stores no [tokens, vocab] tile;
 - argument errors are LaunchErrors naming the argument.
 """
 
@@ -19,13 +20,13 @@ import torch
 import torch.nn.functional as F
 
 import coda
-from coda.ops.cross_entropy import block_shapes, linear_cross_entropy
+from coda.ops.cross_entropy import BLOCK_LOGITS, MIN_BLOCK_ROWS, block_shapes, linear_cross_entropy
 
 F64 = torch.float64
 
 
 def reference(x, w, target, bias=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
-              softcap=None, chunk_size=None, norm_weight=None, norm_eps=1e-6):
+              softcap=None, chunk_size=None, norm_weight=None, norm_eps=1e-6, low_memory=False):
     """F.cross_entropy of the materialized logits, in x's dtype (float64 in these tests)."""
     if norm_weight is not None:
         x = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + norm_eps) * norm_weight
@@ -78,7 +79,9 @@ CASES = [  # tokens, hidden, vocab, bias, norm, options
     ((7,), 4, 10, True, False, dict(softcap=1.5, reduction="sum", chunk_size=3)),
     ((5,), 6, 8, False, False, dict(reduction="none", label_smoothing=0.1, softcap=2.0)),
     ((6,), 5, 9, True, True, dict(chunk_size=4, label_smoothing=0.1)),
+    ((6,), 5, 9, True, True, dict(chunk_size=4, label_smoothing=0.1, low_memory=True)),
     ((2, 3), 6, 7, False, True, dict(reduction="none", softcap=2.5, chunk_size=3)),
+    ((7,), 4, 10, True, False, dict(softcap=1.5, chunk_size=3, low_memory=True)),
     ((5,), 4, 6, False, False, dict(ignore_index=2)),   # an ignore_index that is a class id
 ]
 
@@ -105,10 +108,12 @@ def test_float64_gradcheck_and_reference(tokens, hidden, vocab, bias, norm, opti
 @pytest.mark.parametrize(("bias", "norm", "options"), [
     (True, False, dict(label_smoothing=0.1, softcap=3.0)), (False, True, dict(reduction="none"))])
 def test_chunking_invariance_float64(bias, norm, options):
+    """One block, or several (first, middle and last of the dw accumulation), either backward."""
     x, w, target, b, nw = make((4, 6), 8, 45, bias=bias, norm=norm, seed=3, ignored=(0, 9))
     whole = loss_and_grads(linear_cross_entropy, x, w, target, b, nw, **options)
-    for chunk in (7, 1, 44):
-        chunked = loss_and_grads(linear_cross_entropy, x, w, target, b, nw, chunk_size=chunk, **options)
+    for chunk, low_memory in [(None, True), (7, False), (1, False), (44, False), (7, True), (44, True)]:
+        chunked = loss_and_grads(linear_cross_entropy, x, w, target, b, nw, chunk_size=chunk,
+                                 low_memory=low_memory, **options)
         assert_close(chunked, whole, 1e-12)
 
 
@@ -119,9 +124,10 @@ def test_float64_only_some_inputs_need_grad(wanted):
     for name, t in leaves.items():
         t.requires_grad_(name in wanted.split("+"))
     wanted_leaves = [t for t in leaves.values() if t.requires_grad]
-    for chunk in (None, 4):
+    for chunk, low_memory in [(None, False), (4, False), (None, True), (4, True)]:
         got = torch.autograd.grad(linear_cross_entropy(x, w, target, bias=b, norm_weight=nw,
-                                                       chunk_size=chunk), wanted_leaves)
+                                                       chunk_size=chunk, low_memory=low_memory),
+                                  wanted_leaves)
         want = torch.autograd.grad(reference(x, w, target, bias=b, norm_weight=nw), wanted_leaves)
         assert_close(got, want, 1e-10)
 
@@ -130,12 +136,17 @@ def test_float64_only_some_inputs_need_grad(wanted):
 @pytest.mark.parametrize(("hidden", "vocab"), [(768, 50257), (2048, 32000), (2048, 128256), (4096, 32000),
                                                (4096, 128256), (64, 50257), (96, 17)])
 def test_backward_blocks_no_larger_than_liger_chunks(tokens, hidden, vocab):
-    """The backward's materialized block (a [tokens, chunk] or [rows, vocab] slice of the logits)
-    holds no more logits than Liger's chunk: min(T, next power of two >= ⌈T/⌈V/H⌉⌉) x V."""
+    """With low_memory, the backward's materialized block (a [tokens, chunk] or [rows, vocab]
+    slice of the logits) holds no more logits than Liger's chunk: min(T, next power of two >=
+    ⌈T/⌈V/H⌉⌉) x V. Without, a block has at least MIN_BLOCK_ROWS rows (or all of them) and no
+    more logits than BLOCK_LOGITS or MIN_BLOCK_ROWS rows hold."""
     liger_rows = min(tokens, 1 << (math.ceil(tokens / math.ceil(vocab / hidden)) - 1).bit_length())
-    chunk, rows = block_shapes(tokens, hidden, vocab, None)
+    chunk, rows = block_shapes(tokens, hidden, vocab, None, low_memory=True)
     assert 1 <= chunk <= vocab and 1 <= rows <= tokens
     assert max(tokens * chunk, rows * vocab) <= liger_rows * vocab
+    _, rows = block_shapes(tokens, hidden, vocab, None, low_memory=False)
+    assert min(tokens, MIN_BLOCK_ROWS) <= rows <= tokens
+    assert rows * vocab <= max(BLOCK_LOGITS, MIN_BLOCK_ROWS * vocab)
 
 
 def test_all_rows_ignored_gives_nan_mean_like_torch():
@@ -156,6 +167,7 @@ TOL32 = 2e-5
     ((45,), 40, 97, True, False, dict(label_smoothing=0.1, softcap=4.0)),
     ((3, 11), 24, 70, False, False, dict(reduction="none", chunk_size=32)),
     ((29,), 33, 96, True, True, dict(chunk_size=40, reduction="sum")),
+    ((29,), 33, 96, True, True, dict(chunk_size=40, reduction="sum", low_memory=True)),
     ((16,), 96, 17, False, True, dict(label_smoothing=0.3)),
 ])
 def test_interpreter_float32(tokens, hidden, vocab, bias, norm, options):
@@ -170,9 +182,10 @@ def test_interpreter_float32(tokens, hidden, vocab, bias, norm, options):
 def test_chunking_invariance_interpreter():
     x, w, target, b, _ = make((37,), 48, 83, bias=True, norm=False, dtype=torch.float32, seed=9)
     whole = loss_and_grads(linear_cross_entropy, x, w, target, b, None, label_smoothing=0.1)
-    chunked = loss_and_grads(linear_cross_entropy, x, w, target, b, None, label_smoothing=0.1,
-                             chunk_size=7)
-    assert_close(chunked, whole, TOL32)
+    for low_memory in (False, True):
+        chunked = loss_and_grads(linear_cross_entropy, x, w, target, b, None, label_smoothing=0.1,
+                                 chunk_size=7, low_memory=low_memory)
+        assert_close(chunked, whole, TOL32)
 
 
 def test_forward_stores_no_logits(monkeypatch):
@@ -210,6 +223,7 @@ def test_errors_name_the_argument():
         (dict(chunk_size=0), "chunk_size"),
         (dict(ignore_index=1.0), "ignore_index"),
         (dict(norm_eps=-1.0), "norm_eps"),
+        (dict(low_memory=1), "low_memory"),
     ]
     for change, name in bad:
         args = dict(x=x, w=w, target=target, bias=b, norm_weight=nw) | change

@@ -57,6 +57,11 @@ class TritonProgram:
         self._kernels: dict[tuple[Signature, str], Kernel] = {}
         self._configs: dict[tuple, Config] = {}
         self._lock = threading.Lock()
+        # The ping-pong kernel stages outputs in shared memory for TMA stores and never reads
+        # them back from global memory: a program that reads its prior output (`output += x`)
+        # runs in the Triton kernel. (Prefetching the prior tile would not fit for a float32
+        # accumulator: two warpgroups' 128x128 fp32 tiles are 128 KiB next to the 128 KiB ring.)
+        self.pingpong = not program.ir.accumulates
 
     # public -----------------------------------------------------------------------------------
     def launch(self, launch: Launch, config: Config | None = None) -> dict[str, torch.Tensor]:
@@ -71,7 +76,8 @@ class TritonProgram:
         _check_dtypes(launch)
         kernel = self.kernel(launch)
         chosen = config or self.config(launch, kernel)
-        fallbacks = [] if config else [c for c in tuning.CANDIDATES.get(kernel.variant, ()) if c != chosen]
+        fallbacks = [] if config else [c for c in tuning.candidates(kernel.variant, self.pingpong)
+                                       if c != chosen]
         for candidate in (chosen, *fallbacks):
             plan = Plan(self.kernel(launch, candidate), candidate, launch)
             try:
@@ -86,6 +92,9 @@ class TritonProgram:
         variant = _variant(launch)
         if config is not None:
             variant = config.mainloop(variant)
+        if variant == "pingpong" and not self.pingpong:
+            raise LaunchError(f"{self.program.name} reads its prior output (`output += ...`), which "
+                              f"the ping-pong kernel cannot: give a configuration without pingpong")
         sig = _signature(launch, variant)
         key = (sig, variant)
         kernel = self._kernels.get(key)
@@ -107,7 +116,7 @@ class TritonProgram:
         config = self._configs.get(bucket)
         if config is None:
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
-                config = tuning.heuristic(kernel.variant, m, n, k)
+                config = tuning.heuristic(kernel.variant, m, n, k, self.pingpong)
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))
@@ -119,7 +128,8 @@ class TritonProgram:
                         plans[c] = Plan(self.kernel(launch, c), c, launch)
                     plans[c].run(launch.a, launch.b, launch.values, scratch, launch.seed)
 
-                config = tuning.autotune(key, kernel.variant, run, f"{self.program.name} {m}x{n}x{k}")
+                config = tuning.autotune(key, tuning.candidates(kernel.variant, self.pingpong), run,
+                                         f"{self.program.name} {m}x{n}x{k}")
             self._configs[bucket] = config
         return config
 

@@ -152,7 +152,13 @@ class TuningStore:
 STORE = TuningStore()
 
 
-def autotune(key: str, variant: str, run: Callable[[Config], None], describe: str) -> Config:
+def candidates(variant: str, pingpong: bool = True) -> list[Config]:
+    """The configurations autotuning times for a `variant` launch; `pingpong=False` leaves out
+    the ping-pong kernel's (for a program it cannot run: one that reads its prior output)."""
+    return [c for c in CANDIDATES.get(variant, ()) if pingpong or not c.pingpong]
+
+
+def autotune(key: str, configs: list[Config], run: Callable[[Config], None], describe: str) -> Config:
     """Time every candidate with `run(config)` (median of CUDA-event timings), keep the fastest.
 
     Candidates that fail to compile (e.g. too much shared memory) are skipped. Progress goes to
@@ -164,8 +170,7 @@ def autotune(key: str, variant: str, run: Callable[[Config], None], describe: st
     if cached is not None:
         return cached
     start, best, best_ms = time.perf_counter(), None, float("inf")
-    candidates = CANDIDATES[variant]
-    for index, config in enumerate(candidates):
+    for index, config in enumerate(configs):
         try:
             ms = triton.testing.do_bench(lambda c=config: run(c), warmup=5, rep=20,
                                          return_mode="median")
@@ -177,7 +182,7 @@ def autotune(key: str, variant: str, run: Callable[[Config], None], describe: st
             best, best_ms = config, ms
         elapsed = time.perf_counter() - start
         if elapsed > 1.0:
-            print(f"coda: tuning {describe}: config {index + 1}/{len(candidates)} "
+            print(f"coda: tuning {describe}: config {index + 1}/{len(configs)} "
                   f"{config.block_m}x{config.block_n}x{config.block_k} w{config.num_warps} "
                   f"s{config.num_stages}: {note} ({elapsed:.1f} s so far)", file=sys.stderr)
     if best is None:

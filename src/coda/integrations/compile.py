@@ -489,13 +489,14 @@ def rope_op(x: Tensor, cos: Tensor, sin: Tensor, n_rot: int) -> Tensor:
 def _linear_cross_entropy(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | None,
                           norm_weight: Tensor | None, ignore_index: int, reduction: str,
                           label_smoothing: float, softcap: float | None, chunk_size: int | None,
-                          norm_eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                          low_memory: bool, norm_eps: float
+                          ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(loss, a, target_f, lse, rstd, weight): LinearCrossEntropyFunction.forward; a (the GEMMs'
     normalized A operand) and rstd are empty without `norm_weight`."""
     ctx = _Ctx()
     loss = LinearCrossEntropyFunction.forward(ctx, x, w, target, bias, norm_weight, ignore_index,
                                               reduction, label_smoothing, softcap, chunk_size,
-                                              norm_eps)
+                                              low_memory, norm_eps)
     _, a, _, _, _, target_f, lse, rstd, weight = ctx.saved_tensors
     norm = norm_weight is not None
     return loss, a if norm else x.new_empty(0), target_f, lse, _or_empty(rstd, lse), weight
@@ -503,7 +504,7 @@ def _linear_cross_entropy(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | N
 
 @_linear_cross_entropy.register_fake
 def _linear_cross_entropy_fake(x, w, target, bias, norm_weight, ignore_index, reduction,
-                               label_smoothing, softcap, chunk_size, norm_eps):
+                               label_smoothing, softcap, chunk_size, low_memory, norm_eps):
     rows, stat, norm = _rows(x), _stat_dtype(x), norm_weight is not None
     loss = x.new_empty(x.shape[:-1] if reduction == "none" else (), dtype=stat)
     a = x.new_empty(rows, x.shape[-1]) if norm else x.new_empty(0)
@@ -516,7 +517,7 @@ def _linear_cross_entropy_setup(ctx, inputs, output):
     ctx.mark_non_differentiable(*output[1:])
     ctx.set_materialize_grads(False)
     ctx.save_for_backward(x, w, bias, norm_weight, *output[1:])
-    ctx.options = inputs[7:10]   # label_smoothing, softcap, chunk_size
+    ctx.options = inputs[7:11]   # label_smoothing, softcap, chunk_size, low_memory
 
 
 def _linear_cross_entropy_grad(ctx, grad, *_):
@@ -525,7 +526,7 @@ def _linear_cross_entropy_grad(ctx, grad, *_):
     grads = torch.ops.coda.linear_cross_entropy_backward(grad, x, w, bias, norm_weight, a, target_f,
                                                          lse, rstd, weight, *ctx.options, needs)
     dx, dw, db, dg = _wanted(grads, needs)
-    return dx, dw, None, db, dg, None, None, None, None, None, None
+    return dx, dw, None, db, dg, None, None, None, None, None, None, None
 
 
 _linear_cross_entropy.register_autograd(_linear_cross_entropy_grad,
@@ -536,7 +537,8 @@ _linear_cross_entropy.register_autograd(_linear_cross_entropy_grad,
 def _linear_cross_entropy_backward(grad: Tensor, x: Tensor, w: Tensor, bias: Tensor | None,
                                    norm_weight: Tensor | None, a: Tensor, target_f: Tensor,
                                    lse: Tensor, rstd: Tensor, weight: Tensor, label_smoothing: float,
-                                   softcap: float | None, chunk_size: int | None, needs: list[bool]
+                                   softcap: float | None, chunk_size: int | None, low_memory: bool,
+                                   needs: list[bool]
                                    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(dx, dw, dbias, dnorm_weight): LinearCrossEntropyFunction.backward; empty where `needs`
     (x, w, bias, norm_weight) is False."""
@@ -544,14 +546,15 @@ def _linear_cross_entropy_backward(grad: Tensor, x: Tensor, w: Tensor, bias: Ten
     norm = norm_weight is not None
     ctx = _Ctx((h, a if norm else h, w, bias, norm_weight, target_f, lse, rstd if norm else None,
                 weight), (needs[0], needs[1], False, needs[2], needs[3]),
-               options=(label_smoothing, softcap, chunk_size, lead))
+               options=(label_smoothing, softcap, chunk_size, low_memory, lead))
     dx, dw, _, db, dg = LinearCrossEntropyFunction.backward(ctx, grad)[:5]
     return tuple(_or_empty(g, x) for g in (dx, dw, db, dg))
 
 
 @_linear_cross_entropy_backward.register_fake
 def _linear_cross_entropy_backward_fake(grad, x, w, bias, norm_weight, a, target_f, lse, rstd,
-                                        weight, label_smoothing, softcap, chunk_size, needs):
+                                        weight, label_smoothing, softcap, chunk_size, low_memory,
+                                        needs):
     need_x, need_w, need_b, need_g = needs
     return (x.new_empty(x.shape) if need_x else x.new_empty(0),
             w.new_empty(w.shape) if need_w else x.new_empty(0),
@@ -562,11 +565,11 @@ def _linear_cross_entropy_backward_fake(grad, x, w, bias, norm_weight, a, target
 def linear_cross_entropy_op(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | None,
                             norm_weight: Tensor | None, ignore_index: int, reduction: str,
                             label_smoothing: float, softcap: float | None, chunk_size: int | None,
-                            norm_eps: float) -> Tensor:
+                            low_memory: bool, norm_eps: float) -> Tensor:
     """linear_cross_entropy's launch (checked arguments) through coda::linear_cross_entropy."""
     return torch.ops.coda.linear_cross_entropy(x, w, target, bias, norm_weight, ignore_index,
                                                reduction, label_smoothing, softcap, chunk_size,
-                                               norm_eps)[0]
+                                               low_memory, norm_eps)[0]
 
 
 # rms_norm_linear ---------------------------------------------------------------------------------

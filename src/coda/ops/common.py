@@ -4,7 +4,8 @@ Every GEMM that carries an epilogue is a CODA program (the library eats its own 
 with none (`matmul`, `weight_grad`) is cuBLAS's job: torch.matmul is as fast or faster there
 (CODA's plain GEMM runs at 0.96x cuBLAS's speed on the H200, docs/performance.md) and launches
 with less host time. PLAIN and ACCUMULATE remain for what torch.matmul cannot do in one
-kernel: a float32 result of bf16 operands, `+=` into a float32 accumulator, strided `out=`.
+kernel: a float32 result of bf16 operands, `+=` into a float32 accumulator, a last `+` of that
+accumulator rounded once to bf16, strided `out=`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from .. import compile as compile_program
 
 PLAIN = compile_program("EPILOGUE plain() { output = input; }")
 ACCUMULATE = compile_program("EPILOGUE accumulate() { output += input; }")
+# A GEMM plus a float32 partial result of the same sum, rounded once to the output's dtype.
+ADD_PARTIAL = compile_program("EPILOGUE add_partial(partial: tile) { output = input + partial; }")
 # Row and column sums of a tensor (a map launched with outputs= naming the sums it needs).
 SUMS = compile_program("EPILOGUE sums() { output = input; rows = row_sum(input); cols = col_sum(input); }")
 

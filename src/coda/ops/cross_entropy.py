@@ -14,14 +14,13 @@ loss of row i with respect to its logits, times the row's weight α_i (dL/dloss_
 
     dℓ = (softmax(ℓ) - (1 - ε)·onehot(target) - ε / V) · α,    dz = dℓ · (1 - tanh²(z / c)).
 
-The backward materializes the gradient of the logits one block at a time, in x's dtype; a block
-holds at most T·H·V/(V + H) logits (fewer than x has elements), no more than Liger's chunk of
-⌈T / ⌈V/H⌉⌉ rows (a power of two) × V, so that the peak memory does not exceed Liger's. Its two
-reductions run in different directions — dw sums over the tokens, dx over the vocabulary — and
-each is completed inside one GEMM (float32 accumulation), never summed across blocks in x's
-dtype (bf16 partial sums would grow the error with the number of blocks: about 3x eager
-PyTorch's at 8) nor in a float32 [T, H] accumulator (4·T·H bytes, more than Liger's whole
-budget). So the backward walks the logits twice, recomputing each block's GEMM:
+The backward materializes the gradient of the logits one block of rows at a time, in x's
+dtype: a block [rows, V] spans the vocabulary, so it gives its rows of dx complete (one GEMM),
+and its share of dw (a sum over the tokens) is added into a float32 [V, H] accumulator (one GEMM
+each, float32 `+=` in the epilogue); the last block's GEMM adds the accumulator and rounds once
+to dw's dtype. Partial sums are never rounded to x's dtype (bf16 partials would grow the error
+with the number of blocks: about 3x eager PyTorch's at 8). Four GEMMs of T·H·V in all, eager's
+three plus the forward's:
 
   forward   lse, t, s   = FORWARD(c)  GEMM x @ w_c.T over wide chunks of columns; epilogue: bias,
                           cap, then the reductions lse = row_logsumexp(ℓ), t = row_sum(where(col
@@ -30,13 +29,24 @@ budget). So the backward walks the logits twice, recomputing each block's GEMM:
                           memory. The chunks' statistics combine in O(T): lse by logaddexp, t and
                           s by sums. Saved for backward: x, w, bias, target, lse (O(T) beyond the
                           inputs).
-  backward  G_c, db_c   = GRAD(c)  for each chunk c of `chunk_size` vocabulary columns, all rows:
-                          GEMM x @ w_c.T again; epilogue: dz as above (lse, target and α are row
-                          operands), db_c = col_sum(dz). G_c [T, chunk] is the block.
-            dw_c        = G_c.T @ x, written straight into rows c of dw: complete, one GEMM.
-            G_b         = GRAD(b)  for each block b of rows (as many logits as a chunk), the whole
-                          vocabulary: G_b [rows, V].
+  backward  G_b, db_b   = GRAD(b)  for each block b of rows, the whole vocabulary: GEMM x_b @ w.T
+                          again; epilogue: dz as above (lse, target and α are row operands),
+                          db_b = col_sum(dz) (float32, summed over blocks). G_b [rows, V].
             dx_b        = G_b @ w, written straight into rows b of dx: complete, one GEMM.
+            dw         += G_b.T @ x_b   (float32 accumulator; the last block rounds to dw).
+
+A block holds about 2**26 logits (128 MiB in bf16) and at least 1024 rows, the K of the dw
+GEMM, long enough for the accumulator's read and write to hide under the MMAs. The accumulator
+(4·V·H bytes) and the block are what this costs in memory beyond the gradients themselves.
+
+`low_memory=True` keeps the peak at or below Liger's instead (blocks of at most T·H·V/(V + H)
+logits, no larger than Liger's chunk of ⌈T / ⌈V/H⌉⌉ rows (a power of two) × V, and no [V, H]
+accumulator) at the price of a fifth GEMM: dw is then completed per chunk of vocabulary
+columns, over all rows, which recomputes the logits a second time:
+
+  backward  G_c, db_c   = GRAD(c)  for each chunk c of `chunk` vocabulary columns, all rows.
+            dw_c        = G_c.T @ x, written straight into rows c of dw: complete, one GEMM.
+            G_b, dx_b   as above, without the dw and db shares.
 
 With `norm_weight` g the head is preceded by an RMSNorm that is folded into the GEMMs: x is the
 un-normalized hidden state h, x̂ = rstd ⊙ h ⊙ g with rstd = rsqrt(mean(h²) + eps), and
@@ -66,13 +76,18 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import as_rows, present
+from .common import ADD_PARTIAL, PLAIN, as_rows, present, weight_grad
 
 REDUCTIONS = ("mean", "sum", "none")
 #: Chunk widths are multiples of this (half a 256-wide GEMM tile) when that wide, except the last.
 CHUNK_ALIGN = 128
 #: Row blocks are multiples of this many rows when that tall, except the last.
 ROW_ALIGN = 16
+#: The default backward's blocks hold about this many logits (128 MiB in bf16)...
+BLOCK_LOGITS = 1 << 26
+#: ...and at least this many rows: the K of the GEMM that adds a block's dw into the float32
+#: accumulator, long enough for the accumulator's read and write to hide under the MMAs.
+MIN_BLOCK_ROWS = 1024
 #: The forward stores no [T, chunk] block, only per-tile partial statistics (12-16 bytes per row
 #: and 128 columns, 1/20 of the backward's bf16 block): its chunks are this many backward chunks
 #: wide. Fewer chunks, fewer launches.
@@ -151,14 +166,20 @@ DX_NORM = compile_program("EPILOGUE ce_dx_norm(g: col, k: row, h: tile) {"
                           " q = input; output = g * q - k * h; dg = col_sum(q * h); }")
 
 
-def block_shapes(tokens: int, hidden: int, vocab: int, chunk_size: int | None) -> tuple[int, int]:
-    """(chunk, rows): vocabulary columns per chunk of the dw pass and rows per block of the dx
-    pass. Each block holds at most `chunk_size`·T logits or by default T·H·V/(V + H); Liger's
-    chunk holds min(T, ⌈T/⌈V/H⌉⌉ rounded up to a power of two) × V ≥ T·V/(V/H + 1) of them:
-    never fewer."""
+def block_shapes(tokens: int, hidden: int, vocab: int, chunk_size: int | None,
+                 low_memory: bool = True) -> tuple[int, int]:
+    """(chunk, rows): vocabulary columns per chunk (the forward's unit, and the low-memory dw
+    pass's) and rows per block of the backward's row pass. With `chunk_size` a block holds
+    `chunk_size`·T logits. Otherwise, with `low_memory`, at most T·H·V/(V + H): Liger's chunk
+    holds min(T, ⌈T/⌈V/H⌉⌉ rounded up to a power of two) × V ≥ T·V/(V/H + 1) of them, never
+    fewer; without, about BLOCK_LOGITS and at least MIN_BLOCK_ROWS rows."""
     logits = tokens * (chunk_size or hidden * vocab // (vocab + hidden))
     chunk = chunk_size or _align_down(logits // max(tokens, 1), CHUNK_ALIGN)
-    return min(vocab, chunk), min(tokens, _align_down(logits // vocab, ROW_ALIGN))
+    if chunk_size or low_memory:
+        rows = _align_down(logits // vocab, ROW_ALIGN)
+    else:
+        rows = max(_align_down(BLOCK_LOGITS // vocab, CHUNK_ALIGN), MIN_BLOCK_ROWS)
+    return min(vocab, chunk), min(tokens, rows)
 
 
 def _align_down(n: int, align: int) -> int:
@@ -173,16 +194,17 @@ def _spans(total: int, width: int) -> list[tuple[int, int]]:
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
     """Per-row cross-entropy of x @ w.T (+ bias, cap, folded RMSNorm): one GEMM per wide chunk
-    forward (reductions only); backward two per chunk (dw) and two per row block (dx)."""
+    forward (reductions only); backward three per row block (recompute, dx, dw), or with
+    `low_memory` two per chunk (dw) and two per row block (dx)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
                 norm_weight: torch.Tensor | None, ignore_index: int, reduction: str,
                 label_smoothing: float, softcap: float | None, chunk_size: int | None,
-                norm_eps: float) -> torch.Tensor:
+                low_memory: bool, norm_eps: float) -> torch.Tensor:
         h, lead = as_rows(x)
         vocab = w.shape[0]
-        stat = torch.float64 if x.dtype == torch.float64 else torch.float32
+        stat = _accumulator_dtype(x)
         target = target.reshape(-1)
         valid = target != ignore_index
         target_f = torch.where(valid, target, -1).to(stat)
@@ -214,25 +236,26 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         result = (loss.sum() if reduction == "sum" else (loss * weight).sum() if reduction == "mean"
                   else loss.reshape(lead))
         ctx.save_for_backward(h, a, w, bias, norm_weight, target_f, lse, rstd, weight)
-        ctx.options = (label_smoothing, softcap, chunk_size, lead)
+        ctx.options = (label_smoothing, softcap, chunk_size, low_memory, lead)
         return result
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         h, a, w, bias, g, target_f, lse, rstd, weight = ctx.saved_tensors
-        label_smoothing, softcap, chunk_size, lead = ctx.options
+        label_smoothing, softcap, chunk_size, low_memory, lead = ctx.options
         need_x, need_w, _, need_b, need_g = ctx.needs_input_grad[:5]
         (tokens, hidden), vocab, norm = h.shape, w.shape[0], g is not None
         alpha = grad.reshape(-1).to(weight.dtype) * weight
-        chunk, rows = block_shapes(tokens, hidden, vocab, chunk_size)
+        chunk, rows = block_shapes(tokens, hidden, vocab, chunk_size, low_memory)
         prog = grad_program(bias is not None, norm, softcap is not None)
+        by_chunk = low_memory and (need_w or need_b)   # dw and db from a pass of their own
         # One buffer holds every block; rows padded to 16 bytes so TMA can read G and G.T.
         pad = 16 // a.element_size()
 
         def padded(width: int) -> int:
             return -(-width // pad) * pad
 
-        buf = a.new_empty(max(tokens * padded(chunk), rows * padded(vocab)))
+        buf = a.new_empty(max(tokens * padded(chunk) * by_chunk, rows * padded(vocab)))
 
         def block(r0: int, r1: int, c0: int, c1: int, names: list[str]) -> dict[str, torch.Tensor]:
             """GRAD for rows [r0, r1) x columns [c0, c1) of the logits, into the buffer."""
@@ -244,55 +267,80 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
                                   rstd=None if rstd is None else rstd[r0:r1], cap=softcap))
 
         dw = torch.empty_like(w) if need_w else None
-        db_parts = []
-        if need_w or need_b:   # chunks of the vocabulary, every row: dw_c and db_c complete
+        db = None
+        if by_chunk:   # chunks of the vocabulary, every row: dw_c and db_c complete
+            db_parts = []
             for c0, c1 in _spans(vocab, chunk):
                 outs = block(0, tokens, c0, c1, ["output"] + ["db"] * need_b)
                 if need_w:   # a plain GEMM into contiguous rows of dw: cuBLAS (ops/common.py)
                     torch.matmul(outs["output"].T, a, out=dw[c0:c1])
                 db_parts.append(outs.get("db"))
+            db = torch.cat(db_parts) if need_b else None
         dx = torch.empty_like(h) if need_x else None
-        dg = None
-        if need_x or need_g:   # blocks of rows, the whole vocabulary: dx_b complete
-            # cuBLAS runs a K = V that is not a multiple of 16 bytes (GPT-2's 50257) in its slow
-            # unaligned kernels: the dx GEMM takes the aligned first `whole` columns, added in
-            # float32 (beta = 1) to the few last ones' product, which is rounded on its own (a
-            # tiny K: its rounding is negligible next to dx's one).
-            whole = vocab // pad * pad
-            for r0, r1 in _spans(tokens, rows):
-                outs = block(r0, r1, 0, vocab, ["output"] + ["r"] * norm)
-                if not norm:
-                    g_b, dx_b = outs["output"], dx[r0:r1]
-                    if whole < vocab:
-                        torch.matmul(g_b[:, whole:], w[whole:], out=dx_b)
-                        dx_b.addmm_(g_b[:, :whole], w[:whole])
-                    else:
-                        torch.matmul(g_b, w, out=dx_b)
-                    continue
-                k = rstd[r0:r1] * rstd[r0:r1] * outs["r"] / hidden
-                final = DX_NORM(outs["output"], w, out=None if dx is None else dx[r0:r1],
-                                outputs=["output"] * need_x + ["dg"] * need_g, g=g, k=k, h=h[r0:r1])
-                if need_g:
-                    dg = final["dg"] if dg is None else dg + final["dg"]
+        dg = dw_sum = None
+        blocks = _spans(tokens, rows) if need_x or need_g or ((need_w or need_b) and not by_chunk) else []
+        # cuBLAS runs a K = V that is not a multiple of 16 bytes (GPT-2's 50257) in its slow
+        # unaligned kernels: the dx GEMM takes the aligned first `whole` columns, added in float32
+        # (beta = 1) to the few last ones' product, which is rounded on its own (a tiny K: its
+        # rounding is negligible next to dx's one).
+        whole = vocab // pad * pad
+        for i, (r0, r1) in enumerate(blocks):   # blocks of rows, the whole vocabulary
+            names = ["output"] + ["r"] * (norm and (need_x or need_g)) + ["db"] * (need_b and not by_chunk)
+            outs = block(r0, r1, 0, vocab, names)
+            g_b = outs["output"]
+            if "db" in outs:
+                db = outs["db"] if db is None else db + outs["db"]
+            if need_w and not by_chunk:   # dw += G_b.T @ x_b, float32 until the last block
+                if len(blocks) == 1:
+                    torch.matmul(g_b.T, a, out=dw)
+                elif i == 0:
+                    dw_sum = PLAIN(g_b.T, a[r0:r1], out_dtype=_accumulator_dtype(a))["output"]
+                elif i < len(blocks) - 1:
+                    weight_grad(g_b, a[r0:r1], into=dw_sum)
+                else:
+                    ADD_PARTIAL(g_b.T, a[r0:r1], partial=dw_sum, out=dw)
+            if not (need_x or need_g):
+                continue
+            if not norm:   # dx_b complete, a plain GEMM into rows b of dx: cuBLAS
+                dx_b = dx[r0:r1]
+                if whole < vocab:
+                    torch.matmul(g_b[:, whole:], w[whole:], out=dx_b)
+                    dx_b.addmm_(g_b[:, :whole], w[:whole])
+                else:
+                    torch.matmul(g_b, w, out=dx_b)
+                continue
+            k = rstd[r0:r1] * rstd[r0:r1] * outs["r"] / hidden
+            final = DX_NORM(g_b, w, out=None if dx is None else dx[r0:r1],
+                            outputs=["output"] * need_x + ["dg"] * need_g, g=g, k=k, h=h[r0:r1])
+            if need_g:
+                dg = final["dg"] if dg is None else dg + final["dg"]
         dx = dx.reshape(*lead, hidden) if need_x else None
-        db = torch.cat(db_parts).to(bias.dtype) if need_b else None
+        db = db.to(bias.dtype) if need_b else None
         dg = dg.to(g.dtype) if need_g else None
-        return dx, dw, None, db, dg, None, None, None, None, None, None
+        return dx, dw, None, db, dg, None, None, None, None, None, None, None
+
+
+def _accumulator_dtype(x: torch.Tensor) -> torch.dtype:
+    """Partial sums across blocks: float32, float64 for float64 operands."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
                          bias: torch.Tensor | None = None, ignore_index: int = -100,
                          reduction: str = "mean", label_smoothing: float = 0.0,
                          softcap: float | None = None, chunk_size: int | None = None,
-                         norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6
-                         ) -> torch.Tensor:
+                         norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
+                         low_memory: bool = False) -> torch.Tensor:
     """cross_entropy(x @ w.T + bias, target) without the logits in memory.
 
     x [..., H]; w [V, H]; target [...] integer classes; bias [V]. `softcap` c replaces each logit
     by c·tanh(logit / c); `norm_weight` g [H] applies an RMSNorm with weight g and `norm_eps` to
-    x first (folded into the GEMMs). `chunk_size` is the number of vocabulary columns per chunk of
-    the backward's weight-gradient pass; its dx pass takes blocks of rows holding as many logits
-    (default: blocks no larger than Liger's chunks, see the module's docstring). `ignore_index`,
+    x first (folded into the GEMMs). The backward materializes the logits' gradient in blocks of
+    rows (and recomputes the logits for them: see the module's docstring); `chunk_size` sets a
+    block to `chunk_size`·T logits (default: about 2**26). `low_memory=True` keeps the peak
+    memory at or below Liger Kernel's (blocks no larger than its chunks and no float32 [V, H]
+    accumulator for dw) for one more GEMM of T·H·V; `chunk_size` is then also the number of
+    vocabulary columns per chunk of its dw pass. `ignore_index`,
     `reduction` and `label_smoothing` as in torch.nn.functional.cross_entropy. Returns a scalar
     ("mean", "sum") or a loss per row of x's leading shape ("none"), in float32 (float64 for
     float64 x): the precision of the statistics, as autocast computes cross-entropy; a bf16 loss
@@ -336,8 +384,10 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
         raise LaunchError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
     if not _is_number(norm_eps) or not norm_eps >= 0:
         raise LaunchError(f"norm_eps must be a non-negative number, got {norm_eps!r}")
+    if not isinstance(low_memory, bool):
+        raise LaunchError(f"low_memory must be a bool, got {low_memory!r}")
     args = (x, w, target, bias, norm_weight, ignore_index, reduction, float(label_smoothing),
-            None if softcap is None else float(softcap), chunk_size, float(norm_eps))
+            None if softcap is None else float(softcap), chunk_size, low_memory, float(norm_eps))
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::linear_cross_entropy
         return custom.linear_cross_entropy_op(*args)

@@ -42,14 +42,12 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import PLAIN, as_rows, present, weight_grad
+from .common import ADD_PARTIAL, PLAIN, as_rows, present, weight_grad
 
 #: activation -> (f, f') by primitive name; the op names follow the activation.
 ACTIVATIONS = {"silu": ("silu", "silu_grad"), "gelu": ("gelu", "gelu_grad")}
 OP_NAMES = {"silu": "swiglu", "gelu": "geglu"}
 
-# The second half of dx: dup @ w_up plus the float32 partial dgate @ w_gate (one rounding).
-ADD_PARTIAL = compile_program("EPILOGUE add_partial(partial: tile) { output = input + partial; }")
 # The gradient reaching y when ss = row_sum(y * y) is used too: dy + 2 dss y (a map over dy).
 STATS_GRAD = compile_program("EPILOGUE ss_grad(y: tile, dss: row) { output = input + 2.0 * dss * y; }")
 
