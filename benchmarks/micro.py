@@ -250,7 +250,7 @@ def graph_ms(fn: Callable) -> float | None:
     try:
         return triton.testing.do_bench_cudagraph(fn, rep=60, return_mode="median")
     except Exception as exc:
-        print(f"    (no CUDA graph: {exc!r:.100})", flush=True)
+        print(f"    (no CUDA graph: {exc!r:.300})", flush=True)
         return None
 
 

@@ -149,6 +149,20 @@ def test_backward_blocks_no_larger_than_liger_chunks(tokens, hidden, vocab):
     assert rows * vocab <= max(BLOCK_LOGITS, MIN_BLOCK_ROWS * vocab)
 
 
+def test_gradients_formed_in_the_forward_are_scaled_not_overwritten():
+    """A scalar loss forms its gradients in the forward for an upstream gradient of 1; the
+    backward scales them without touching the saved ones (a retained graph's second backward
+    gives the same), and agrees with the backward that forms them itself (reduction "none")."""
+    x, w, target, b, _ = make((9,), 6, 23, bias=True, norm=False, seed=11)
+    loss = linear_cross_entropy(x, w, target, bias=b, reduction="sum", chunk_size=5)
+    first = torch.autograd.grad(loss, [x, w, b], torch.tensor(0.75, dtype=F64), retain_graph=True)
+    second = torch.autograd.grad(loss, [x, w, b], torch.tensor(0.75, dtype=F64))
+    per_row = linear_cross_entropy(x, w, target, bias=b, reduction="none", chunk_size=5)
+    late = torch.autograd.grad(per_row, [x, w, b], torch.full_like(per_row, 0.75))
+    assert_close(first, second, 0.0)
+    assert_close(first, late, 1e-12)
+
+
 def test_all_rows_ignored_gives_nan_mean_like_torch():
     x, w, target, _, _ = make((3,), 4, 5, bias=False, norm=False, ignored=(0, 1, 2))
     assert torch.isnan(linear_cross_entropy(x, w, target)).item()

@@ -12,6 +12,7 @@ as `torch.library` custom ops in the `coda` namespace:
     coda::qkv_rope               coda::qkv_rope_backward
     coda::rope                   coda::rope itself, with -sin (the inverse rotation)
     coda::linear_cross_entropy   coda::linear_cross_entropy_backward
+    coda::linear_cross_entropy_with_grads   (its backward: plain torch)
     coda::rms_norm_linear        coda::rms_norm_linear_backward
     coda::layer_norm_linear      coda::layer_norm_linear_backward
     coda::out_proj_residual      coda::out_proj_residual_backward
@@ -496,8 +497,8 @@ def _linear_cross_entropy(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | N
     ctx = _Ctx()
     loss = LinearCrossEntropyFunction.forward(ctx, x, w, target, bias, norm_weight, ignore_index,
                                               reduction, label_smoothing, softcap, chunk_size,
-                                              low_memory, norm_eps)
-    _, a, _, _, _, target_f, lse, rstd, weight = ctx.saved_tensors
+                                              low_memory, norm_eps, False)
+    _, a, _, _, _, target_f, lse, rstd, weight = ctx.saved_tensors[:9]
     norm = norm_weight is not None
     return loss, a if norm else x.new_empty(0), target_f, lse, _or_empty(rstd, lse), weight
 
@@ -546,7 +547,8 @@ def _linear_cross_entropy_backward(grad: Tensor, x: Tensor, w: Tensor, bias: Ten
     norm = norm_weight is not None
     ctx = _Ctx((h, a if norm else h, w, bias, norm_weight, target_f, lse, rstd if norm else None,
                 weight), (needs[0], needs[1], False, needs[2], needs[3]),
-               options=(label_smoothing, softcap, chunk_size, low_memory, lead))
+               options=(label_smoothing, softcap, chunk_size, low_memory, lead),
+               grads_in_forward=False)
     dx, dw, _, db, dg = LinearCrossEntropyFunction.backward(ctx, grad)[:5]
     return tuple(_or_empty(g, x) for g in (dx, dw, db, dg))
 
@@ -562,11 +564,68 @@ def _linear_cross_entropy_backward_fake(grad, x, w, bias, norm_weight, a, target
             norm_weight.new_empty(norm_weight.shape) if need_g else x.new_empty(0))
 
 
+@torch.library.custom_op("coda::linear_cross_entropy_with_grads", mutates_args=())
+def _linear_cross_entropy_with_grads(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | None,
+                                     norm_weight: Tensor | None, ignore_index: int, reduction: str,
+                                     label_smoothing: float, softcap: float | None,
+                                     chunk_size: int | None, norm_eps: float, needs: list[bool]
+                                     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(loss, dx, dw, dbias, dnorm_weight) of a scalar loss, the gradients for an upstream
+    gradient of 1 formed in the forward (LinearCrossEntropyFunction with grads_in_forward); dw,
+    dbias and dnorm_weight in float32 (float64 for float64 x); empty where `needs` (x, w, bias,
+    norm_weight) is False."""
+    ctx = _Ctx(needs=(needs[0], needs[1], False, needs[2], needs[3]))
+    loss = LinearCrossEntropyFunction.forward(ctx, x, w, target, bias, norm_weight, ignore_index,
+                                              reduction, label_smoothing, softcap, chunk_size,
+                                              False, norm_eps, True)
+    dx, dw, db, dg = ctx.saved_tensors[9:]
+    dx = None if dx is None else dx.reshape(x.shape)
+    return loss, *(_or_empty(g, x) for g in (dx, dw, db, dg))
+
+
+@_linear_cross_entropy_with_grads.register_fake
+def _linear_cross_entropy_with_grads_fake(x, w, target, bias, norm_weight, ignore_index, reduction,
+                                          label_smoothing, softcap, chunk_size, norm_eps, needs):
+    stat = _stat_dtype(x)
+    shapes = (x.shape, w.shape, w.shape[:1], x.shape[-1:])
+    dtypes = (x.dtype, stat, stat, stat)
+    return (x.new_empty((), dtype=stat), *(x.new_empty(shape if need else 0, dtype=dtype)
+                                           for shape, dtype, need in zip(shapes, dtypes, needs, strict=True)))
+
+
+def _linear_cross_entropy_with_grads_setup(ctx, inputs, output):
+    x, w, _, bias, norm_weight = inputs[:5]
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(*output[1:])
+    ctx.dtypes = [None if t is None else t.dtype for t in (x, w, bias, norm_weight)]
+
+
+def _linear_cross_entropy_with_grads_grad(ctx, grad, *_):
+    """The saved gradients times the upstream one, rounded once to each input's dtype (plain
+    torch: the compiler fuses each into one kernel)."""
+    grads = [None if dtype is None else (g * grad).to(dtype)
+             for g, dtype in zip(ctx.saved_tensors, ctx.dtypes, strict=True)]
+    needs = [*ctx.needs_input_grad[:2], *ctx.needs_input_grad[3:5]]
+    dx, dw, db, dg = _wanted(grads, needs)
+    return dx, dw, None, db, dg, None, None, None, None, None, None, None
+
+
+_linear_cross_entropy_with_grads.register_autograd(_linear_cross_entropy_with_grads_grad,
+                                                   setup_context=_linear_cross_entropy_with_grads_setup)
+
+
 def linear_cross_entropy_op(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | None,
                             norm_weight: Tensor | None, ignore_index: int, reduction: str,
                             label_smoothing: float, softcap: float | None, chunk_size: int | None,
-                            low_memory: bool, norm_eps: float) -> Tensor:
-    """linear_cross_entropy's launch (checked arguments) through coda::linear_cross_entropy."""
+                            low_memory: bool, norm_eps: float, grads_in_forward: bool) -> Tensor:
+    """linear_cross_entropy's launch (checked arguments) through coda::linear_cross_entropy, or
+    coda::linear_cross_entropy_with_grads when the forward forms the gradients."""
+    if grads_in_forward:
+        needs = [t is not None and t.requires_grad for t in (x, w, bias, norm_weight)]
+        return torch.ops.coda.linear_cross_entropy_with_grads(
+            x, w, target, bias, norm_weight, ignore_index, reduction, label_smoothing, softcap,
+            chunk_size, norm_eps, needs)[0]
     return torch.ops.coda.linear_cross_entropy(x, w, target, bias, norm_weight, ignore_index,
                                                reduction, label_smoothing, softcap, chunk_size,
                                                low_memory, norm_eps)[0]

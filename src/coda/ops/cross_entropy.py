@@ -14,26 +14,35 @@ loss of row i with respect to its logits, times the row's weight α_i (dL/dloss_
 
     dℓ = (softmax(ℓ) - (1 - ε)·onehot(target) - ε / V) · α,    dz = dℓ · (1 - tanh²(z / c)).
 
-The backward materializes the gradient of the logits one block of rows at a time, in x's
-dtype: a block [rows, V] spans the vocabulary, so it gives its rows of dx complete (one GEMM),
-and its share of dw (a sum over the tokens) is added into a float32 [V, H] accumulator (one GEMM
-each, float32 `+=` in the epilogue); the last block's GEMM adds the accumulator and rounds once
-to dw's dtype. Partial sums are never rounded to x's dtype (bf16 partials would grow the error
-with the number of blocks: about 3x eager PyTorch's at 8). Four GEMMs of T·H·V in all, eager's
-three plus the forward's:
+The gradients come from the logits' gradient G, materialized one block of rows at a time in
+x's dtype: a block [rows, V] spans the vocabulary, so it gives its rows of dx complete (one
+GEMM), and its share of dw (a sum over the tokens) is added into a float32 [V, H] accumulator
+(one GEMM each, float32 `+=` in the epilogue). Partial sums are never rounded to x's dtype (bf16
+partials would grow the error with the number of blocks: about 3x eager PyTorch's at 8).
 
-  forward   lse, t, s   = FORWARD(c)  GEMM x @ w_c.T over wide chunks of columns; epilogue: bias,
-                          cap, then the reductions lse = row_logsumexp(ℓ), t = row_sum(where(col
-                          == target, ℓ, 0)), s = row_sum(ℓ) (only with smoothing). Launched with
-                          outputs= naming these, so no tile is stored: the logits never reach
-                          memory. The chunks' statistics combine in O(T): lse by logaddexp, t and
-                          s by sums. Saved for backward: x, w, bias, target, lse (O(T) beyond the
-                          inputs).
-  backward  G_b, db_b   = GRAD(b)  for each block b of rows, the whole vocabulary: GEMM x_b @ w.T
-                          again; epilogue: dz as above (lse, target and α are row operands),
-                          db_b = col_sum(dz) (float32, summed over blocks). G_b [rows, V].
+A scalar loss ("mean", "sum") that needs a gradient forms them in the forward, for an upstream
+gradient of 1 (α = the rows' loss weights), and the backward multiplies by the real one: three
+GEMMs of T·H·V, as many as eager PyTorch.
+
+  forward   Z_b, lse, t, s = FORWARD(b)  per block b of rows: GEMM x_b @ w.T; epilogue: bias,
+                          cap, the block's complete statistics lse = row_logsumexp(ℓ), t =
+                          row_sum(where(col == target, ℓ, 0)), s = row_sum(ℓ) (with smoothing),
+                          and Z_b, the GEMM's result, stored in x's dtype (as eager's logits are).
+            G_b, db_b   = GRAD.map(Z_b) in place: dz as above (lse, target and α row operands).
             dx_b        = G_b @ w, written straight into rows b of dx: complete, one GEMM.
-            dw         += G_b.T @ x_b   (float32 accumulator; the last block rounds to dw).
+            dw         += G_b.T @ x_b   (float32 accumulator, kept until the backward).
+  backward  dx·g, dw·g (SCALE: one rounding to dw's dtype), db·g, dg·g for the upstream g.
+
+Otherwise (reduction "none", no gradient wanted, or inside torch.compile without one) the
+forward stores no tile, and the backward recomputes the GEMM: four GEMMs.
+
+  forward   lse, t, s   = FORWARD(c)  GEMM x @ w_c.T over wide chunks of columns, launched with
+                          outputs= naming the statistics only: the logits never reach memory.
+                          The chunks' statistics combine in O(T): lse by logaddexp, t and s by
+                          sums. Saved for backward: x, w, bias, target, lse (O(T) beyond them).
+  backward  G_b, db_b   = GRAD(b)  for each block b of rows, the whole vocabulary: GEMM x_b @ w.T
+                          again; epilogue: dz. G_b [rows, V].
+            dx_b, dw    as above; the last block's dw GEMM adds the accumulator and rounds once.
 
 A block holds about 2**26 logits (128 MiB in bf16) and at least 1024 rows, the K of the dw
 GEMM, long enough for the accumulator's read and write to hide under the MMAs. The accumulator
@@ -41,8 +50,8 @@ GEMM, long enough for the accumulator's read and write to hide under the MMAs. T
 
 `low_memory=True` keeps the peak at or below Liger's instead (blocks of at most T·H·V/(V + H)
 logits, no larger than Liger's chunk of ⌈T / ⌈V/H⌉⌉ rows (a power of two) × V, and no [V, H]
-accumulator) at the price of a fifth GEMM: dw is then completed per chunk of vocabulary
-columns, over all rows, which recomputes the logits a second time:
+accumulator) at the price of five GEMMs: the statistics-only forward, and a backward in which
+dw is completed per chunk of vocabulary columns, over all rows, recomputing the logits twice:
 
   backward  G_c, db_c   = GRAD(c)  for each chunk c of `chunk` vocabulary columns, all rows.
             dw_c        = G_c.T @ x, written straight into rows c of dw: complete, one GEMM.
@@ -56,7 +65,7 @@ un-normalized hidden state h, x̂ = rstd ⊙ h ⊙ g with rstd = rsqrt(mean(h²)
   forward   hg, ss      = NORM_INPUT.map(h): output = h ⊙ g, ss = row_sum(h²) (one pass over h);
                           rstd = rsqrt(ss / H + eps) is O(T); hg is the GEMMs' A operand, and
                           every epilogue above multiplies by the row operand rstd.
-  backward  G' = dz ⊙ rstd (dL/d(hg @ w.T)) from GRAD; dw = G'.T @ hg; in the row blocks GRAD
+  gradient G' = dz ⊙ rstd (dL/d(hg @ w.T)) from GRAD; dw = G'.T @ hg; in the row blocks GRAD
             also gives r = row_sum(G' ⊙ (hg @ w.T)) (complete: the block spans the vocabulary),
             and with q = G'_b @ w (= rstd·dx̂) the epilogue of the dx GEMM (DX_NORM) writes
             dh = g ⊙ q - (rstd² r / H) ⊙ h and dg_b = col_sum(q ⊙ h), summed over blocks.
@@ -116,28 +125,31 @@ def _params(bias: bool, norm: bool, softcap: bool) -> list[str]:
 
 @functools.cache
 def forward_program(bias: bool, norm: bool, softcap: bool) -> Program:
-    """The per-row statistics of one chunk; `offset` is the chunk's first column. For example
+    """The per-row statistics of one chunk (and, stored on request, the GEMM's result, from which
+    `grad_program` as a map forms the logits' gradient); `offset` is the chunk's first column.
+    For example
     (True, False, True) is
         EPILOGUE ce_forward(bias: col, cap: scalar, target: row, offset: scalar) {
           z = input + bias; th = tanh(z / cap); logit = cap * th;
           lse = row_logsumexp(logit);
           t = row_sum(where(col_index() + offset == target, logit, 0.0));
           s = row_sum(logit);
-          output = logit;      # never stored: launched with outputs=("lse", "t"[, "s"])
+          output = input;      # stored only by the forward that also forms the gradients
         }
     """
     body = [*_logit(bias, norm, softcap),
             "lse = row_logsumexp(logit);",
             "t = row_sum(where(col_index() + offset == target, logit, 0.0));",
             "s = row_sum(logit);",
-            "output = logit;"]
+            "output = input;"]
     return compile_program(f"EPILOGUE ce_forward({', '.join(_params(bias, norm, softcap))}) "
                            f"{{ {' '.join(body)} }}")
 
 
 @functools.cache
 def grad_program(bias: bool, norm: bool, softcap: bool) -> Program:
-    """The logits' gradient of one chunk, recomputed from the GEMM: `hit` = 1 - ε, `smooth` =
+    """The logits' gradient of one block, from the GEMM (or, as a map, from its stored result):
+    `hit` = 1 - ε, `smooth` =
     ε / V, `alpha` the rows' loss weights. For example (True, True, False) is
         EPILOGUE ce_grad(bias: col, rstd: row, target: row, offset: scalar, lse: row,
                          alpha: row, hit: scalar, smooth: scalar) {
@@ -159,6 +171,9 @@ def grad_program(bias: bool, norm: bool, softcap: bool) -> Program:
             "r = row_sum(output * input);" * norm]
     return compile_program(f"EPILOGUE ce_grad({', '.join(params)}) {{ {' '.join(body)} }}")
 
+
+# The gradients formed in the forward for an upstream gradient of 1, times the real one.
+SCALE = compile_program("EPILOGUE ce_scale(s: scalar) { output = input * s; }")
 
 # The dx GEMM's epilogue with a folded RMSNorm: q = G'_b @ w, dh = g ⊙ q - k ⊙ h with the row
 # k = rstd² r / H, and dg_b = col_sum(q ⊙ h). Without the norm dx_b is a plain GEMM (cuBLAS).
@@ -193,115 +208,215 @@ def _spans(total: int, width: int) -> list[tuple[int, int]]:
 
 
 class LinearCrossEntropyFunction(torch.autograd.Function):
-    """Per-row cross-entropy of x @ w.T (+ bias, cap, folded RMSNorm): one GEMM per wide chunk
-    forward (reductions only); backward three per row block (recompute, dx, dw), or with
-    `low_memory` two per chunk (dw) and two per row block (dx)."""
+    """Per-row cross-entropy of x @ w.T (+ bias, cap, folded RMSNorm). With `grads_in_forward`
+    (a scalar loss, a gradient wanted, not `low_memory`) the forward forms the gradients for an
+    upstream gradient of 1, per block of rows (three GEMMs of T·H·V in all), and the backward
+    scales them; otherwise the forward computes statistics only and the backward does the rest
+    (four GEMMs; five with `low_memory`)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
                 norm_weight: torch.Tensor | None, ignore_index: int, reduction: str,
                 label_smoothing: float, softcap: float | None, chunk_size: int | None,
-                low_memory: bool, norm_eps: float) -> torch.Tensor:
+                low_memory: bool, norm_eps: float, grads_in_forward: bool) -> torch.Tensor:
         h, lead = as_rows(x)
-        vocab = w.shape[0]
+        (tokens, hidden), vocab = h.shape, w.shape[0]
         stat = _accumulator_dtype(x)
         target = target.reshape(-1)
         valid = target != ignore_index
         target_f = torch.where(valid, target, -1).to(stat)
+        weight = valid.to(stat)   # dL/dloss_i: alpha for an upstream gradient of 1
+        if reduction == "mean":
+            weight = weight / valid.sum()
         if norm_weight is None:
             a, rstd = h, None
         else:
             outs = NORM_INPUT.map(h, g=norm_weight)
-            a, rstd = outs["output"], torch.rsqrt(outs["ss"] / h.shape[1] + norm_eps)
-        prog = forward_program(bias is not None, rstd is not None, softcap is not None)
-        names = ["lse", "t", "s"] if label_smoothing else ["lse", "t"]
+            a, rstd = outs["output"], torch.rsqrt(outs["ss"] / hidden + norm_eps)
+        blocks = Blocks(h, a, w, bias, norm_weight, target_f, rstd, label_smoothing, softcap,
+                        *block_shapes(tokens, hidden, vocab, chunk_size, low_memory))
+        ctx.options = (label_smoothing, softcap, chunk_size, low_memory, lead)
+        need = list(ctx.needs_input_grad[:2]) + list(ctx.needs_input_grad[3:5])
+        if grads_in_forward and any(need):
+            lse, t, s, grads = blocks.forward_with_grads(weight, need)
+        else:
+            lse, t, s = blocks.statistics(label_smoothing > 0)
+            grads = (None, None, None, None)
+        loss = lse - (1.0 - label_smoothing) * t
+        if label_smoothing:
+            loss = loss - (label_smoothing / vocab) * s
+        loss = torch.where(valid, loss, 0.0)
+        result = (loss.sum() if reduction == "sum" else (loss * weight).sum() if reduction == "mean"
+                  else loss.reshape(lead))
+        ctx.grads_in_forward = grads_in_forward and any(need)
+        ctx.save_for_backward(h, a, w, bias, norm_weight, target_f, lse, rstd, weight, *grads)
+        return result
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        h, a, w, bias, g, target_f, lse, rstd, weight, *early = ctx.saved_tensors
+        label_smoothing, softcap, chunk_size, low_memory, lead = ctx.options
+        need = list(ctx.needs_input_grad[:2]) + list(ctx.needs_input_grad[3:5])
+        if ctx.grads_in_forward:   # formed for an upstream gradient of 1
+            dx, dw_sum, db, dg = early
+            dx = dx * grad if need[0] else None   # x's dtype, the product formed in float32
+            dw = SCALE.map(dw_sum, out_dtype=w.dtype, s=grad)["output"] if need[1] else None
+        else:
+            (tokens, hidden), vocab = h.shape, w.shape[0]
+            blocks = Blocks(h, a, w, bias, g, target_f, rstd, label_smoothing, softcap,
+                            *block_shapes(tokens, hidden, vocab, chunk_size, low_memory))
+            alpha = grad.reshape(-1).to(weight.dtype) * weight
+            dx, dw, db, dg = blocks.backward(lse, alpha, need, low_memory)
+            grad = 1.0
+        dx = dx.reshape(*lead, h.shape[1]) if need[0] else None
+        db = (db * grad).to(bias.dtype) if need[2] else None
+        dg = (dg * grad).to(g.dtype) if need[3] else None
+        return dx, dw, None, db, dg, None, None, None, None, None, None, None, None
+
+
+class Blocks:
+    """The GEMMs of one cross-entropy over blocks of logits: `chunk` vocabulary columns (all
+    rows) or `rows` rows (the whole vocabulary), materialized one at a time in one buffer."""
+
+    def __init__(self, h, a, w, bias, g, target_f, rstd, label_smoothing: float,
+                 softcap: float | None, chunk: int, rows: int):
+        self.h, self.a, self.w, self.bias, self.g, self.target_f, self.rstd = (
+            h, a, w, bias, g, target_f, rstd)
+        self.label_smoothing, self.softcap, self.chunk, self.rows = label_smoothing, softcap, chunk, rows
+        self.norm = g is not None
+        self.pad = 16 // a.element_size()   # rows padded to 16 bytes: TMA reads G and G.T
+        self.buf: torch.Tensor | None = None
+
+    def _operands(self, r0: int, r1: int, c0: int, c1: int) -> dict:
+        """The operands the programs share, for rows [r0, r1) and columns [c0, c1)."""
+        bias, rstd = self.bias, self.rstd
+        return dict(target=self.target_f[r0:r1], offset=float(c0),
+                    **present(bias=None if bias is None else bias[c0:c1],
+                              rstd=None if rstd is None else rstd[r0:r1], cap=self.softcap))
+
+    def _block(self, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
+        """A [r1 - r0, c1 - c0] view of the buffer (allocated once, for the largest block)."""
+        width = -(-(c1 - c0) // self.pad) * self.pad
+        if self.buf is None:
+            tokens, vocab = self.a.shape[0], self.w.shape[0]
+            widths = (-(-vocab // self.pad) * self.pad, -(-self.chunk // self.pad) * self.pad)
+            self.buf = self.a.new_empty(max(self.rows * widths[0], tokens * widths[1]))
+        return self.buf[:(r1 - r0) * width].view(r1 - r0, width)[:, :c1 - c0]
+
+    def _grad_operands(self, r0: int, r1: int, lse: torch.Tensor, alpha: torch.Tensor) -> dict:
+        vocab = self.w.shape[0]
+        return dict(lse=lse[r0:r1], alpha=alpha[r0:r1], hit=1.0 - self.label_smoothing,
+                    smooth=self.label_smoothing / vocab)
+
+    def statistics(self, smoothing: bool) -> tuple:
+        """(lse, t, s): FORWARD over chunks of FORWARD_CHUNK_FACTOR·chunk columns, no tile stored."""
+        a, w = self.a, self.w
+        prog = forward_program(self.bias is not None, self.norm, self.softcap is not None)
+        names = ["lse", "t", "s"] if smoothing else ["lse", "t"]
         lse = t = s = None
-        chunk, _ = block_shapes(*h.shape, vocab, chunk_size)
-        for c0, c1 in _spans(vocab, FORWARD_CHUNK_FACTOR * chunk):
-            outs = prog(a, w[c0:c1].T, outputs=names, target=target_f, offset=float(c0),
-                        **present(bias=None if bias is None else bias[c0:c1], rstd=rstd, cap=softcap))
+        for c0, c1 in _spans(w.shape[0], FORWARD_CHUNK_FACTOR * self.chunk):
+            outs = prog(a, w[c0:c1].T, outputs=names, **self._operands(0, a.shape[0], c0, c1))
             if lse is None:
                 lse, t, s = outs["lse"], outs["t"], outs.get("s")
             else:
                 lse = torch.logaddexp(lse, outs["lse"])
                 t = t + outs["t"]
-                s = s + outs["s"] if label_smoothing else None
-        loss = lse - (1.0 - label_smoothing) * t
-        if label_smoothing:
-            loss = loss - (label_smoothing / vocab) * s
-        loss = torch.where(valid, loss, 0.0)
-        weight = valid.to(stat)   # dL/dloss_i: alpha for an upstream gradient of 1
-        if reduction == "mean":
-            weight = weight / valid.sum()
-        result = (loss.sum() if reduction == "sum" else (loss * weight).sum() if reduction == "mean"
-                  else loss.reshape(lead))
-        ctx.save_for_backward(h, a, w, bias, norm_weight, target_f, lse, rstd, weight)
-        ctx.options = (label_smoothing, softcap, chunk_size, low_memory, lead)
-        return result
+                s = s + outs["s"] if smoothing else None
+        return lse, t, s
 
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        h, a, w, bias, g, target_f, lse, rstd, weight = ctx.saved_tensors
-        label_smoothing, softcap, chunk_size, low_memory, lead = ctx.options
-        need_x, need_w, _, need_b, need_g = ctx.needs_input_grad[:5]
-        (tokens, hidden), vocab, norm = h.shape, w.shape[0], g is not None
-        alpha = grad.reshape(-1).to(weight.dtype) * weight
-        chunk, rows = block_shapes(tokens, hidden, vocab, chunk_size, low_memory)
-        prog = grad_program(bias is not None, norm, softcap is not None)
-        by_chunk = low_memory and (need_w or need_b)   # dw and db from a pass of their own
-        # One buffer holds every block; rows padded to 16 bytes so TMA can read G and G.T.
-        pad = 16 // a.element_size()
+    def forward_with_grads(self, weight: torch.Tensor, need: list[bool]) -> tuple:
+        """(lse, t, s, (dx, dw, db, dg)) for an upstream gradient of 1 (alpha = weight): per
+        block of rows, FORWARD stores the GEMM's result and the block's complete statistics,
+        GRAD as a map turns it into the logits' gradient in place, then the dx and dw GEMMs.
+        dw stays a float32 sum (scaled and rounded once by the backward)."""
+        a, w = self.a, self.w
+        vocab = w.shape[0]
+        bias, norm, cap = self.bias is not None, self.norm, self.softcap is not None
+        stats_prog, grad_prog = forward_program(bias, norm, cap), grad_program(bias, norm, cap)
+        names = ["output", "lse", "t"] + ["s"] * (self.label_smoothing > 0)
+        stats = {name: [] for name in names[1:]}
 
-        def padded(width: int) -> int:
-            return -(-width // pad) * pad
+        def grad_block(r0: int, r1: int, grad_names: list[str]) -> dict[str, torch.Tensor]:
+            out = self._block(r0, r1, 0, vocab)
+            outs = stats_prog(a[r0:r1], w.T, out=out, outputs=names, **self._operands(r0, r1, 0, vocab))
+            for name in stats:
+                stats[name].append(outs[name])
+            lse = outs["lse"]
+            return grad_prog.map(out, out=out, outputs=grad_names, **self._operands(r0, r1, 0, vocab),
+                                 **self._grad_operands(0, r1 - r0, lse, weight[r0:r1]))
 
-        buf = a.new_empty(max(tokens * padded(chunk) * by_chunk, rows * padded(vocab)))
+        grads = self._row_pass(grad_block, need, _accumulator_dtype(a), by_chunk=False)
+        lse, t, s = (torch.cat(stats[n]) if n in stats else None for n in ("lse", "t", "s"))
+        return lse, t, s, grads
 
-        def block(r0: int, r1: int, c0: int, c1: int, names: list[str]) -> dict[str, torch.Tensor]:
-            """GRAD for rows [r0, r1) x columns [c0, c1) of the logits, into the buffer."""
-            out = buf[:(r1 - r0) * padded(c1 - c0)].view(r1 - r0, padded(c1 - c0))[:, :c1 - c0]
-            return prog(a[r0:r1], w[c0:c1].T, out=out, outputs=names, target=target_f[r0:r1],
-                        offset=float(c0), lse=lse[r0:r1], alpha=alpha[r0:r1],
-                        hit=1.0 - label_smoothing, smooth=label_smoothing / vocab,
-                        **present(bias=None if bias is None else bias[c0:c1],
-                                  rstd=None if rstd is None else rstd[r0:r1], cap=softcap))
+    def backward(self, lse: torch.Tensor, alpha: torch.Tensor, need: list[bool],
+                 low_memory: bool) -> tuple:
+        """(dx, dw, db, dg), db and dg in float32: GRAD recomputes each block's GEMM. With
+        `low_memory`, dw and db come from chunks of vocabulary columns (complete per chunk)."""
+        a, w = self.a, self.w
+        vocab = w.shape[0]
+        prog = grad_program(self.bias is not None, self.norm, self.softcap is not None)
 
-        dw = torch.empty_like(w) if need_w else None
-        db = None
+        def grad_block(r0: int, r1: int, names: list[str], c0: int = 0, c1: int = vocab):
+            return prog(a[r0:r1], w[c0:c1].T, out=self._block(r0, r1, c0, c1), outputs=names,
+                        **self._operands(r0, r1, c0, c1), **self._grad_operands(r0, r1, lse, alpha))
+
+        by_chunk = low_memory and (need[1] or need[2])
+        dw = db = None
         if by_chunk:   # chunks of the vocabulary, every row: dw_c and db_c complete
+            dw = torch.empty_like(w) if need[1] else None
             db_parts = []
-            for c0, c1 in _spans(vocab, chunk):
-                outs = block(0, tokens, c0, c1, ["output"] + ["db"] * need_b)
-                if need_w:   # a plain GEMM into contiguous rows of dw: cuBLAS (ops/common.py)
+            for c0, c1 in _spans(vocab, self.chunk):
+                outs = grad_block(0, a.shape[0], ["output"] + ["db"] * need[2], c0, c1)
+                if need[1]:   # a plain GEMM into contiguous rows of dw: cuBLAS (ops/common.py)
                     torch.matmul(outs["output"].T, a, out=dw[c0:c1])
                 db_parts.append(outs.get("db"))
-            db = torch.cat(db_parts) if need_b else None
+            db = torch.cat(db_parts) if need[2] else None
+        dx, dw_rows, db_rows, dg = self._row_pass(grad_block, need, w.dtype, by_chunk)
+        return dx, dw if by_chunk else dw_rows, db if by_chunk else db_rows, dg
+
+    def _row_pass(self, grad_block, need: list[bool], dw_dtype: torch.dtype, by_chunk: bool) -> tuple:
+        """(dx, dw, db, dg) over blocks of rows: G_b = grad_block(r0, r1, names) spans the
+        vocabulary, so dx_b is complete (one GEMM); dw, db and dg are summed over blocks in
+        float32 (dw's last GEMM rounds it to `dw_dtype` when that is not float32). With
+        `by_chunk` dw and db are someone else's: only dx and dg."""
+        h, a, w, g, rstd = self.h, self.a, self.w, self.g, self.rstd
+        (tokens, hidden), vocab = h.shape, w.shape[0]
+        need_x, need_w, need_b, need_g = need
+        dw_here, db_here = need_w and not by_chunk, need_b and not by_chunk
         dx = torch.empty_like(h) if need_x else None
-        dg = dw_sum = None
-        blocks = _spans(tokens, rows) if need_x or need_g or ((need_w or need_b) and not by_chunk) else []
+        dw = torch.empty_like(w, dtype=dw_dtype) if dw_here else None
+        db = dg = dw_sum = None
+        spans = _spans(tokens, self.rows) if need_x or need_g or dw_here or db_here else []
         # cuBLAS runs a K = V that is not a multiple of 16 bytes (GPT-2's 50257) in its slow
         # unaligned kernels: the dx GEMM takes the aligned first `whole` columns, added in float32
         # (beta = 1) to the few last ones' product, which is rounded on its own (a tiny K: its
         # rounding is negligible next to dx's one).
-        whole = vocab // pad * pad
-        for i, (r0, r1) in enumerate(blocks):   # blocks of rows, the whole vocabulary
-            names = ["output"] + ["r"] * (norm and (need_x or need_g)) + ["db"] * (need_b and not by_chunk)
-            outs = block(r0, r1, 0, vocab, names)
-            g_b = outs["output"]
-            if "db" in outs:
+        whole = vocab // self.pad * self.pad
+        direct = len(spans) == 1 or dw_dtype == _accumulator_dtype(a)
+        for i, (r0, r1) in enumerate(spans):
+            outs = grad_block(r0, r1, ["output"] + ["r"] * (self.norm and (need_x or need_g))
+                              + ["db"] * db_here)
+            g_b, a_b = outs["output"], a[r0:r1]
+            if db_here:
                 db = outs["db"] if db is None else db + outs["db"]
-            if need_w and not by_chunk:   # dw += G_b.T @ x_b, float32 until the last block
-                if len(blocks) == 1:
-                    torch.matmul(g_b.T, a, out=dw)
+            if dw_here:   # dw += G_b.T @ a_b, summed in float32
+                if direct and i == 0:   # into dw itself: one block, or dw is float32
+                    if g_b.dtype == dw.dtype:
+                        torch.matmul(g_b.T, a_b, out=dw)   # a plain GEMM: cuBLAS
+                    else:
+                        PLAIN(g_b.T, a_b, out=dw)
+                elif direct:
+                    weight_grad(g_b, a_b, into=dw)
                 elif i == 0:
-                    dw_sum = PLAIN(g_b.T, a[r0:r1], out_dtype=_accumulator_dtype(a))["output"]
-                elif i < len(blocks) - 1:
-                    weight_grad(g_b, a[r0:r1], into=dw_sum)
-                else:
-                    ADD_PARTIAL(g_b.T, a[r0:r1], partial=dw_sum, out=dw)
+                    dw_sum = PLAIN(g_b.T, a_b, out_dtype=_accumulator_dtype(a))["output"]
+                elif i < len(spans) - 1:
+                    weight_grad(g_b, a_b, into=dw_sum)
+                else:   # the last block's GEMM adds the float32 sum and rounds once
+                    ADD_PARTIAL(g_b.T, a_b, partial=dw_sum, out=dw)
             if not (need_x or need_g):
                 continue
-            if not norm:   # dx_b complete, a plain GEMM into rows b of dx: cuBLAS
+            if not self.norm:   # dx_b complete, a plain GEMM into rows b of dx: cuBLAS
                 dx_b = dx[r0:r1]
                 if whole < vocab:
                     torch.matmul(g_b[:, whole:], w[whole:], out=dx_b)
@@ -314,10 +429,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
                             outputs=["output"] * need_x + ["dg"] * need_g, g=g, k=k, h=h[r0:r1])
             if need_g:
                 dg = final["dg"] if dg is None else dg + final["dg"]
-        dx = dx.reshape(*lead, hidden) if need_x else None
-        db = db.to(bias.dtype) if need_b else None
-        dg = dg.to(g.dtype) if need_g else None
-        return dx, dw, None, db, dg, None, None, None, None, None, None, None
+        return dx, dw, db, dg
 
 
 def _accumulator_dtype(x: torch.Tensor) -> torch.dtype:
@@ -335,9 +447,10 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
 
     x [..., H]; w [V, H]; target [...] integer classes; bias [V]. `softcap` c replaces each logit
     by c·tanh(logit / c); `norm_weight` g [H] applies an RMSNorm with weight g and `norm_eps` to
-    x first (folded into the GEMMs). The backward materializes the logits' gradient in blocks of
-    rows (and recomputes the logits for them: see the module's docstring); `chunk_size` sets a
-    block to `chunk_size`·T logits (default: about 2**26). `low_memory=True` keeps the peak
+    x first (folded into the GEMMs). The gradients are formed from blocks of rows of the logits'
+    gradient, materialized one at a time (see the module's docstring): for a scalar loss that
+    needs them, in the forward; `chunk_size` sets a block to `chunk_size`·T logits (default:
+    about 2**26). `low_memory=True` keeps the peak
     memory at or below Liger Kernel's (blocks no larger than its chunks and no float32 [V, H]
     accumulator for dw) for one more GEMM of T·H·V; `chunk_size` is then also the number of
     vocabulary columns per chunk of its dw pass. `ignore_index`,
@@ -386,10 +499,15 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
         raise LaunchError(f"norm_eps must be a non-negative number, got {norm_eps!r}")
     if not isinstance(low_memory, bool):
         raise LaunchError(f"low_memory must be a bool, got {low_memory!r}")
+    # A scalar loss's gradients are the forward's, times one number: form them in the forward
+    # (its GEMMs' blocks then serve the loss too) unless no gradient can follow.
+    grads_in_forward = (reduction != "none" and not low_memory and torch.is_grad_enabled()
+                        and any(t is not None and t.requires_grad for t in (x, w, bias, norm_weight)))
     args = (x, w, target, bias, norm_weight, ignore_index, reduction, float(label_smoothing),
-            None if softcap is None else float(softcap), chunk_size, low_memory, float(norm_eps))
+            None if softcap is None else float(softcap), chunk_size, low_memory, float(norm_eps),
+            grads_in_forward)
     from ..integrations import compile as custom  # here: that module imports this one
-    if custom.routed():   # inside torch.compile: the custom op coda::linear_cross_entropy
+    if custom.routed():   # inside torch.compile: the custom ops coda::linear_cross_entropy*
         return custom.linear_cross_entropy_op(*args)
     return LinearCrossEntropyFunction.apply(*args)
 
