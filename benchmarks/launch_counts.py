@@ -45,12 +45,13 @@ def main() -> None:
     parser.add_argument("--groups", default="*", help="which tests/gpu/test_ops_<groups>.py (a glob)")
     args = parser.parse_args()
     rows = []
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     for name, coda_fn, eager_fn in cases(args.groups):
         row = dict(op=name, coda=kernels(coda_fn), eager=kernels(eager_fn))
         rows.append(row)
         print(f"{name:40s} CODA {row['coda']:3d} kernels   eager {row['eager']:3d}", flush=True)
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(), rows=rows), indent=1))
+        # after every case: a run cut short by run_all.sh's time limit keeps what it counted
+        Path(args.json).write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(), rows=rows), indent=1))
 
 
 if __name__ == "__main__":

@@ -246,12 +246,28 @@ def kernel_profile(fn: Callable) -> tuple[float, int]:
 
 def graph_ms(fn: Callable) -> float | None:
     """Median milliseconds of `fn` replayed from a CUDA graph; None where it cannot be captured
-    (an implementation that synchronizes with the host)."""
+    (an implementation that synchronizes with the host). Garbage is collected first: an autograd
+    graph that a reference cycle keeps alive holds its leaves' AccumulateGrad nodes on the
+    stream they were made on, and the capture stream's backward then synchronizes with it."""
+    torch.cuda.synchronize()
+    gc.collect()
     try:
         return triton.testing.do_bench_cudagraph(fn, rep=60, return_mode="median")
     except Exception as exc:
         print(f"    (no CUDA graph: {exc!r:.300})", flush=True)
+        end_failed_capture()
         return None
+
+
+def end_failed_capture() -> None:
+    """A capture that failed leaves PyTorch's default CUDA generator in capture mode (it leaves
+    it only when a capture ends well): every later random op, and torch.compile, would fail
+    with "Offset increment outside graph capture". One small capture that succeeds ends it."""
+    torch.cuda.synchronize()
+    scratch = torch.zeros(1, device="cuda")
+    with torch.cuda.graph(torch.cuda.CUDAGraph()):
+        scratch.add_(1)
+    torch.cuda.synchronize()
 
 
 def peak_memory_gb(fn: Callable) -> float:

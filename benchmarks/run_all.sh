@@ -19,10 +19,10 @@ stage() {  # stage NAME SECONDS COMMAND...
     timeout "$limit" "$@" 2>&1 | tee "benchmarks/results/$name.log"
     echo "$name: rc=${PIPESTATUS[0]} in $((SECONDS - began)) s (limit $limit)" | tee -a benchmarks/results/status.txt
 }
-stage launch_counts 45 python benchmarks/launch_counts.py
-stage cross_entropy 35 python benchmarks/cross_entropy_memory.py
+stage launch_counts 55 python benchmarks/launch_counts.py
+stage cross_entropy 45 python benchmarks/cross_entropy_memory.py
 stage micro 225 python benchmarks/micro.py --max-autotune ''
-stage train 280 python benchmarks/train.py --models gpt2,llama,bert \
+stage train 260 python benchmarks/train.py --models gpt2,llama,bert \
     --modes eager,compile,liger,eager+graph,coda,coda+compile,coda+graph --steps 8 --warmup 2 --curve gpt2 \
     --profile eager,coda,coda+graph --timeout 260
 stage report 15 python benchmarks/report.py
