@@ -163,6 +163,16 @@ def test_gradients_formed_in_the_forward_are_scaled_not_overwritten():
     assert_close(first, late, 1e-12)
 
 
+def test_a_forward_that_forms_the_gradients_keeps_only_them():
+    """No input, normalized input or statistic stays alive for the backward: only dx (x's dtype)
+    and the float32 sums of dw and dg (dbias: none here)."""
+    x, w, target, _, nw = make((7,), 6, 13, bias=False, norm=True, dtype=torch.float32, seed=2)
+    loss = linear_cross_entropy(x, w, target, norm_weight=nw)
+    saved = [t for t in loss.grad_fn.saved_tensors if t is not None]
+    assert [tuple(t.shape) for t in saved] == [(7, 6), (13, 6), (6,)]
+    assert not any(t.data_ptr() == x.data_ptr() for t in saved)
+
+
 def test_all_rows_ignored_gives_nan_mean_like_torch():
     x, w, target, _, _ = make((3,), 4, 5, bias=False, norm=False, ignored=(0, 1, 2))
     assert torch.isnan(linear_cross_entropy(x, w, target)).item()

@@ -498,7 +498,7 @@ def _linear_cross_entropy(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | N
     loss = LinearCrossEntropyFunction.forward(ctx, x, w, target, bias, norm_weight, ignore_index,
                                               reduction, label_smoothing, softcap, chunk_size,
                                               low_memory, norm_eps, False)
-    _, a, _, _, _, target_f, lse, rstd, weight = ctx.saved_tensors[:9]
+    _, a, _, _, _, target_f, lse, rstd, weight = ctx.saved_tensors
     norm = norm_weight is not None
     return loss, a if norm else x.new_empty(0), target_f, lse, _or_empty(rstd, lse), weight
 
@@ -548,7 +548,8 @@ def _linear_cross_entropy_backward(grad: Tensor, x: Tensor, w: Tensor, bias: Ten
     ctx = _Ctx((h, a if norm else h, w, bias, norm_weight, target_f, lse, rstd if norm else None,
                 weight), (needs[0], needs[1], False, needs[2], needs[3]),
                options=(label_smoothing, softcap, chunk_size, low_memory, lead),
-               grads_in_forward=False)
+               grads_in_forward=False,
+               dtypes=[None if t is None else t.dtype for t in (w, bias, norm_weight)])
     dx, dw, _, db, dg = LinearCrossEntropyFunction.backward(ctx, grad)[:5]
     return tuple(_or_empty(g, x) for g in (dx, dw, db, dg))
 
@@ -578,7 +579,7 @@ def _linear_cross_entropy_with_grads(x: Tensor, w: Tensor, target: Tensor, bias:
     loss = LinearCrossEntropyFunction.forward(ctx, x, w, target, bias, norm_weight, ignore_index,
                                               reduction, label_smoothing, softcap, chunk_size,
                                               False, norm_eps, True)
-    dx, dw, db, dg = ctx.saved_tensors[9:]
+    dx, dw, db, dg = ctx.saved_tensors
     dx = None if dx is None else dx.reshape(x.shape)
     return loss, *(_or_empty(g, x) for g in (dx, dw, db, dg))
 

@@ -249,28 +249,34 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         result = (loss.sum() if reduction == "sum" else (loss * weight).sum() if reduction == "mean"
                   else loss.reshape(lead))
         ctx.grads_in_forward = grads_in_forward and any(need)
-        ctx.save_for_backward(h, a, w, bias, norm_weight, target_f, lse, rstd, weight, *grads)
+        ctx.dtypes = [None if t is None else t.dtype for t in (w, bias, norm_weight)]
+        if ctx.grads_in_forward:   # the backward needs nothing else (not even hg)
+            ctx.save_for_backward(*grads)
+        else:
+            ctx.save_for_backward(h, a, w, bias, norm_weight, target_f, lse, rstd, weight)
         return result
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        h, a, w, bias, g, target_f, lse, rstd, weight, *early = ctx.saved_tensors
         label_smoothing, softcap, chunk_size, low_memory, lead = ctx.options
         need = list(ctx.needs_input_grad[:2]) + list(ctx.needs_input_grad[3:5])
-        if ctx.grads_in_forward:   # formed for an upstream gradient of 1
-            dx, dw_sum, db, dg = early
+        w_dtype, bias_dtype, g_dtype = ctx.dtypes
+        if ctx.grads_in_forward:   # formed for an upstream gradient of 1: times the real one
+            dx, dw_sum, db, dg = ctx.saved_tensors
             dx = dx * grad if need[0] else None   # x's dtype, the product formed in float32
-            dw = SCALE.map(dw_sum, out_dtype=w.dtype, s=grad)["output"] if need[1] else None
+            dw = SCALE.map(dw_sum, out_dtype=w_dtype, s=grad)["output"] if need[1] else None
+            db = db * grad if need[2] else None
+            dg = dg * grad if need[3] else None
         else:
+            h, a, w, bias, g, target_f, lse, rstd, weight = ctx.saved_tensors
             (tokens, hidden), vocab = h.shape, w.shape[0]
             blocks = Blocks(h, a, w, bias, g, target_f, rstd, label_smoothing, softcap,
                             *block_shapes(tokens, hidden, vocab, chunk_size, low_memory))
             alpha = grad.reshape(-1).to(weight.dtype) * weight
             dx, dw, db, dg = blocks.backward(lse, alpha, need, low_memory)
-            grad = 1.0
-        dx = dx.reshape(*lead, h.shape[1]) if need[0] else None
-        db = (db * grad).to(bias.dtype) if need[2] else None
-        dg = (dg * grad).to(g.dtype) if need[3] else None
+        dx = dx.reshape(*lead, dx.shape[-1]) if need[0] else None
+        db = db.to(bias_dtype) if need[2] else None
+        dg = dg.to(g_dtype) if need[3] else None
         return dx, dw, None, db, dg, None, None, None, None, None, None, None, None
 
 
