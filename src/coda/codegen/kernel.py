@@ -34,6 +34,7 @@ from .epilogue import (
     kernel_params,
     pingpong_parts,
 )
+from .finish import finish
 from .mainloops import HEADER, MAINLOOPS
 from .tuning import Config
 
@@ -231,7 +232,7 @@ class Plan:
             if a.is_cuda and hasattr(compiled, "packed_metadata"):
                 self.compiled, self.launcher = compiled, direct_launcher(compiled, self.grid, device)
         for name, bufs in partials.items():
-            _finish(self.reductions[name], bufs, outputs[name])
+            finish(self.reductions[name], bufs, outputs[name])
         return outputs
 
 
@@ -261,17 +262,6 @@ def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callabl
         launch(grid[0], 1, 1, stream, function, cooperative, pdl, buffer, None, packed, None, None,
                None, *args)
     return launcher
-
-
-def _finish(reduction: str, bufs: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-    """Combine per-tile partials in a fixed order (deterministic, no atomics)."""
-    if reduction.endswith("_sum"):
-        torch.sum(bufs[0], 0, out=out)
-    elif reduction.endswith("_max"):
-        torch.amax(bufs[0], 0, out=out)
-    else:  # log Σ_t s_t e^(m_t) = logsumexp_t(m_t + log s_t); every s_t >= 1 (its max term)
-        maxima, sums = bufs
-        torch.logsumexp(maxima + torch.log(sums), 0, out=out)
 
 
 def _operand_args(value, kind: str) -> list:
