@@ -127,8 +127,7 @@ def _params(bias: bool, norm: bool, softcap: bool) -> list[str]:
 def forward_program(bias: bool, norm: bool, softcap: bool) -> Program:
     """The per-row statistics of one chunk (and, stored on request, the GEMM's result, from which
     `grad_program` as a map forms the logits' gradient); `offset` is the chunk's first column.
-    For example
-    (True, False, True) is
+    For example (True, False, True) is
         EPILOGUE ce_forward(bias: col, cap: scalar, target: row, offset: scalar) {
           z = input + bias; th = tanh(z / cap); logit = cap * th;
           lse = row_logsumexp(logit);
@@ -149,8 +148,8 @@ def forward_program(bias: bool, norm: bool, softcap: bool) -> Program:
 @functools.cache
 def grad_program(bias: bool, norm: bool, softcap: bool) -> Program:
     """The logits' gradient of one block, from the GEMM (or, as a map, from its stored result):
-    `hit` = 1 - ε, `smooth` =
-    ε / V, `alpha` the rows' loss weights. For example (True, True, False) is
+    `hit` = 1 - ε, `smooth` = ε / V, `alpha` the rows' loss weights. For example (True, True,
+    False) is
         EPILOGUE ce_grad(bias: col, rstd: row, target: row, offset: scalar, lse: row,
                          alpha: row, hit: scalar, smooth: scalar) {
           logit = input * rstd + bias;
@@ -237,7 +236,8 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
                         *block_shapes(tokens, hidden, vocab, chunk_size, low_memory))
         ctx.options = (label_smoothing, softcap, chunk_size, low_memory, lead)
         need = list(ctx.needs_input_grad[:2]) + list(ctx.needs_input_grad[3:5])
-        if grads_in_forward and any(need):
+        ctx.grads_in_forward = grads_in_forward and any(need)
+        if ctx.grads_in_forward:
             lse, t, s, grads = blocks.forward_with_grads(weight, need)
         else:
             lse, t, s = blocks.statistics(label_smoothing > 0)
@@ -248,7 +248,6 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         loss = torch.where(valid, loss, 0.0)
         result = (loss.sum() if reduction == "sum" else (loss * weight).sum() if reduction == "mean"
                   else loss.reshape(lead))
-        ctx.grads_in_forward = grads_in_forward and any(need)
         ctx.dtypes = [None if t is None else t.dtype for t in (w, bias, norm_weight)]
         if ctx.grads_in_forward:   # the backward needs nothing else (not even hg)
             ctx.save_for_backward(*grads)
@@ -300,19 +299,22 @@ class Blocks:
                     **present(bias=None if bias is None else bias[c0:c1],
                               rstd=None if rstd is None else rstd[r0:r1], cap=self.softcap))
 
+    def _padded(self, width: int) -> int:
+        return -(-width // self.pad) * self.pad
+
+    def _reserve(self, *blocks: tuple[int, int]) -> None:
+        """One buffer for every block of the passes to come: the largest of these [rows, width]."""
+        self.buf = self.a.new_empty(max(rows * self._padded(width) for rows, width in blocks))
+
     def _block(self, r0: int, r1: int, c0: int, c1: int) -> torch.Tensor:
-        """A [r1 - r0, c1 - c0] view of the buffer (allocated once, for the largest block)."""
-        width = -(-(c1 - c0) // self.pad) * self.pad
-        if self.buf is None:
-            tokens, vocab = self.a.shape[0], self.w.shape[0]
-            widths = (-(-vocab // self.pad) * self.pad, -(-self.chunk // self.pad) * self.pad)
-            self.buf = self.a.new_empty(max(self.rows * widths[0], tokens * widths[1]))
+        """A [r1 - r0, c1 - c0] view of the buffer, its rows padded to 16 bytes."""
+        width = self._padded(c1 - c0)
         return self.buf[:(r1 - r0) * width].view(r1 - r0, width)[:, :c1 - c0]
 
-    def _grad_operands(self, r0: int, r1: int, lse: torch.Tensor, alpha: torch.Tensor) -> dict:
-        vocab = self.w.shape[0]
-        return dict(lse=lse[r0:r1], alpha=alpha[r0:r1], hit=1.0 - self.label_smoothing,
-                    smooth=self.label_smoothing / vocab)
+    def _grad_operands(self, lse: torch.Tensor, alpha: torch.Tensor) -> dict:
+        """GRAD's operands besides the shared ones, `lse` and `alpha` being the block's rows."""
+        return dict(lse=lse, alpha=alpha, hit=1.0 - self.label_smoothing,
+                    smooth=self.label_smoothing / self.w.shape[0])
 
     def statistics(self, smoothing: bool) -> tuple:
         """(lse, t, s): FORWARD over chunks of FORWARD_CHUNK_FACTOR·chunk columns, no tile stored."""
@@ -341,15 +343,15 @@ class Blocks:
         stats_prog, grad_prog = forward_program(bias, norm, cap), grad_program(bias, norm, cap)
         names = ["output", "lse", "t"] + ["s"] * (self.label_smoothing > 0)
         stats = {name: [] for name in names[1:]}
+        self._reserve((self.rows, vocab))
 
         def grad_block(r0: int, r1: int, grad_names: list[str]) -> dict[str, torch.Tensor]:
             out = self._block(r0, r1, 0, vocab)
             outs = stats_prog(a[r0:r1], w.T, out=out, outputs=names, **self._operands(r0, r1, 0, vocab))
             for name in stats:
                 stats[name].append(outs[name])
-            lse = outs["lse"]
             return grad_prog.map(out, out=out, outputs=grad_names, **self._operands(r0, r1, 0, vocab),
-                                 **self._grad_operands(0, r1 - r0, lse, weight[r0:r1]))
+                                 **self._grad_operands(outs["lse"], weight[r0:r1]))
 
         grads = self._row_pass(grad_block, need, _accumulator_dtype(a), by_chunk=False)
         lse, t, s = (torch.cat(stats[n]) if n in stats else None for n in ("lse", "t", "s"))
@@ -365,9 +367,11 @@ class Blocks:
 
         def grad_block(r0: int, r1: int, names: list[str], c0: int = 0, c1: int = vocab):
             return prog(a[r0:r1], w[c0:c1].T, out=self._block(r0, r1, c0, c1), outputs=names,
-                        **self._operands(r0, r1, c0, c1), **self._grad_operands(r0, r1, lse, alpha))
+                        **self._operands(r0, r1, c0, c1),
+                        **self._grad_operands(lse[r0:r1], alpha[r0:r1]))
 
         by_chunk = low_memory and (need[1] or need[2])
+        self._reserve((self.rows, vocab), *[(a.shape[0], self.chunk)] * by_chunk)
         dw = db = None
         if by_chunk:   # chunks of the vocabulary, every row: dw_c and db_c complete
             dw = torch.empty_like(w) if need[1] else None
