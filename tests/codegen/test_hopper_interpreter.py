@@ -82,3 +82,26 @@ def test_hopper_mainloop_layouts_and_accumulation(a_layout, b_layout):
     run_hopper(prog, a, b, out=out, bias=bias)
     exact = start.double() + a.double() @ b.double() + bias.double()
     assert rel(out, exact) < 2e-3
+
+
+def test_padded_out_of_a_ragged_width_is_written_by_tma():
+    """An `out=` whose width is not a multiple of 16 bytes (GPT-2's 50257-column logits block)
+    but whose row stride is (rows padded) leaves through TMA stores, which write its columns and
+    nothing of the padding."""
+    prog = coda.compile("EPILOGUE(bias: col) { output = input + bias; lse = row_logsumexp(output); }")
+    m, n, k = 150, 203, 48          # 203 bf16/fp16 columns: 406 bytes a row
+    torch.manual_seed(3)
+    a = torch.randn(m, k, dtype=torch.float16)
+    w = (torch.randn(n, k) / k**0.5).to(torch.float16)
+    bias = torch.randn(n, dtype=torch.float16)
+    buffer = torch.full((m, 208), float("nan"), dtype=torch.float16)   # poison, padding included
+    out = buffer[:, :n]
+    launch = prog.bind(a, w.T, out=out, bias=bias)
+    assert "out_output" in kernel_module._signature(launch, "hopper").tma
+    assert "out_output" not in kernel_module._signature(prog.bind(a, w.T, bias=bias), "hopper").tma
+    got = run_hopper(prog, a, w.T, 2, out=out, bias=bias)
+    exact = evaluate(prog.bind(a.double(), w.T.double(), bias=bias.double()))
+    assert got["output"].data_ptr() == out.data_ptr()
+    assert rel(out, exact["output"]) < 2e-3
+    assert rel(got["lse"], exact["lse"]) < 1e-5
+    assert buffer[:, n:].isnan().all()   # the padding is not written

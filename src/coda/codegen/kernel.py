@@ -282,9 +282,13 @@ def _signature(launch: Launch, variant: str) -> Signature:
         tma |= {f"op_{name}" for name, kind in launch.kinds.items()
                 if kind == "tile" and _tma_ok(launch.values[name], row_major=True)}
         for spec in launch.outputs:
-            out = launch.out if spec.name == "output" and launch.out is not None else None
-            width_ok = spec.shape[-1] * spec.dtype.itemsize % 16 == 0
-            if spec.reduction is None and width_ok and (out is None or _tma_ok(out, row_major=True)):
+            if spec.reduction is not None:
+                continue
+            out = launch.out if spec.name == "output" else None
+            # an allocated output is contiguous: its row stride is its width; an `out=` tensor
+            # may have a wider one (rows padded to 16 bytes: the cross-entropy's blocks)
+            if (_tma_ok(out, row_major=True) if out is not None
+                    else spec.shape[-1] * spec.dtype.itemsize % 16 == 0):
                 tma.add(f"out_{spec.name}")
     written = tuple(spec.name for spec in launch.outputs)
     return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma))
