@@ -22,9 +22,11 @@ Per family (docs/integrations.md, "HuggingFace models"):
   training maps to the ops' dropout (same p, CODA's counter-based masks, not torch's RNG stream).
 - BERT (`BertModel`, `BertForMaskedLM`, ...): `BertSelfOutput` / `BertOutput` (dense + dropout +
   residual + post-LN) -> `out_proj_residual(stats="layer")` + `coda.nn.layer_norm` on the sums;
-  `BertIntermediate` -> `linear(..., activation=)`. The MLM head stays HF's.
-- The LM head (`LlamaForCausalLM`, `GPT2LMHeadModel`): with `labels`, the head and HF's shifted
-  causal-LM loss -> `linear_cross_entropy`, which never writes the logits (`logits` is None in the output).
+  `BertIntermediate` -> `linear(..., activation=)`; the MLM head's `BertPredictionHeadTransform`
+  (dense + activation + LayerNorm) -> `linear(..., activation=)` + `coda.nn.layer_norm`.
+- The LM heads (`LlamaForCausalLM`, `GPT2LMHeadModel`, `BertForMaskedLM`): with `labels`, the
+  head's decoder and HF's loss (shifted causal-LM / masked-LM cross-entropy) ->
+  `linear_cross_entropy`, which never writes the logits (`logits` is None in the output).
 
 Per-call costs that eager HF does not have: the concatenated q/k/v weight (LLaMA) and
 `interleave(w_gate, w_up) * g` (LLaMA) are weight-sized copies per forward (autograd routes their
@@ -70,7 +72,8 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
     return {"LlamaDecoderLayer": _llama_layer, "LlamaForCausalLM": _causal_lm,
             "GPT2Block": _gpt2_block, "GPT2LMHeadModel": _causal_lm,
             "BertSelfOutput": _bert_output, "BertOutput": _bert_output,
-            "BertIntermediate": _bert_intermediate}
+            "BertIntermediate": _bert_dense_activation,
+            "BertPredictionHeadTransform": _bert_dense_activation, "BertForMaskedLM": _masked_lm}
 
 
 def _attend(hf, attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask,
@@ -205,15 +208,20 @@ def _bert_output(output: nn.Module) -> Callable:
     return forward
 
 
-def _bert_intermediate(intermediate: nn.Module) -> Callable:
-    """BertIntermediate: act(dense(x)) -> one `linear` with the activation in its epilogue."""
-    act = _hf_activation_name(intermediate.intermediate_act_fn)
+def _bert_dense_activation(module: nn.Module) -> Callable:
+    """BertIntermediate: act(dense(x)) -> one `linear` with the activation in its epilogue.
+    BertPredictionHeadTransform (the MLM head's): the same, then its LayerNorm."""
+    act = _hf_activation_name(module.intermediate_act_fn if hasattr(module, "intermediate_act_fn")
+                              else module.transform_act_fn)
     if act not in BERT_ACTIVATIONS:
-        _refuse(intermediate, "hidden_act", act, f"only {', '.join(BERT_ACTIVATIONS)}")
+        _refuse(module, "hidden_act", act, f"only {', '.join(BERT_ACTIVATIONS)}")
     activation = BERT_ACTIVATIONS[act]
+    from ..nn.layer_norm import layer_norm
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return ops.linear(hidden_states, self.dense.weight, self.dense.bias, activation=activation)
+        y = ops.linear(hidden_states, self.dense.weight, self.dense.bias, activation=activation)
+        norm = getattr(self, "LayerNorm", None)
+        return y if norm is None else layer_norm(y, norm.weight, norm.bias, norm.eps)
 
     return forward
 
@@ -254,10 +262,7 @@ def _causal_lm(model: nn.Module) -> Callable:
         if shift_labels is None:  # HF: pad one ignored label at the end, then shift left
             pad = labels.new_full((*labels.shape[:-1], 1), IGNORE_INDEX)
             shift_labels = torch.cat((labels[..., 1:], pad), dim=-1)
-        head = self.get_output_embeddings()
-        loss = ops.linear_cross_entropy(hidden, head.weight, shift_labels.to(hidden.device),
-                                        bias=head.bias, ignore_index=IGNORE_INDEX,
-                                        reduction="mean" if num_items is None else "sum")
+        loss = _head_loss(self, hidden, shift_labels, "mean" if num_items is None else "sum")
         if num_items is not None:
             loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
         return CausalLMOutputWithPast(loss=loss, logits=None, hidden_states=outputs.hidden_states,
@@ -265,3 +270,31 @@ def _causal_lm(model: nn.Module) -> Callable:
                                       **{field: getattr(outputs, field, None)})
 
     return forward
+
+
+def _masked_lm(model: nn.Module) -> Callable:
+    """BertForMaskedLM: with `labels`, the head's decoder and HF's cross-entropy (mean over the
+    labels other than -100) -> `linear_cross_entropy`; the transform before it is patched on its
+    own (`BertPredictionHeadTransform`)."""
+    original = type(model).forward
+
+    def forward(self, *args, labels: torch.Tensor | None = None, **kwargs):
+        if labels is None:
+            return original(self, *args, **kwargs)
+        from transformers.modeling_outputs import MaskedLMOutput
+
+        kwargs["return_dict"] = True
+        outputs = self.bert(*args, **kwargs)
+        hidden = self.cls.predictions.transform(outputs.last_hidden_state)
+        return MaskedLMOutput(loss=_head_loss(self, hidden, labels, "mean"), logits=None,
+                              hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+
+    return forward
+
+
+def _head_loss(model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, reduction: str) -> torch.Tensor:
+    """Cross-entropy of the model's output embedding (the decoder, [V, H] and its bias) applied to
+    `hidden`, against `labels` (-100: ignored), without the logits in memory."""
+    head = model.get_output_embeddings()
+    return ops.linear_cross_entropy(hidden, head.weight, labels.to(hidden.device), bias=head.bias,
+                                    ignore_index=IGNORE_INDEX, reduction=reduction)
