@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from coda.codegen.finish import BLOCK, finish
+from coda.codegen.finish import finish
 
 
 def partials(parts: int, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -25,7 +25,9 @@ def reference(maxima: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(maxima.double() + sums.double().log(), 0)
 
 
-@pytest.mark.parametrize(("parts", "n"), [(1, 5), (3, BLOCK + 7), (37, 2 * BLOCK), (1571, 40)])
+# partial counts of 1, below, at and over one step of the merge (128) and not a multiple of it;
+# column counts not a multiple of the block (16 columns a step at 128 partials, 512 at 4)
+@pytest.mark.parametrize(("parts", "n"), [(1, 5), (3, 519), (37, 300), (128, 33), (1571, 40)])
 def test_logsumexp_merge_matches_float64(parts, n):
     maxima, sums = partials(parts, n, seed=parts)
     out = torch.full((n,), float("nan"))   # poisoned: every column must be written
@@ -60,12 +62,16 @@ COMPILE_SM90 = """
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from coda.codegen.finish import BLOCK, _logsumexp_merge
+from coda.codegen.finish import _logsumexp_merge, merge_tile
 signature = {"max_ptr": "*fp32", "sum_ptr": "*fp32", "out_ptr": "*fp32", "parts": "i32", "n": "i32",
-             "BLOCK": "constexpr"}
-source = ASTSource(_logsumexp_merge, signature, constexprs={"BLOCK": BLOCK})
-ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
-print("ex2.approx" in ptx and "st.global" in ptx)
+             "BLOCK_P": "constexpr", "BLOCK_N": "constexpr"}
+ok = True
+for parts in (24, 1571):
+    block_p, block_n = merge_tile(parts)
+    source = ASTSource(_logsumexp_merge, signature, constexprs={"BLOCK_P": block_p, "BLOCK_N": block_n})
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+    ok = ok and "ex2.approx" in ptx and "st.global" in ptx
+print(ok)
 """
 
 

@@ -227,11 +227,14 @@ class _Emitter:
     def run(self) -> str:
         params = ", ".join(["acc", "pid_m", "tile_n", "M", "N", "seed",
                             *epilogue_args(self.program, self.sig, self.gluon), "BLOCK_M: tl.constexpr",
-                            "BLOCK_N: tl.constexpr"])
+                            "BLOCK_N: tl.constexpr", "RAGGED_N: tl.constexpr = True"])
         self.emit(f"rows = pid_m * BLOCK_M + {self.arange('BLOCK_M', 0, 'acc')}")
         self.emit(f"cols = tile_n * BLOCK_N + {self.arange('BLOCK_N', 1, 'acc')}")
         self.emit("mask_m = rows < M")
-        self.emit("mask_n = cols < N")
+        # a caller that knows the tile's columns all lie below N says so (RAGGED_N=False): the
+        # column masks are then constant along the tile, and its stores vectorize
+        self.emit("col_end = N if RAGGED_N else (tile_n + 1) * BLOCK_N")
+        self.emit("mask_n = cols < col_end")
         if any(w == HALF for w in self.domains.values()):
             if self.gluon:  # the layout `unpack` gives: a split of the accumulator
                 self.emit("half_like = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))[0]")
@@ -241,7 +244,7 @@ class _Emitter:
                 self.emit("hrows = rows")
                 self.emit("mask_hm = mask_m")
             self.emit(f"hcols = tile_n * (BLOCK_N // 2) + {self.arange('BLOCK_N // 2', 1, 'half_like')}")
-            self.emit("mask_h = hcols < N // 2")
+            self.emit("mask_h = hcols < col_end // 2")
         for index, node in enumerate(self.program.ir.nodes()):
             if node.op == "operand" and self.kinds[node.arg] == "head":
                 self.names[node] = f"op_{node.arg}"  # read by rope, which knows its pair indices

@@ -309,9 +309,15 @@ def {KERNEL}(X, M, N, stride_xm, stride_xn, seed{EPILOGUE_PARAMS},
     pid_n = tl.program_id(0) % col_blocks
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    inside = (rows < M)[:, None] & (cols < N)[None, :]
-    acc = tl.load(X + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=inside, other=0.0)
-    epilogue(acc.to(tl.float32), pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N)
+    x = X + rows[:, None] * stride_xm + cols[None, :] * stride_xn
+    if (pid_n + 1) * BLOCK_N <= N:
+        # A whole block of columns: the masks are constant along them, so the loads and stores
+        # of a ragged N (the cross-entropy's 50257 columns) are as wide as those of an even one.
+        acc = tl.load(x, mask=(rows < M)[:, None], other=0.0)
+        epilogue(acc.to(tl.float32), pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N, False)
+    else:
+        acc = tl.load(x, mask=(rows < M)[:, None] & (cols < N)[None, :], other=0.0)
+        epilogue(acc.to(tl.float32), pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N)
 '''
 
 MAINLOOPS = {"portable": PORTABLE, "hopper": TILE_HELPERS + HOPPER,

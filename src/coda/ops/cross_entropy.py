@@ -44,9 +44,12 @@ forward stores no tile, and the backward recomputes the GEMM: four GEMMs.
                           again; epilogue: dz. G_b [rows, V].
             dx_b, dw    as above; the last block's dw GEMM adds the accumulator and rounds once.
 
-A block holds about 2**26 logits (128 MiB in bf16) and at least 1024 rows, the K of the dw
-GEMM, long enough for the accumulator's read and write to hide under the MMAs. The accumulator
-(4·V·H bytes) and the block are what this costs in memory beyond the gradients themselves.
+A block holds about 2**27 logits (256 MiB in bf16) and at least 1024 rows, the K of the dw
+GEMM: each block's dw GEMM reads and writes the float32 accumulator once, in an epilogue that
+does not overlap its MMAs (a float32 `+=` does not run in the ping-pong kernel), so longer
+blocks spread that over more MMA work (GPT-2's vocabulary: 2560 rows, 7 passes at 16384
+tokens). The accumulator (4·V·H bytes) and the block are what this costs in memory beyond the
+gradients themselves.
 
 `low_memory=True` keeps the peak at or below Liger's instead (blocks of at most T·H·V/(V + H)
 logits, no larger than Liger's chunk of ⌈T / ⌈V/H⌉⌉ rows (a power of two) × V, and no [V, H]
@@ -92,8 +95,8 @@ REDUCTIONS = ("mean", "sum", "none")
 CHUNK_ALIGN = 128
 #: Row blocks are multiples of this many rows when that tall, except the last.
 ROW_ALIGN = 16
-#: The default backward's blocks hold about this many logits (128 MiB in bf16)...
-BLOCK_LOGITS = 1 << 26
+#: The default backward's blocks hold about this many logits (256 MiB in bf16)...
+BLOCK_LOGITS = 1 << 27
 #: ...and at least this many rows: the K of the GEMM that adds a block's dw into the float32
 #: accumulator, long enough for the accumulator's read and write to hide under the MMAs.
 MIN_BLOCK_ROWS = 1024
@@ -465,7 +468,7 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     x first (folded into the GEMMs). The gradients are formed from blocks of rows of the logits'
     gradient, materialized one at a time (see the module's docstring): for a scalar loss that
     needs them, in the forward; `chunk_size` sets a block to `chunk_size`·T logits (default:
-    about 2**26). `low_memory=True` keeps the peak
+    about 2**27). `low_memory=True` keeps the peak
     memory at or below Liger Kernel's (blocks no larger than its chunks and no float32 [V, H]
     accumulator for dw) for one more GEMM of T·H·V; `chunk_size` is then also the number of
     vocabulary columns per chunk of its dw pass. `ignore_index`,
