@@ -286,7 +286,7 @@ def _signature(launch: Launch, variant: str) -> Signature:
                 continue
             out = launch.out if spec.name == "output" else None
             # an allocated output is contiguous: its row stride is its width; an `out=` tensor
-            # may have a wider one (rows padded to 16 bytes: the cross-entropy's blocks)
+            # may have a wider one (padded rows: the cross-entropy's blocks)
             if (_tma_ok(out, row_major=True) if out is not None
                     else spec.shape[-1] * spec.dtype.itemsize % 16 == 0):
                 tma.add(f"out_{spec.name}")
