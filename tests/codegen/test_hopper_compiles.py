@@ -91,7 +91,8 @@ def compile_sm90(kernel_module, built, config, launch) -> dict[str, int]:
     from triton.experimental.gluon._runtime import GluonASTSource
 
     recorder = Recorder(built.fn.arg_names)
-    plan = kernel_module.Plan(kernel_module.Kernel(built.variant, built.source, recorder), config, launch)
+    kernel = kernel_module.Kernel(built.variant, built.source, recorder, built.signature)
+    plan = kernel_module.Plan(kernel, config, launch)
     plan.run(launch.a, launch.b, launch.values, None, launch.seed)
     meta = dict(recorder.meta)
     options = {key: meta.pop(key) for key in ("num_warps", "num_stages", "maxnreg") if key in meta}
@@ -142,7 +143,8 @@ def _type(value) -> str:
     import torch
 
     if isinstance(value, torch.Tensor):
-        return "*" + {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[value.dtype]
+        return "*" + {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+                      torch.int32: "i32"}[value.dtype]
     if isinstance(value, float):
         return "fp32"
     return "i32"

@@ -37,7 +37,7 @@ def compile_map(rows: int, vocab: int, stride: int) -> dict[str, int]:
                        hit=1.0, smooth=0.0)
     built = prog.triton._build(kernel_module._signature(launch, "map"), "map")
     recorder = Recorder(built.fn.arg_names)
-    kernel_module.Plan(kernel_module.Kernel("map", built.source, recorder), MAP_CONFIG,
+    kernel_module.Plan(kernel_module.Kernel("map", built.source, recorder, built.signature), MAP_CONFIG,
                        launch).run(launch.a, None, launch.values, launch.out, launch.seed)
     meta = dict(recorder.meta)
     options = {key: meta.pop(key) for key in ("num_warps", "num_stages") if key in meta}

@@ -180,3 +180,57 @@ def test_a_config_that_does_not_fit_falls_back_to_one_that_does(monkeypatch):
     residual = torch.randn(2048, 1024, device="cuda", dtype=torch.bfloat16)
     out = prog(a, w.T, residual=residual)["output"]
     assert rel(out, a.double() @ w.double().T + residual.double()) < 1e-2
+
+
+@pytest.mark.parametrize("mainloop", ["default", "pingpong", "map"])
+def test_finished_reductions_are_bit_identical_across_launches_and_streams(mainloop):
+    """Reductions finished in the kernel (the last tile of a row block / column slice merges the
+    partials behind an atomic ticket) at a GPT-2 shape, where 768 programs race for the tickets:
+    ten launches agree bit for bit, two streams launching the same plan at once each get their
+    own counters (and their own right answer), and every counter is back at zero afterwards."""
+    from coda.codegen.kernel import TICKETS
+
+    if mainloop == "pingpong" and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Hopper only")
+    prog = coda.compile("EPILOGUE(residual: tile) { output = input + residual;"
+                        " ss = row_sum(output * output); cs = col_sum(output); cm = col_max(input); }")
+    m, n, k = 16384, 768, 768
+    g = torch.Generator(device="cuda").manual_seed(11)
+
+    def inputs():
+        return (torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g),
+                torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g) / k**0.5,
+                torch.randn(m, n, device="cuda", dtype=torch.bfloat16, generator=g))
+
+    def run(a, w, residual):
+        if mainloop == "map":
+            return prog.map(a @ w.T, residual=residual)
+        return prog.triton.launch(prog.bind(a, w.T, residual=residual),
+                                  PINGPONG if mainloop == "pingpong" else None)
+
+    first, second = inputs(), inputs()
+    want = run(*first)
+    for _ in range(10):
+        again = run(*first)
+        for key in ("ss", "cs", "cm"):
+            assert torch.equal(again[key], want[key]), key
+    a, w, residual = first
+    x = (a @ w.T).double() if mainloop == "map" else a.double() @ w.double().T
+    y = x + residual.double()
+    assert rel(want["ss"], (y * y).sum(1)) < 1e-2
+    assert rel(want["cs"], y.sum(0)) < 1e-2
+    alone = run(*second)
+    streams = torch.cuda.Stream(), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    results = []
+    for _ in range(5):
+        for stream, args in zip(streams, (first, second), strict=True):
+            with torch.cuda.stream(stream):
+                results.append(run(*args))
+    torch.cuda.synchronize()
+    for index, out in enumerate(results):
+        ref = want if index % 2 == 0 else alone
+        for key in ("ss", "cs", "cm"):
+            assert torch.equal(out[key], ref[key]), (index, key)
+    pool = TICKETS._pools[torch.device("cuda", torch.cuda.current_device())][0]
+    assert not pool.any()

@@ -43,11 +43,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.matmul(a, b)
 
 
-def weight_grad(dy: torch.Tensor, x: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
+def weight_grad(dy: torch.Tensor, x: torch.Tensor, into: torch.Tensor | None = None,
+                like: torch.Tensor | None = None) -> torch.Tensor:
     """`dy.T @ x` ([N, M] @ [M, K] = [N, K]), the gradient of an nn.Linear weight; with `into`
     (a [N, K] buffer of the output dtype, e.g. an existing `.grad`) it is accumulated there, in
-    one GEMM (beta = 1)."""
+    one GEMM (beta = 1). With `like` (the weight) a transposed weight (HF's Conv1D stores
+    [in, out] and passes `weight.T`) gets its gradient as `(x.T @ dy).T`: the parameter then
+    receives a contiguous gradient, where autograd would copy a transposed one."""
     if into is None:
+        if like is not None and like.stride(0) == 1 and like.stride(1) != 1:
+            return torch.matmul(x.T, dy).T
         return torch.matmul(dy.T, x)
     if into.dtype == dy.dtype:
         return into.addmm_(dy.T, x)

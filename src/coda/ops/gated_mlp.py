@@ -168,7 +168,7 @@ class GatedMLPFunction(torch.autograd.Function):
             if need_r:
                 shape, dtype = ctx.rstd
                 drstd = (outs["dr"] / r).to(dtype).reshape(shape)
-        dw_down = weight_grad(dy, h) if need_wd else None
+        dw_down = weight_grad(dy, h, like=w_down) if need_wd else None
         dresidual = None
         if need_res:
             shape, dtype = ctx.residual

@@ -134,7 +134,7 @@ class LinearFunction(torch.autograd.Function):
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, pre, need_b)
         dx = matmul(dpre, w).reshape(x.shape) if need_x else None
-        dw = weight_grad(dpre, as_rows(x)[0]) if need_w else None
+        dw = weight_grad(dpre, as_rows(x)[0], like=w) if need_w else None
         db = db.to(ctx.bias_dtype) if need_b else None
         return dx, dw, db, None, None, None, None
 
@@ -168,7 +168,7 @@ class MLPFunction(torch.autograd.Function):
         if not any(ctx.needs_input_grad[:5]):
             return None, None, None, None, None, None, None, None, dresidual, None
         dy2, db2 = grad_at_preactivation(as_rows(dy)[0], None, ctx.p, ctx.seed, None, need_b2)
-        dw2 = weight_grad(dy2, h) if need_w2 else None
+        dw2 = weight_grad(dy2, h, like=w2) if need_w2 else None
         dx = dw1 = db1 = None
         if need_x or need_w1 or need_b1:
             # dh = dy' @ w2 is never written: its epilogue applies f'(pre) and sums db1.
@@ -176,7 +176,7 @@ class MLPFunction(torch.autograd.Function):
             outs = prog(dy2, w2, **present(pre=pre))
             dpre, db1 = outs["output"], outs.get("db")
             dx = matmul(dpre, w1).reshape(x.shape) if need_x else None
-            dw1 = weight_grad(dpre, as_rows(x)[0]) if need_w1 else None
+            dw1 = weight_grad(dpre, as_rows(x)[0], like=w1) if need_w1 else None
         db1 = db1.to(ctx.bias_dtypes[0]) if need_b1 else None
         db2 = db2.to(ctx.bias_dtypes[1]) if need_b2 else None
         return dx, dw1, db1, dw2, db2, None, None, None, dresidual, None

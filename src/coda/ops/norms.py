@@ -283,7 +283,7 @@ class OutProjResidualFunction(torch.autograd.Function):
         elif need_b:
             db = column_sum(dpre)
         dx = matmul(dpre, w).reshape(x.shape) if need_x else None
-        dw = weight_grad(dpre, as_rows(x)[0]).to(w.dtype) if need_w else None
+        dw = weight_grad(dpre, as_rows(x)[0], like=w).to(w.dtype) if need_w else None
         dresidual = dy.to(residual_dtype) if need_r else None
         db = db.to(bias_dtype) if need_b else None
         return dx, dw, dresidual, db, None, None, None

@@ -128,7 +128,7 @@ class QKVRopeFunction(torch.autograd.Function):
                                                 **(tables if rotate else {}))
             db.append(outs.get("db"))
         dx = matmul(dpre, w_qkv).reshape(x.shape) if need_x else None
-        dw = weight_grad(dpre, rows) if need_w else None
+        dw = weight_grad(dpre, rows, like=w_qkv) if need_w else None
         dbias = torch.cat(db).to(ctx.bias_dtype) if need_b else None
         return dx, dw, dbias, None, None, None
 
