@@ -1,6 +1,7 @@
-"""Finishing cross-tile reductions (codegen/finish.py) against torch in float64, through the
-Triton interpreter on the CPU: the log-sum-exp merge of (maximum, sum) partials, including columns
-whose partials are all -inf, a NaN, and partial counts of 1 and not a multiple of anything."""
+"""The generated finishing kernel (codegen/finish.py) against torch in float64, through the
+Triton interpreter on the CPU: every reduction kind of one launch in one kernel, partial counts of
+1, below, at and over one step of the merge (128 partials: 32-wide interpreter tiles), rows whose
+values are all -inf, a NaN, and the half-width domain of `unpack`."""
 
 from __future__ import annotations
 
@@ -9,75 +10,82 @@ import math
 import pytest
 import torch
 
-from coda.codegen.finish import finish
+import coda
+from coda.codegen.finish import merge_tile
+
+ALL = coda.compile("EPILOGUE all() { output = input; s = row_sum(input); top = row_max(input);"
+                   " lse = row_logsumexp(input); cs = col_sum(input); cm = col_max(input); }")
 
 
-def partials(parts: int, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(maxima, sums) as a tile's epilogue writes them: m_p the maximum of its values, s_p the sum
-    of e^(x - m_p) over them (so s_p >= 1)."""
-    g = torch.Generator().manual_seed(seed)
-    maxima = torch.randn(parts, n, generator=g) * 30
-    sums = 1 + torch.rand(parts, n, generator=g) * 100
-    return maxima, sums
+def reference(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    x = x.double()
+    return {"s": x.sum(1), "top": x.amax(1), "lse": torch.logsumexp(x, 1), "cs": x.sum(0), "cm": x.amax(0)}
 
 
-def reference(maxima: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
-    return torch.logsumexp(maxima.double() + sums.double().log(), 0)
+# (rows, columns): 1 partial; 5 and 34 partials; 132 partials each way (two steps of 128)
+@pytest.mark.parametrize(("m", "n"), [(1, 1), (150, 37), (40, 1061), (3, 4200), (4200, 3)])
+def test_every_reduction_of_a_launch_matches_float64(m, n):
+    x = torch.randn(m, n, generator=torch.Generator().manual_seed(m + n)) * 10
+    out = ALL.map(x, outputs=["s", "top", "lse", "cs", "cm"])
+    for key, want in reference(x).items():
+        torch.testing.assert_close(out[key].double(), want, rtol=1e-5, atol=1e-4, msg=key)
 
 
-# partial counts of 1, below, at and over one step of the merge (128) and not a multiple of it;
-# column counts not a multiple of the block (16 columns a step at 128 partials, 512 at 4)
-@pytest.mark.parametrize(("parts", "n"), [(1, 5), (3, 519), (37, 300), (128, 33), (1571, 40)])
-def test_logsumexp_merge_matches_float64(parts, n):
-    maxima, sums = partials(parts, n, seed=parts)
-    out = torch.full((n,), float("nan"))   # poisoned: every column must be written
-    finish("row_logsumexp", (maxima, sums), out)
-    torch.testing.assert_close(out.double(), reference(maxima, sums), rtol=1e-6, atol=1e-5)
+def test_minus_infinity_and_nan_rows():
+    x = torch.randn(40, 70, generator=torch.Generator().manual_seed(1))
+    x[0] = -math.inf            # every partial empty: -inf, as torch.logsumexp gives
+    x[1, 40:] = -math.inf       # whole tiles empty among finite ones: ignored
+    x[2, 5] = math.nan          # NaN propagates
+    out = ALL.map(x, outputs=["lse", "s"])
+    want = reference(x)
+    assert out["lse"][0].item() == -math.inf
+    assert math.isnan(out["lse"][2].item()) and math.isnan(out["s"][2].item())
+    keep = [i for i in range(40) if i not in (0, 2)]
+    torch.testing.assert_close(out["lse"][keep].double(), want["lse"][keep], rtol=1e-6, atol=1e-5)
 
 
-def test_minus_infinity_and_nan_columns():
-    maxima, sums = partials(4, 6, seed=1)
-    maxima[:, 0] = -math.inf           # every partial empty: -inf, as torch.logsumexp gives
-    maxima[2, 1] = -math.inf           # one empty partial among finite ones: ignored
-    sums[2, 1] = 0.0
-    maxima[1, 2] = math.nan            # NaN propagates
-    out = torch.full((6,), 7.0)
-    finish("row_logsumexp", (maxima, sums), out)
-    want = reference(maxima, sums)
-    assert out[0].item() == -math.inf and want[0].item() == -math.inf
-    assert math.isnan(out[2].item()) and math.isnan(want[2].item())
-    keep = [1, 3, 4, 5]
-    torch.testing.assert_close(out[keep].double(), want[keep], rtol=1e-6, atol=1e-5)
+def test_half_width_column_sums():
+    prog = coda.compile("EPILOGUE halves() { gate, up = unpack(input); output = gate * up;"
+                        " cg = col_sum(gate); cu = col_max(up); }")
+    x = torch.randn(130, 70, generator=torch.Generator().manual_seed(2))
+    out = prog.map(x, outputs=["cg", "cu"])
+    torch.testing.assert_close(out["cg"].double(), x[:, 0::2].double().sum(0), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(out["cu"].double(), x[:, 1::2].double().amax(0))
 
 
-@pytest.mark.parametrize(("reduction", "op"), [("row_sum", torch.sum), ("col_max", torch.amax)])
-def test_sums_and_maxima(reduction, op):
-    maxima, _ = partials(9, 13, seed=3)
-    out = torch.full((13,), float("nan"))
-    finish(reduction, (maxima,), out)
-    torch.testing.assert_close(out, op(maxima, 0))
+def test_merge_tile_covers_few_and_many_partials():
+    assert merge_tile(1) == (1, 2048)
+    assert merge_tile(24) == (32, 64)
+    assert merge_tile(1571) == (128, 16)
 
 
 COMPILE_SM90 = """
-import triton
+import json, torch, triton, coda
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from coda.codegen.finish import _logsumexp_merge, merge_tile
-signature = {"max_ptr": "*fp32", "sum_ptr": "*fp32", "out_ptr": "*fp32", "parts": "i32", "n": "i32",
-             "BLOCK_P": "constexpr", "BLOCK_N": "constexpr"}
-ok = True
+from coda.codegen import kernel as kernel_module
+from coda.codegen.finish import merge_tile
+prog = coda.compile("EPILOGUE all() { output = input; s = row_sum(input); lse = row_logsumexp(input);"
+                    " cm = col_max(input); }")
+launch = prog.bind(torch.empty(64, 64, dtype=torch.bfloat16), torch.empty(64, 64, dtype=torch.bfloat16))
+fn = prog.triton._build(kernel_module._signature(launch, "hopper"), "hopper").finish
+found = {}
 for parts in (24, 1571):
-    block_p, block_n = merge_tile(parts)
-    source = ASTSource(_logsumexp_merge, signature, constexprs={"BLOCK_P": block_p, "BLOCK_N": block_n})
+    p, block = merge_tile(parts)
+    meta = dict(ROW_P=p, ROW_BLOCK=block, COL_P=p, COL_BLOCK=block)
+    signature = {a: "constexpr" if a in meta else ("i32" if a in ("M", "N", "row_parts", "col_parts")
+                 else "*fp32") for a in fn.arg_names}
+    source = ASTSource(fn, signature, constexprs=meta)
     ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
-    ok = ok and "ex2.approx" in ptx and "st.global" in ptx
-print(ok)
+    found[parts] = dict(ex2="ex2.approx" in ptx, stores=ptx.count("st.global"))
+print(json.dumps(found))
 """
 
 
-def test_logsumexp_merge_compiles_for_sm90():
-    """The interpreter is not the GPU compiler: the merge kernel must also compile for sm_90
+def test_finish_kernel_compiles_for_sm90():
+    """The interpreter is not the GPU compiler: the finishing kernel must also compile for sm_90
     (in a subprocess: the test session's Triton runs in interpreter mode, fixed at import)."""
+    import json
     import os
     import subprocess
     import sys
@@ -89,4 +97,6 @@ def test_logsumexp_merge_compiles_for_sm90():
     done = subprocess.run([sys.executable, "-c", COMPILE_SM90], env=env, capture_output=True,
                           text=True, timeout=300, cwd=root)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "True"
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    for parts in ("24", "1571"):
+        assert found[parts]["ex2"] and found[parts]["stores"] >= 3, found   # lse's exp, 3 results

@@ -6,11 +6,8 @@ output pointers. It is straight-line code: one SSA variable per IR node, loads w
 are read, then one masked store per tile output and one partial per reduction output.
 
 Reductions are deterministic: each tile writes its partial (row partials into a
-[column tiles, M] buffer, column partials into a [row tiles, N] buffer), then takes a ticket from
-its row block's (column slice's) counter; the tile that arrives last combines the partials in
-index order and writes the result, so the order of the sum never depends on which tile that is.
-A reduction whose partials would take that tile too long (the row reductions of a vocabulary-wide
-cross-entropy) is left to the host instead (codegen/finish.py).
+[column tiles, M] buffer, column partials into a [row tiles, N] buffer) and the host finishes
+them with a fixed-order reduction.
 """
 
 from __future__ import annotations
@@ -45,10 +42,6 @@ _DOMAIN = {
     HALF: _Domain("hrows", "mask_hm", "hcols", "mask_h", "(BLOCK_N // 2)", "(N // 2)", "half_like"),
 }
 
-#: Partials a step of the in-kernel finish reads along the merged axis (Triton kernels; every
-#: epilogue tile is at least this wide and tall).
-FINISH_CHUNK = 32
-
 #: Gluon: a layout in which a thread holds whole dropout blocks (rows r and r + 8, columns 2j and
 #: 2j + 1: two columns a thread, eight rows a warp) for four warps.
 _DRAW_LAYOUT = "gl.BlockedLayout([1, 2], [8, 4], [1, 4], [1, 0])"
@@ -64,11 +57,6 @@ class Signature:
     outputs: tuple[str, ...]            # the outputs this launch writes
     tma: frozenset[str] = frozenset()   # tile operands (`op_x`) and outputs (`out_y`) read or
                                         # written through TMA descriptors (Hopper mainloop)
-    finished: frozenset[str] = frozenset()  # reduction outputs the kernel finishes itself
-
-    def finishes(self, axis: str, program: Program) -> list:
-        """The reduction outputs along `axis` ("row" or "col") that the kernel finishes."""
-        return [o for o in program.ir.outputs if o.name in self.finished and o.axis == axis]
 
 
 def kernel_params(program: Program, sig: Signature) -> list[str]:
@@ -92,11 +80,6 @@ def kernel_params(program: Program, sig: Signature) -> list[str]:
             params += [f"red_{out.name}_max", f"red_{out.name}_sum"]
         else:
             params.append(f"red_{out.name}_ptr")
-        if out.name in sig.finished:
-            params.append(f"fin_{out.name}_ptr")
-    for axis in ("row", "col"):   # the tickets: a counter a row block (column slice)
-        if sig.finishes(axis, program):
-            params.append(f"{axis}_tickets_ptr")
     return params
 
 
@@ -271,9 +254,6 @@ class _Emitter:
         for out in self.program.ir.outputs:
             if out.name in self.sig.outputs:
                 self.store(out)
-        for axis in ("row", "col"):
-            if self.sig.finishes(axis, self.program):
-                self.finish(axis)
         body = "\n".join(self.lines)
         return f"@triton.jit\ndef epilogue({params}):\n{body}\n"
 
@@ -428,82 +408,3 @@ class _Emitter:
         else:
             self.emit(f"tl.store(red_{out.name}_ptr + tile_n * M + {d.rows}, "
                       f"{combine}({part}, axis=1), mask={mask})")
-
-    def finish(self, axis: str) -> None:
-        """The ticket and, for the tile that arrives last, the finish of every `axis` reduction.
-
-        A row block's partials come from its column slices (cdiv(N, BLOCK_N) of them), a column
-        slice's from its row blocks (cdiv(M, BLOCK_M)). The barrier orders every thread's
-        partial stores before the ticket (a release at GPU scope); the last tile's loads follow
-        its acquire and bypass L1 (`.cg`), which may hold nothing of other SMs' writes. That tile
-        resets the counter, so the counters are zero again for the next launch. Partials are
-        read a [BLOCK_M, BLOCK_N] tile at a time (the accumulator's shape: in Gluon its layout
-        serves), along the axis that the reduction merges."""
-        row = axis == "row"
-        index, parts = ("pid_m", "tl.cdiv(N, BLOCK_N)") if row else ("tile_n", "tl.cdiv(M, BLOCK_M)")
-        self.emit("if tile_n * BLOCK_N < N:  # a column slice wholly past N took no part")
-        self.emit("    tl.debug_barrier()")
-        self.emit(f"    {axis}_ticket = tl.atomic_add({axis}_tickets_ptr + {index}, 1, sem='acq_rel', "
-                  f"scope='gpu')")
-        self.emit(f"    if {axis}_ticket == {parts} - 1:")
-        self.emit(f"        tl.store({axis}_tickets_ptr + {index}, 0)")
-        self.emit(f"        {axis}_parts = {parts}")
-        for out in self.sig.finishes(axis, self.program):
-            self.finish_one(out, row)
-
-    def finish_one(self, out, row: bool) -> None:
-        d = _DOMAIN[self.program.widths.outputs[out.name]]
-        name, lse = out.name, out.reduction == "row_logsumexp"
-        is_max = out.reduction in ("row_max", "col_max")
-        fill = "float('-inf')" if is_max else "0.0"
-        # along the reduced axis: the partial index; across it: the reduction's own rows/columns
-        # Gluon reads tiles of the accumulator's shape (its layout fits them); Triton narrower
-        # ones, which take fewer registers next to the tile's other column slices
-        chunk = ("BLOCK_N" if row else "BLOCK_M") if self.gluon else str(FINISH_CHUNK)
-        if row:
-            first, size, count = d.rows, "M", chunk
-            parts = f"{name}_p0 + {self.arange(chunk, 1, d.like)}"
-            offsets = f"{name}_p[None, :] * M + {d.rows}[:, None]"
-            inside = f"{d.mask_rows}[:, None] & ({name}_p < row_parts)[None, :]"
-        else:
-            first, size, count = d.cols, d.size, chunk
-            parts = f"{name}_p0 + {self.arange(chunk, 0, d.like)}"
-            offsets = f"{name}_p[:, None] * {d.size} + {d.cols}[None, :]"
-            inside = f"({name}_p < col_parts)[:, None] & ({first} < {size})[None, :]"
-        merge_axis = 1 if row else 0
-        vector = f"{first}.to(tl.float32) * 0.0"   # a float vector in the layout of `first`
-        emit = self.emit
-        pad = "        "
-        emit(f"{pad}{name}_top = {vector} + float('-inf')" if lse or is_max else
-             f"{pad}{name}_top = {vector}")
-        if lse:
-            emit(f"{pad}{name}_total = {vector}")
-        emit(f"{pad}for {name}_p0 in range(0, {'row' if row else 'col'}_parts, {count}):")
-        emit(f"{pad}    {name}_p = {parts}")
-        emit(f"{pad}    {name}_in = {inside}")
-        emit(f"{pad}    {name}_at = {offsets}")
-        if lse:
-            emit(f"{pad}    {name}_m = tl.load(red_{name}_max + {name}_at, mask={name}_in, "
-                 f"other=float('-inf'), cache_modifier='.cg')")
-            emit(f"{pad}    {name}_s = tl.load(red_{name}_sum + {name}_at, mask={name}_in, other=0.0, "
-                 f"cache_modifier='.cg')")
-            # merged into a running maximum and sum; an all -inf row shifts by 0 (not NaN)
-            emit(f"{pad}    {name}_new = tl.maximum({name}_top, tl.max({name}_m, axis=1), "
-                 f"propagate_nan=tl.PropagateNan.ALL)")
-            emit(f"{pad}    {name}_shift = tl.where({name}_new == float('-inf'), 0.0, {name}_new)")
-            emit(f"{pad}    {name}_total = ({name}_total * tl.exp({name}_top - {name}_shift) + "
-                 f"tl.sum({name}_s * tl.exp({name}_m - {name}_shift[:, None]), axis=1))")
-            emit(f"{pad}    {name}_top = {name}_new")
-            result = (f"tl.where({name}_total == 0.0, float('-inf'), "
-                      f"{name}_top + tl.log({name}_total))")
-        else:
-            emit(f"{pad}    {name}_chunk = tl.load(red_{name}_ptr + {name}_at, mask={name}_in, "
-                 f"other={fill}, cache_modifier='.cg')")
-            if is_max:
-                emit(f"{pad}    {name}_top = tl.maximum({name}_top, tl.max({name}_chunk, "
-                     f"axis={merge_axis}), propagate_nan=tl.PropagateNan.ALL)")
-            else:
-                emit(f"{pad}    {name}_top = {name}_top + tl.sum({name}_chunk, axis={merge_axis})")
-            result = f"{name}_top"
-        emit(f"{pad}tl.store(fin_{name}_ptr + {first}, ({result}).to(fin_{name}_ptr.dtype.element_ty), "
-             f"mask={first} < {size})")

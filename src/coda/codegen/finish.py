@@ -1,20 +1,29 @@
-"""Finishing cross-tile reductions: the per-tile partials of a launch, combined in a fixed order.
+"""Finishing cross-tile reductions: one generated kernel per launch combines the partials.
 
-Every tile of a launch writes its partial of each reduction output (codegen/epilogue.py): row
-reductions into a [column tiles, M] buffer, column reductions into a [row tiles, N] buffer. The
-partials are combined along the first axis in index order (deterministic, no atomics). Sums and
-maxima are one torch reduction each; a log-sum-exp has two buffers (each partial's maximum m_p
-and its sum s_p of e^(x - m_p)) and takes one kernel that merges them in a single pass,
-instead of the ten or so kernels of the same math in torch ops.
+Every tile writes its partial of each reduction output (codegen/epilogue.py): row reductions into a
+[column slices, M] buffer, column reductions into a [row blocks, N] buffer (N/2 for the half-width
+domain of `unpack`). The finishing kernel merges every buffer of the launch along its first axis in
+index order (deterministic, no atomics): sums and maxima directly, a log-sum-exp from each
+partial's maximum m_p and its sum s_p of e^(x - m_p), merged into a running maximum and sum.
+Program i takes row block i of the row reductions and column block i of the column ones, so a
+launch with several reductions (a norm's Σx and Σx², a layer norm's four gradient sums) is one
+small kernel, not one torch reduction each: a GPT-2 training step had 223 of those, 6.3 µs each
+on the H200 (measured).
 """
 
 from __future__ import annotations
 
-import torch
-import triton
-import triton.language as tl
+from typing import TYPE_CHECKING
 
-#: Partials x columns each program of the log-sum-exp merge loads per step.
+import triton
+
+from ..passes.widths import HALF
+
+if TYPE_CHECKING:
+    from ..runtime.program import Program
+    from .epilogue import Signature
+
+#: Partials x columns each program loads per step.
 TILE = 2048
 
 
@@ -28,38 +37,86 @@ def merge_tile(parts: int) -> tuple[int, int]:
     return block_p, max(16, TILE // block_p)
 
 
-def finish(reduction: str, bufs: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-    """Combine the partials `bufs` ([partials, n] each) of one reduction output into `out` [n]."""
-    if reduction.endswith("_sum"):
-        torch.sum(bufs[0], 0, out=out)
-    elif reduction.endswith("_max"):
-        torch.amax(bufs[0], 0, out=out)
-    else:
-        maxima, sums = bufs
-        parts, n = maxima.shape
-        block_p, block_n = merge_tile(parts)
-        _logsumexp_merge[(triton.cdiv(n, block_n),)](maxima, sums, out, parts, n,
-                                                     BLOCK_P=block_p, BLOCK_N=block_n)
+def reductions(program: Program, sig: Signature, axis: str) -> list:
+    """The reduction outputs along `axis` ("row" or "col") that a launch of `sig` writes."""
+    return [o for o in program.ir.outputs
+            if o.reduction is not None and o.axis == axis and o.name in sig.outputs]
 
 
-@triton.jit
-def _logsumexp_merge(max_ptr, sum_ptr, out_ptr, parts, n, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr):
-    """out[j] = log Σ_p s_p[j]·e^(m_p[j]) for one block of columns j: BLOCK_P partials at a time,
-    in order, merged into a running maximum and sum (one read of each partial). A column whose
-    partials are all -inf gives -inf, as torch.logsumexp does; a NaN propagates."""
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    top = tl.full([BLOCK_N], float("-inf"), tl.float32)
-    total = tl.zeros([BLOCK_N], tl.float32)
-    for p0 in range(0, parts, BLOCK_P):
-        rows = p0 + tl.arange(0, BLOCK_P)
-        inside = (rows < parts)[:, None] & (cols < n)[None, :]
-        offsets = rows[:, None] * n + cols[None, :]
-        m = tl.load(max_ptr + offsets, mask=inside, other=float("-inf"))
-        s = tl.load(sum_ptr + offsets, mask=inside, other=0.0)
-        new_top = tl.maximum(top, tl.max(m, axis=0), propagate_nan=tl.PropagateNan.ALL)
-        finite = new_top != float("-inf")
-        shift = tl.where(finite, new_top, 0.0)   # exp(-inf - -inf) would be NaN
-        total = (total * tl.where(finite, tl.exp(top - shift), 0.0)
-                 + tl.sum(s * tl.exp(m - shift[None, :]), axis=0))
-        top = new_top
-    tl.store(out_ptr + cols, tl.where(total == 0.0, float("-inf"), top + tl.log(total)), mask=cols < n)
+def finish_params(program: Program, sig: Signature) -> list[str]:
+    """The finishing kernel's buffer parameters, in the order the launcher passes them: each
+    reduction's partials (two buffers for a log-sum-exp) and then its result."""
+    params = []
+    for out in program.ir.outputs:
+        if out.reduction is None or out.name not in sig.outputs:
+            continue
+        partials = ([f"red_{out.name}_max", f"red_{out.name}_sum"] if out.reduction == "row_logsumexp"
+                    else [f"red_{out.name}_ptr"])
+        params += [*partials, f"fin_{out.name}_ptr"]
+    return params
+
+
+def generate_finish(program: Program, sig: Signature) -> str:
+    """The source of `finish(M, N, row_parts, col_parts, ..., ROW_P, ROW_BLOCK, COL_P, COL_BLOCK)`:
+    ROW_P partials of ROW_BLOCK rows a step for the row reductions, COL_P of COL_BLOCK columns for
+    the column ones (`merge_tile`), "" when the launch writes no reduction."""
+    if not any(reductions(program, sig, axis) for axis in ("row", "col")):
+        return ""
+    lines = []
+    for axis in ("row", "col"):
+        outs = reductions(program, sig, axis)
+        if outs:
+            lines += _merge(program, axis, outs)
+    params = ", ".join(["M", "N", "row_parts", "col_parts", *finish_params(program, sig),
+                        *(f"{c}: tl.constexpr" for c in ("ROW_P", "ROW_BLOCK", "COL_P", "COL_BLOCK"))])
+    body = "\n".join("    " + line for line in lines)
+    return f"\n@triton.jit\ndef finish({params}):\n    pid = tl.program_id(0)\n{body}\n"
+
+
+def _merge(program: Program, axis: str, outs: list) -> list[str]:
+    """Lines merging the partials of every `axis` reduction in one loop over the partials."""
+    p, block, parts = ("ROW_P", "ROW_BLOCK", "row_parts") if axis == "row" else ("COL_P", "COL_BLOCK",
+                                                                                    "col_parts")
+    sizes = {o.name: "M" if axis == "row" else
+             ("(N // 2)" if program.widths.outputs[o.name] == HALF else "N") for o in outs}
+    lines = [f"if pid * {block} < {'M' if axis == 'row' else 'N'}:",
+             f"    {axis}s = pid * {block} + tl.arange(0, {block})"]
+    for o in outs:
+        init = "0.0" if o.reduction.endswith("_sum") else "float('-inf')"
+        lines.append(f"    {o.name}_top = tl.full([{block}], {init}, tl.float32)")
+        if o.reduction == "row_logsumexp":
+            lines.append(f"    {o.name}_total = tl.zeros([{block}], tl.float32)")
+    lines += [f"    for p0 in range(0, {parts}, {p}):",
+              f"        p = p0 + tl.arange(0, {p})"]
+    for o in outs:
+        name, size = o.name, sizes[o.name]
+        lines += [f"        {name}_in = (p < {parts})[:, None] & ({axis}s < {size})[None, :]",
+                  f"        {name}_at = p[:, None] * {size} + {axis}s[None, :]"]
+        if o.reduction == "row_logsumexp":
+            lines += [
+                f"        {name}_m = tl.load(red_{name}_max + {name}_at, mask={name}_in, "
+                f"other=float('-inf'))",
+                f"        {name}_s = tl.load(red_{name}_sum + {name}_at, mask={name}_in, other=0.0)",
+                f"        {name}_new = tl.maximum({name}_top, tl.max({name}_m, axis=0), "
+                f"propagate_nan=tl.PropagateNan.ALL)",
+                # a column whose partials are all -inf so far shifts by 0: exp(-inf - -inf) is NaN
+                f"        {name}_shift = tl.where({name}_new == float('-inf'), 0.0, {name}_new)",
+                f"        {name}_total = ({name}_total * tl.exp({name}_top - {name}_shift)"
+                f" + tl.sum({name}_s * tl.exp({name}_m - {name}_shift[None, :]), axis=0))",
+                f"        {name}_top = {name}_new"]
+            continue
+        fill = "0.0" if o.reduction.endswith("_sum") else "float('-inf')"
+        lines.append(f"        {name}_part = tl.load(red_{name}_ptr + {name}_at, mask={name}_in, "
+                     f"other={fill})")
+        if o.reduction.endswith("_sum"):
+            lines.append(f"        {name}_top += tl.sum({name}_part, axis=0)")
+        else:
+            lines.append(f"        {name}_top = tl.maximum({name}_top, tl.max({name}_part, axis=0), "
+                         f"propagate_nan=tl.PropagateNan.ALL)")
+    for o in outs:
+        name = o.name
+        value = (f"tl.where({name}_total == 0.0, float('-inf'), {name}_top + tl.log({name}_total))"
+                 if o.reduction == "row_logsumexp" else f"{name}_top")
+        lines.append(f"    tl.store(fin_{name}_ptr + {axis}s, ({value}).to(fin_{name}_ptr.dtype.element_ty), "
+                     f"mask={axis}s < {sizes[name]})")
+    return lines

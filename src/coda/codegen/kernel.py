@@ -3,9 +3,9 @@
 Source is generated once per (operand signature, mainloop) and imported from a file in the cache
 directory (Triton reads kernel source from files); Triton caches the compiled binaries per dtype
 and configuration in memory and on disk. The first launch of a shape returns a `Plan`, which
-`Program` keeps: a later launch of the same layout is allocate outputs and one direct kernel
-launch (which finishes its reductions itself; a vocabulary-wide row reduction takes one more
-small kernel: codegen/finish.py).
+`Program` keeps: a later launch of the same layout is allocate outputs, one direct kernel launch,
+and, with reduction outputs, one direct launch of the small kernel that finishes them all
+(codegen/finish.py).
 """
 
 from __future__ import annotations
@@ -35,16 +35,11 @@ from .epilogue import (
     kernel_params,
     pingpong_parts,
 )
-from .finish import finish
+from .finish import generate_finish, merge_tile
 from .mainloops import HEADER, MAINLOOPS
 from .tuning import Config
 
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-#: Row reductions of launches at most this wide are finished in the kernel: the tile that
-#: arrives last reads cdiv(N, slice width) partials, a [BLOCK_M, slice width] tile at a time
-#: (8 tiles at 8192 columns in 32-wide slices). A vocabulary (50257) would take 50: the host
-#: merges those partials in one wide kernel instead.
-FINISH_ROWS_UP_TO = 8192
 _thread = threading.local()   # Triton keeps its allocator per thread (a ContextVar)
 
 
@@ -53,7 +48,7 @@ class Kernel:
     variant: str
     source: str
     fn: Callable
-    signature: Signature
+    finish: Callable | None = None   # the kernel that finishes the launch's reductions
 
 
 class TritonProgram:
@@ -161,7 +156,8 @@ class TritonProgram:
         for placeholder, text in parts.items():
             mainloop = mainloop.replace(placeholder, text)
         source = (HEADER.format(NAME=self.program.name, VARIANT=variant)
-                  + generate_epilogue(self.program, sig, gluon) + mainloop)
+                  + generate_epilogue(self.program, sig, gluon) + mainloop
+                  + generate_finish(self.program, sig))
         digest = hashlib.sha256(source.encode()).hexdigest()[:20]
         path = tuning.cache_dir() / "kernels" / f"{self.program.name}_{digest}.py"
         if not path.exists():
@@ -172,7 +168,7 @@ class TritonProgram:
         spec = importlib.util.spec_from_file_location(f"coda_generated_{digest}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return Kernel(variant, source, getattr(module, name), sig)
+        return Kernel(variant, source, getattr(module, name), getattr(module, "finish", None))
 
 
 class Plan:
@@ -186,8 +182,6 @@ class Plan:
         self.kinds = list(launch.kinds.items())
         self.defaults = {p.name: p.default for p in launch.program.ir.params.values()}
         self.outputs = launch.outputs
-        self.reductions = {o.name: o.reduction for o in launch.program.ir.outputs if o.reduction}
-        self.finished = kernel.signature.finished
         if kernel.variant == "map":
             self.sizes = (m, n, a.stride(0), a.stride(1))
         else:
@@ -195,13 +189,7 @@ class Plan:
         # persistent Hopper kernels: one program per SM, TMA descriptors made on the device
         self.persistent = persistent = kernel.variant in ("hopper", "pingpong")
         epilogue_n = config.epilogue_block_n if persistent else config.block_n
-        # a row reduction has a partial per column slice, a column reduction one per row block;
-        # the tickets of finished reductions: a counter per row block, one per column slice
-        row_blocks, col_slices = math.ceil(m / config.block_m), math.ceil(n / epilogue_n)
-        self.partial_rows = {"row": col_slices, "col": row_blocks}
-        self.ticket_counts = [{"row": row_blocks, "col": col_slices}[axis] for axis in ("row", "col")
-                              if kernel.signature.finishes(axis, launch.program)]
-        self.tickets: dict[int | None, list[torch.Tensor]] = {}   # per CUDA stream
+        self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": math.ceil(m / config.block_m)}
         tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
         if persistent:
             self.grid = (min(tiles, _num_sms(a.device)),)
@@ -209,14 +197,14 @@ class Plan:
                 A_K_CONTIGUOUS=a.stride(1) == 1, B_N_CONTIGUOUS=b.stride(1) == 1)
             if kernel.variant == "hopper":
                 self.meta["NUM_SMS"] = self.grid[0]
-                # loop flattening takes no branch in the loop body: the finish has one
-                self.meta["FLATTEN"] &= not self.ticket_counts
         else:
             self.grid, self.meta = (tiles,), config.meta(kernel.variant)
         names = kernel.fn.arg_names
         self.constexprs = [self.meta[name] for name in names if name in self.meta]
         self.launcher = None
         self.compiled = None   # Triton's CompiledKernel after the first run (n_regs, n_spills, asm)
+        axes = {spec.reduction[:3] for spec in launch.outputs if spec.reduction is not None}
+        self.finisher = axes and _Finisher(kernel.finish, m, n, self.partial_rows, axes)
 
     def run(self, a: torch.Tensor, b: torch.Tensor, values: dict, out: torch.Tensor | None,
             seed: int) -> dict[str, torch.Tensor]:
@@ -225,7 +213,7 @@ class Plan:
         for name, kind in self.kinds:
             value = values.get(name)
             args += _operand_args(self.defaults[name] if value is None else value, kind)
-        outputs, partials = {}, {}
+        outputs, finish_args = {}, []
         for spec in self.outputs:
             if spec.reduction is None:
                 tensor = out if spec.name == "output" and out is not None else torch.empty(
@@ -238,12 +226,7 @@ class Plan:
             bufs = tuple(torch.empty(shape, dtype=torch.float32, device=device)
                          for _ in range(2 if spec.reduction == "row_logsumexp" else 1))
             args += bufs
-            if spec.name in self.finished:
-                args.append(outputs[spec.name])
-            else:
-                partials[spec.name] = bufs
-        if self.ticket_counts:
-            args += self._tickets(device)
+            finish_args += [*bufs, outputs[spec.name]]
         if self.launcher is not None:
             self.launcher(*args, *self.constexprs)
         else:
@@ -252,51 +235,32 @@ class Plan:
             compiled = self.kernel.fn[self.grid](*args, **self.meta)
             if a.is_cuda and hasattr(compiled, "packed_metadata"):
                 self.compiled, self.launcher = compiled, direct_launcher(compiled, self.grid, device)
-        for name, bufs in partials.items():
-            finish(self.reductions[name], bufs, outputs[name])
+        if self.finisher:
+            self.finisher(finish_args, device)
         return outputs
 
-    def _tickets(self, device: torch.device) -> list[torch.Tensor]:
-        """This launch's ticket counters: kept per stream (launches on one stream run in order;
-        on two at once they must not share), taken from the zeroed pool, which a kernel leaves
-        zeroed."""
-        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
-        tickets = self.tickets.get(stream)
-        if tickets is None:
-            tickets = [TICKETS.take(count, device) for count in self.ticket_counts]
-            if any(t is None for t in tickets):   # no zeroed pool memory while a graph captures:
-                return [torch.zeros(c, dtype=torch.int32, device=device)   # zeroed in the graph
-                        for c in self.ticket_counts]
-            self.tickets[stream] = tickets
-        return tickets
 
+class _Finisher:
+    """The launch of a Plan's finishing kernel (codegen/finish.py): program i merges row block i
+    of the row partials and column block i of the column ones, in steps of `merge_tile`."""
 
-class Tickets:
-    """Zeroed int32 counters for the kernels' tickets, handed out from one pool per device.
+    def __init__(self, fn: Callable, m: int, n: int, partial_rows: dict[str, int], axes: set[str]):
+        row_p, row_block = merge_tile(partial_rows["row"])
+        col_p, col_block = merge_tile(partial_rows["col"])
+        self.fn, self.sizes = fn, (m, n, partial_rows["row"], partial_rows["col"])
+        programs = {"row": math.ceil(m / row_block), "col": math.ceil(n / col_block)}
+        self.grid = (max(programs[axis] for axis in axes),)
+        self.meta = dict(ROW_P=row_p, ROW_BLOCK=row_block, COL_P=col_p, COL_BLOCK=col_block)
+        self.constexprs = [self.meta[name] for name in fn.arg_names if name in self.meta]
+        self.launcher = None
 
-    Each launch leaves its counters at zero (the tile that finishes a reduction resets its
-    counter), so a counter zeroed once serves every later launch on its stream, replays of a
-    CUDA graph included. The pool is zeroed when it is made, which cannot happen while a CUDA
-    graph captures: `take` then returns None."""
-
-    CHUNK = 1 << 18
-
-    def __init__(self):
-        self._pools: dict[torch.device, tuple[torch.Tensor, int]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, count: int, device: torch.device) -> torch.Tensor | None:
-        with self._lock:
-            pool, used = self._pools.get(device, (None, 0))
-            if pool is None or used + count > pool.numel():
-                if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-                    return None
-                pool, used = torch.zeros(max(self.CHUNK, count), dtype=torch.int32, device=device), 0
-            self._pools[device] = (pool, used + count)
-            return pool[used:used + count]
-
-
-TICKETS = Tickets()
+    def __call__(self, buffers: list[torch.Tensor], device: torch.device) -> None:
+        if self.launcher is not None:
+            self.launcher(*self.sizes, *buffers, *self.constexprs)
+            return
+        compiled = self.fn[self.grid](*self.sizes, *buffers, **self.meta)
+        if device.type == "cuda" and hasattr(compiled, "packed_metadata"):
+            self.launcher = direct_launcher(compiled, self.grid, device)
 
 
 def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callable[..., None]:
@@ -354,9 +318,7 @@ def _signature(launch: Launch, variant: str) -> Signature:
                     else spec.shape[-1] * spec.dtype.itemsize % 16 == 0):
                 tma.add(f"out_{spec.name}")
     written = tuple(spec.name for spec in launch.outputs)
-    finished = frozenset(spec.name for spec in launch.outputs if spec.reduction is not None and (
-        spec.reduction.startswith("col") or launch.n <= FINISH_ROWS_UP_TO))
-    return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma), finished)
+    return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma))
 
 
 def _check_dtypes(launch: Launch) -> None:
