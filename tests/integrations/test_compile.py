@@ -309,6 +309,22 @@ def test_block_inductor():
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
+def test_transposed_weights_inductor():
+    """HF's Conv1D layout ([in, out] weights passed as `w.T`): the backward ops hand Inductor the
+    contiguous gradients their fakes declare (eager autograd gets them transposed, uncopied)."""
+    def fn(x, w1, b1, w2, b2):
+        h = ops.mlp(x, w1.T, b1, w2.T, b2, residual=x)
+        return ops.out_proj_residual(h, w2.T @ w1.T, h, stats="rms")[0]
+
+    args = (rand(3, 4, 8), rand(8, 12), rand(12), rand(12, 8), rand(8))
+    expected = run(fn, args)
+    with torch._inductor.config.patch(fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        got = run(torch.compile(fn, fullgraph=True), args)
+    for a, b in zip([*got[0], *got[1]], [*expected[0], *expected[1]], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_dropout_seed_drawn_per_run():
     """seed=None is drawn inside the graph at each run (not baked in at trace time), from torch's
     generator; the backward reuses the forward's mask."""

@@ -133,6 +133,13 @@ def _or_empty(t: Tensor | None, like: Tensor) -> Tensor:
     return like.new_empty(0) if t is None else t
 
 
+def _gradients(grads, like: Tensor) -> tuple[Tensor, ...]:
+    """A backward op's gradients, contiguous as its fake declares them: the weight gradient of a
+    transposed weight (HF's Conv1D) comes back transposed from `ops.common.weight_grad`, which
+    spares eager autograd a copy; a compiled graph copies it here instead."""
+    return tuple(_or_empty(g, like).contiguous() for g in grads)
+
+
 def _wanted(grads: Sequence[Tensor], needs: Sequence[bool]) -> tuple[Tensor | None, ...]:
     return tuple(g if need else None for g, need in zip(grads, needs, strict=True))
 
@@ -194,7 +201,7 @@ def _linear_backward(dy: Tensor, x: Tensor, w: Tensor, pre: Tensor, activation: 
     """(dx, dw, db): LinearFunction.backward; empty where `needs` is False."""
     ctx = _Ctx((x, w, pre if _saves_pre(activation, True) else None), needs, activation=activation,
                p=p, seed=_int(seed), bias_dtype=bias_dtype)
-    return tuple(_or_empty(g, x) for g in LinearFunction.backward(ctx, dy)[:3])
+    return _gradients(LinearFunction.backward(ctx, dy)[:3], x)
 
 
 @_linear_backward.register_fake
@@ -259,7 +266,7 @@ def _mlp_backward(dy: Tensor, x: Tensor, w1: Tensor, w2: Tensor, pre: Tensor, h:
     """(dx, dw1, db1, dw2, db2): MLPFunction.backward; empty where `needs` is False."""
     ctx = _Ctx((x, w1, w2, pre if _saves_pre(activation, True) else None, h), needs,
                activation=activation, p=p, seed=_int(seed), bias_dtypes=(b1_dtype, b2_dtype))
-    return tuple(_or_empty(g, x) for g in MLPFunction.backward(ctx, dy)[:5])
+    return _gradients(MLPFunction.backward(ctx, dy)[:5], x)
 
 
 @_mlp_backward.register_fake
@@ -367,7 +374,7 @@ def _gated_mlp_backward(dy: Tensor | None, dss: Tensor | None, x: Tensor, w_gate
     ctx = _Ctx((x, w_gate_up, w_down, r, gate, up, h, y), needs, activation=activation,
                residual=((*x.shape[:-1], w_down.shape[0]), residual_dtype),
                rstd=None if rstd is None else (rstd.shape, rstd.dtype))
-    return tuple(_or_empty(g, x) for g in GatedMLPFunction.backward(ctx, dy, dss)[:5])
+    return _gradients(GatedMLPFunction.backward(ctx, dy, dss)[:5], x)
 
 
 @_gated_mlp_backward.register_fake
@@ -431,7 +438,7 @@ def _qkv_rope_backward(dout: Tensor, x: Tensor, w_qkv: Tensor, cos: Tensor, sin:
                bias_dtype=bias_dtype)
     widths = (n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim)
     grads = QKVRopeFunction.backward(ctx, *dout.reshape(-1, w_qkv.shape[0]).split(widths, dim=1))
-    return tuple(_or_empty(g, x) for g in grads[:3])
+    return _gradients(grads[:3], x)
 
 
 @_qkv_rope_backward.register_fake
@@ -551,7 +558,7 @@ def _linear_cross_entropy_backward(grad: Tensor, x: Tensor, w: Tensor, bias: Ten
                grads_in_forward=False,
                dtypes=[None if t is None else t.dtype for t in (w, bias, norm_weight)])
     dx, dw, _, db, dg = LinearCrossEntropyFunction.backward(ctx, grad)[:5]
-    return tuple(_or_empty(g, x) for g in (dx, dw, db, dg))
+    return _gradients((dx, dw, db, dg), x)
 
 
 @_linear_cross_entropy_backward.register_fake
@@ -673,7 +680,7 @@ def _rms_norm_linear_backward(dy: Tensor, x: Tensor, g: Tensor, w: Tensor, ss: T
                               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(dx, dg, dw, dbias): RMSNormLinearFunction.backward; empty where `needs` is False."""
     ctx = _Ctx((x, g, w, ss.reshape(-1)), needs, eps=eps, bias_dtype=bias_dtype)
-    return tuple(_or_empty(t, x) for t in RMSNormLinearFunction.backward(ctx, dy)[:4])
+    return _gradients(RMSNormLinearFunction.backward(ctx, dy)[:4], x)
 
 
 @_rms_norm_linear_backward.register_fake
@@ -741,7 +748,7 @@ def _layer_norm_linear_backward(dy: Tensor, x: Tensor, g: Tensor, beta: Tensor, 
     False. `shifted`: s and ss are the op's own sums about each row's first value (not given)."""
     ctx = _Ctx((x, g, beta, w, s.reshape(-1), ss.reshape(-1)), needs, eps=eps, shifted=shifted,
                bias_dtype=bias_dtype)
-    return tuple(_or_empty(t, x) for t in LayerNormLinearFunction.backward(ctx, dy)[:5])
+    return _gradients(LayerNormLinearFunction.backward(ctx, dy)[:5], x)
 
 
 @_layer_norm_linear_backward.register_fake
@@ -810,7 +817,7 @@ def _out_proj_residual_backward(dy: Tensor, x: Tensor, w: Tensor, p: float, seed
     ctx = _Ctx((x, w), (need_x, need_w, False, need_b), p=p, seed=_int(seed),
                dtypes=(x.dtype, bias_dtype))
     dx, dw, _, db = OutProjResidualFunction.backward(ctx, dy)[:4]
-    return tuple(_or_empty(t, x) for t in (dx, dw, db))
+    return _gradients((dx, dw, db), x)
 
 
 @_out_proj_residual_backward.register_fake
@@ -923,7 +930,7 @@ def _layer_norm_backward(dy: Tensor, x: Tensor, g: Tensor, s: Tensor, ss: Tensor
     and ss are the op's own sums about each row's first value (not given)."""
     shift = row_shift(ops.as_rows(x)[0], shifted)
     ctx = _Ctx((x, g, shift, s.reshape(-1), ss.reshape(-1)), needs, eps=eps, beta_dtype=beta_dtype)
-    return tuple(_or_empty(t, x) for t in LayerNormFunction.backward(ctx, dy)[:3])
+    return _gradients(LayerNormFunction.backward(ctx, dy)[:3], x)
 
 
 @_layer_norm_backward.register_fake
