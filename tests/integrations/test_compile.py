@@ -292,6 +292,17 @@ def test_every_op_one_graph_dynamic_shapes():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
 
 
+def assert_inductor_matches_eager(fn, args) -> None:
+    """fn compiled by Inductor (the default backend) gives eager's outputs and gradients."""
+    expected = run(fn, args)
+    # Inductor's on-disk caches key on the graph, not on the fake kernels' code: compile afresh.
+    with torch._inductor.config.patch(fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        got = run(torch.compile(fn, fullgraph=True), args)
+    for a, b in zip([*got[0], *got[1]], [*expected[0], *expected[1]], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_block_inductor():
     """The default backend: Inductor compiles the glue around the custom ops; it draws the dropout
     seed with its own RNG, so results match eager only without dropout."""
@@ -300,13 +311,7 @@ def test_block_inductor():
         return ops.linear_cross_entropy(ops.mlp(h, w1, b1, w2, b2, residual=h), w_head, target)
 
     args = block_args(F64)
-    expected = run(fn, args)
-    # Inductor's on-disk caches key on the graph, not on the fake kernels' code: compile afresh.
-    with torch._inductor.config.patch(fx_graph_cache=False), \
-            torch._functorch.config.patch(enable_autograd_cache=False):
-        got = run(torch.compile(fn, fullgraph=True), args)
-    for a, b in zip([*got[0], *got[1]], [*expected[0], *expected[1]], strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert_inductor_matches_eager(fn, args)
 
 
 def test_transposed_weights_inductor():
@@ -317,12 +322,7 @@ def test_transposed_weights_inductor():
         return ops.out_proj_residual(h, w2.T @ w1.T, h, stats="rms")[0]
 
     args = (rand(3, 4, 8), rand(8, 12), rand(12), rand(12, 8), rand(8))
-    expected = run(fn, args)
-    with torch._inductor.config.patch(fx_graph_cache=False), \
-            torch._functorch.config.patch(enable_autograd_cache=False):
-        got = run(torch.compile(fn, fullgraph=True), args)
-    for a, b in zip([*got[0], *got[1]], [*expected[0], *expected[1]], strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert_inductor_matches_eager(fn, args)
 
 
 def test_dropout_seed_drawn_per_run():
