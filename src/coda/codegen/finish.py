@@ -37,13 +37,13 @@ def merge_tile(parts: int) -> tuple[int, int]:
     return block_p, max(16, TILE // block_p)
 
 
-def reductions(program: Program, sig: Signature, axis: str) -> list:
+def _reductions(program: Program, sig: Signature, axis: str) -> list:
     """The reduction outputs along `axis` ("row" or "col") that a launch of `sig` writes."""
     return [o for o in program.ir.outputs
             if o.reduction is not None and o.axis == axis and o.name in sig.outputs]
 
 
-def finish_params(program: Program, sig: Signature) -> list[str]:
+def _params(program: Program, sig: Signature) -> list[str]:
     """The finishing kernel's buffer parameters, in the order the launcher passes them: each
     reduction's partials (two buffers for a log-sum-exp) and then its result."""
     params = []
@@ -60,14 +60,11 @@ def generate_finish(program: Program, sig: Signature) -> str:
     """The source of `finish(M, N, row_parts, col_parts, ..., ROW_P, ROW_BLOCK, COL_P, COL_BLOCK)`:
     ROW_P partials of ROW_BLOCK rows a step for the row reductions, COL_P of COL_BLOCK columns for
     the column ones (`merge_tile`), "" when the launch writes no reduction."""
-    if not any(reductions(program, sig, axis) for axis in ("row", "col")):
+    by_axis = {axis: _reductions(program, sig, axis) for axis in ("row", "col")}
+    if not any(by_axis.values()):
         return ""
-    lines = []
-    for axis in ("row", "col"):
-        outs = reductions(program, sig, axis)
-        if outs:
-            lines += _merge(program, axis, outs)
-    params = ", ".join(["M", "N", "row_parts", "col_parts", *finish_params(program, sig),
+    lines = [line for axis, outs in by_axis.items() if outs for line in _merge(program, axis, outs)]
+    params = ", ".join(["M", "N", "row_parts", "col_parts", *_params(program, sig),
                         *(f"{c}: tl.constexpr" for c in ("ROW_P", "ROW_BLOCK", "COL_P", "COL_BLOCK"))])
     body = "\n".join("    " + line for line in lines)
     return f"\n@triton.jit\ndef finish({params}):\n    pid = tl.program_id(0)\n{body}\n"
@@ -81,9 +78,9 @@ def _merge(program: Program, axis: str, outs: list) -> list[str]:
              ("(N // 2)" if program.widths.outputs[o.name] == HALF else "N") for o in outs}
     lines = [f"if pid * {block} < {'M' if axis == 'row' else 'N'}:",
              f"    {axis}s = pid * {block} + tl.arange(0, {block})"]
+    fills = {o.name: "0.0" if o.reduction.endswith("_sum") else "float('-inf')" for o in outs}
     for o in outs:
-        init = "0.0" if o.reduction.endswith("_sum") else "float('-inf')"
-        lines.append(f"    {o.name}_top = tl.full([{block}], {init}, tl.float32)")
+        lines.append(f"    {o.name}_top = tl.full([{block}], {fills[o.name]}, tl.float32)")
         if o.reduction == "row_logsumexp":
             lines.append(f"    {o.name}_total = tl.zeros([{block}], tl.float32)")
     lines += [f"    for p0 in range(0, {parts}, {p}):",
@@ -105,9 +102,8 @@ def _merge(program: Program, axis: str, outs: list) -> list[str]:
                 f" + tl.sum({name}_s * tl.exp({name}_m - {name}_shift[None, :]), axis=0))",
                 f"        {name}_top = {name}_new"]
             continue
-        fill = "0.0" if o.reduction.endswith("_sum") else "float('-inf')"
         lines.append(f"        {name}_part = tl.load(red_{name}_ptr + {name}_at, mask={name}_in, "
-                     f"other={fill})")
+                     f"other={fills[name]})")
         if o.reduction.endswith("_sum"):
             lines.append(f"        {name}_top += tl.sum({name}_part, axis=0)")
         else:

@@ -204,7 +204,7 @@ class Plan:
         self.launcher = None
         self.compiled = None   # Triton's CompiledKernel after the first run (n_regs, n_spills, asm)
         axes = {spec.reduction[:3] for spec in launch.outputs if spec.reduction is not None}
-        self.finisher = axes and _Finisher(kernel.finish, m, n, self.partial_rows, axes)
+        self.finisher = _Finisher(kernel.finish, m, n, self.partial_rows, axes) if axes else None
 
     def run(self, a: torch.Tensor, b: torch.Tensor, values: dict, out: torch.Tensor | None,
             seed: int) -> dict[str, torch.Tensor]:
@@ -232,10 +232,8 @@ class Plan:
         else:
             if self.persistent:
                 _ensure_allocator()
-            compiled = self.kernel.fn[self.grid](*args, **self.meta)
-            if a.is_cuda and hasattr(compiled, "packed_metadata"):
-                self.compiled, self.launcher = compiled, direct_launcher(compiled, self.grid, device)
-        if self.finisher:
+            self.compiled, self.launcher = first_launch(self.kernel.fn, self.grid, args, self.meta, device)
+        if self.finisher is not None:
             self.finisher(finish_args, device)
         return outputs
 
@@ -257,10 +255,18 @@ class _Finisher:
     def __call__(self, buffers: list[torch.Tensor], device: torch.device) -> None:
         if self.launcher is not None:
             self.launcher(*self.sizes, *buffers, *self.constexprs)
-            return
-        compiled = self.fn[self.grid](*self.sizes, *buffers, **self.meta)
-        if device.type == "cuda" and hasattr(compiled, "packed_metadata"):
-            self.launcher = direct_launcher(compiled, self.grid, device)
+        else:
+            _, self.launcher = first_launch(self.fn, self.grid, [*self.sizes, *buffers], self.meta, device)
+
+
+def first_launch(fn, grid: tuple[int], args: list, meta: dict, device: torch.device):
+    """Launch `fn` through Triton's JIT (which compiles or finds the binary): (its compiled
+    kernel, a direct launcher of it for the later launches), or (None, None) where there is no
+    compiled CUDA kernel (the interpreter)."""
+    compiled = fn[grid](*args, **meta)
+    if device.type == "cuda" and hasattr(compiled, "packed_metadata"):
+        return compiled, direct_launcher(compiled, grid, device)
+    return None, None
 
 
 def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callable[..., None]:
