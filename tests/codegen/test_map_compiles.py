@@ -26,7 +26,7 @@ def compile_map(rows: int, vocab: int, stride: int) -> dict[str, int]:
     from triton.compiler import ASTSource
 
     from coda.codegen import kernel as kernel_module
-    from coda.codegen.tuning import MAP_CONFIG
+    from coda.codegen.tuning import MAP_CONFIGS
     from coda.ops.cross_entropy import grad_program
 
     prog = grad_program(False, False, False)
@@ -37,7 +37,7 @@ def compile_map(rows: int, vocab: int, stride: int) -> dict[str, int]:
     built = prog.triton._build(kernel_module._signature(launch, "map"), "map")
     recorder = Recorder(built.fn.arg_names)
     finish = built.finish and Recorder(built.finish.arg_names)   # nor the reductions' finish
-    kernel_module.Plan(kernel_module.Kernel("map", built.source, recorder, finish), MAP_CONFIG,
+    kernel_module.Plan(kernel_module.Kernel("map", built.source, recorder, finish), MAP_CONFIGS["tile"],
                        launch).run(launch.a, None, launch.values, launch.out, launch.seed)
     meta = dict(recorder.meta)
     options = {key: meta.pop(key) for key in ("num_warps", "num_stages") if key in meta}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch
 import triton.testing
 
 import coda
@@ -100,3 +101,23 @@ def test_a_program_that_reads_its_prior_output_never_gets_the_pingpong_kernel():
     assert kept and not any(c.pingpong for c in kept)
     assert len(kept) < len(tuning.candidates("hopper"))
     assert tuning.heuristic("hopper", 16384, 3072, 768, pingpong=False) in kept
+
+
+MAP_TILES = coda.compile("EPILOGUE map_tiles(p: scalar) { output = dropout(input, p);"
+                         " s = row_sum(output); cs = col_sum(output); cm = col_max(input); }")
+
+
+@pytest.mark.parametrize("tile", sorted(tuning.MAP_CONFIGS))
+def test_every_map_tile_gives_the_reference_results(tile):
+    """Each map tile shape (chosen on a GPU by what a map writes) through the interpreter, at a
+    ragged shape with several partials per row and per column."""
+    from coda.codegen.kernel import Plan
+
+    x = torch.randn(300, 200, generator=torch.Generator().manual_seed(4))
+    poisoned = torch.full_like(x, float("nan"))
+    launch = MAP_TILES.bind(x, None, p=0.25, seed=3, out=poisoned)
+    plan = Plan(MAP_TILES.triton.kernel(launch), tuning.MAP_CONFIGS[tile], launch)
+    out = plan.run(launch.a, None, launch.values, poisoned, launch.seed)
+    want = MAP_TILES.map(x.double(), p=0.25, seed=3, backend="reference")
+    for name, t in out.items():
+        torch.testing.assert_close(t.double(), want[name], rtol=1e-5, atol=1e-4, msg=name)

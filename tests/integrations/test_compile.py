@@ -468,10 +468,20 @@ def opcheck_cases():
                                           "silu", 0.0, None, [True, True, True, True, False], F64,
                                           None)),
         "dropout": (c.dropout, (x, 0.4, seed)),
-        "gated_mlp": (c.gated_mlp, (x, wgu, wd, rand(3, 5), rstd, "silu", True, True)),
+        "gated_mlp": (c.gated_mlp, (x, wgu, wd, rand(3, 5), rstd, "silu", True, True, None, 1e-6, False)),
         "gated_mlp_backward": (c.gated_mlp_backward, (
-            dy[:, :5], vec, x.detach(), wgu.detach(), wd.detach(), rstd.detach(), gate, up, h,
-            dy[:, :5] + 1, "gelu", [True, True, True, True, True], F64)),
+            dy[:, :5], vec, x.detach(), wgu.detach(), wd.detach(), rstd.detach(), None, gate, up, h,
+            dy[:, :5] + 1, "gelu", [True, True, True, True, True], F64, 1e-6, False)),
+        # the norm's own (sumsq) and the residual x itself: its gradient in dx's
+        "gated_mlp_sumsq": (c.gated_mlp, (x, wgu, rand(8, 6), x, None, "silu", False, True,
+                                          x.detach().square().sum(-1), 1e-5, True)),
+        "gated_mlp_sumsq_backward": (c.gated_mlp_backward, (
+            dy[:, :1].expand(3, 8).contiguous(), None, x.detach(), wgu.detach(), rand(8, 6).detach(),
+            None, vec + 8.0, gate, up, h, None, "silu", [True, True, True, False, False], F64, 1e-5,
+            True)),
+        "interleave_gain": (c.interleave_gain, (rand(6, 8), rand(6, 8), g)),
+        "interleave_gain_backward": (c.interleave_gain_backward, (
+            torch.randn(12, 8, dtype=F64), rand(6, 8).detach(), rand(6, 8).detach(), g.detach())),
         "qkv_rope": (c.qkv_rope, (x, wqkv, rand(16), angles.cos(), angles.sin(), 2, 1, 4)),
         "qkv_rope_backward": (c.qkv_rope_backward, (dy[:, :1].expand(3, 16).contiguous(), x.detach(),
                                                     wqkv.detach(), angles.cos(), angles.sin(), 2, 1, 4,

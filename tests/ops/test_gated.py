@@ -160,6 +160,45 @@ def test_gated_composes_with_an_rmsnorm():
     assert rel(y, y_ref) < 1e-12
 
 
+@pytest.mark.parametrize("name", sorted(ACTS))
+@pytest.mark.parametrize(("dtype", "lead", "tol"), [(torch.float64, (4, 3), 1e-12),
+                                                    (torch.float32, (37,), TOL32)])  # Triton kernels
+def test_gated_owns_its_rmsnorm_and_the_residual_x(name, dtype, lead, tol, monkeypatch):
+    """A pre-norm block's MLP, y = x + mlp(RMSNorm(x) * g), as swiglu_mlp(x, w * g, ...,
+    residual=x, sumsq=Σ x²): the gradient through rstd(x) and the residual's join dx in the
+    epilogue of dx's last GEMM (dx_program(True, True)); all gradients match the unfused formula
+    in float64, sumsq is not differentiated."""
+    from coda.ops import gated_mlp
+
+    kinds = []
+    original = gated_mlp.dx_program
+    monkeypatch.setattr(gated_mlp, "dx_program", lambda *k: kinds.append(k) or original(*k))
+    fn, act = ACTS[name]
+    x, w_gate, w_up, w_down, _, _ = gated_inputs(lead, 24, 19, 24, dtype, False, False)
+    g = torch.rand(24, dtype=dtype) + 0.5
+    sumsq = x.double().square().sum(-1).to(torch.promote_types(dtype, torch.float32))
+    inputs = [t.requires_grad_() for t in (x, g, w_gate, w_up, w_down)]
+    got = fn(x, interleave(w_gate, w_up, gain=g), w_down, residual=x, sumsq=sumsq, eps=1e-5, stats=True)
+    xr, gr, wg, wu, wd = ref_in = leaves(x, g, w_gate, w_up, w_down)
+    normed = xr * torch.rsqrt(xr.square().mean(-1, keepdim=True) + 1e-5) * gr
+    y_ref = (act(normed @ wg.T) * (normed @ wu.T)) @ wd.T + xr
+    ref = (y_ref, y_ref.square().sum(-1))
+    for a, b in zip(got, ref, strict=True):
+        assert rel(a, b) < tol, rel(a, b)
+    cot = [torch.randn_like(b) for b in ref]
+    for a, b in zip(grads_of(got, cot, inputs), grads_of(ref, cot, ref_in), strict=True):
+        assert a.dtype == dtype and rel(a, b) < tol, rel(a, b)
+    assert kinds == [(True, True)]
+
+
+def test_gated_sumsq_gradcheck_float64():
+    x, w_gate, w_up, w_down, _, _ = gated_inputs((5,), 6, 4, 6, torch.float64, False, False)
+    args = [t.requires_grad_() for t in (x, interleave(w_gate, w_up), w_down)]
+    # sumsq is Σ x² of the (perturbed) x, as a producer would give it, and not differentiated
+    assert torch.autograd.gradcheck(lambda x, w, wd: swiglu_mlp(
+        x, w, wd, residual=x, sumsq=x.detach().square().sum(-1), eps=1e-5), args)
+
+
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"w_gate_up": torch.randn(7, 8)}, "w_gate_up is \\[7, 8\\]"),
     ({"w_gate_up": torch.randn(10, 9)}, "w_gate_up is \\[10, 9\\].*in_features = 8"),
@@ -168,6 +207,9 @@ def test_gated_composes_with_an_rmsnorm():
     ({"residual": torch.randn(3, 7)}, "residual must be .*\\[3, 8\\]"),
     ({"rstd": torch.randn(3, 1)}, "rstd must be .*\\[3\\]"),
     ({"stats": 1}, "stats must be True or False"),
+    ({"sumsq": torch.rand(3), "rstd": torch.rand(3)}, "rstd .* or sumsq .*, not both"),
+    ({"sumsq": torch.rand(4)}, "sumsq must be one value per row of x, shape \\[3\\]"),
+    ({"sumsq": torch.rand(3), "eps": -1.0}, "eps must be a number >= 0"),
     ({"x": torch.ones(3, 8, dtype=torch.int32)}, "x must be a floating-point tensor"),
 ])
 def test_gated_errors_name_the_argument(kwargs, match):
@@ -176,9 +218,36 @@ def test_gated_errors_name_the_argument(kwargs, match):
         swiglu_mlp(**args)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])   # reference backend, Triton kernels
+def test_interleave_with_a_gain_and_its_gradients(dtype):
+    """interleave(w_gate, w_up, gain) against torch's `interleave(...) * gain` in float64, forward
+    and the gradients of both weights and the gain (float32: one rounding a value, dgain a sum
+    of 2F = 74 products: well under TOL32)."""
+    torch.manual_seed(7)
+    w_gate, w_up = torch.randn(37, 45, dtype=dtype), torch.randn(37, 45, dtype=dtype)
+    gain = torch.rand(45, dtype=dtype) + 0.5
+    inputs = [t.requires_grad_() for t in (w_gate, w_up, gain)]
+    ref_in = leaves(w_gate, w_up, gain)
+    got = interleave(*inputs)
+    want = torch.stack(ref_in[:2], dim=1).flatten(0, 1) * ref_in[2]
+    assert got.shape == (74, 45) and got.dtype == dtype
+    assert rel(got, want) < TOL32
+    cot = torch.randn_like(want)
+    for a, b in zip(grads_of([got], [cot], inputs), grads_of([want], [cot], ref_in), strict=True):
+        assert a.shape == b.shape and a.dtype == dtype and a.is_contiguous()
+        assert rel(a, b) < TOL32, rel(a, b)
+    if dtype == torch.float64:
+        args = [t.detach().requires_grad_() for t in (w_gate[:5, :4], w_up[:5, :4], gain[:4])]
+        assert torch.autograd.gradcheck(lambda *a: interleave(*a), args)
+
+
 def test_interleave_errors():
     with pytest.raises(coda.LaunchError, match="w_gate and w_up"):
         interleave(torch.randn(3, 4), torch.randn(4, 4))
+    with pytest.raises(coda.LaunchError, match="gain must be"):
+        interleave(torch.randn(3, 4), torch.randn(3, 4), gain=torch.randn(3))
+    with pytest.raises(coda.LaunchError, match="weights \\[F, H\\]"):
+        interleave(torch.randn(3), torch.randn(3), gain=torch.randn(3))
     with pytest.raises(coda.LaunchError, match="even first dimension"):
         deinterleave(torch.randn(3, 4))
 

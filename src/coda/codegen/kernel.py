@@ -113,7 +113,8 @@ class TritonProgram:
         if interpreter_enabled() and not a.is_cuda:
             return tuning.INTERPRETER_CONFIG
         if kernel.variant == "map":
-            return tuning.MAP_CONFIG
+            reductions = [spec.reduction or "tile" for spec in launch.outputs]
+            return tuning.map_config("tile" in reductions, any(r.startswith("col") for r in reductions))
         bucket = (kernel.variant, str(a.dtype), 1 << max(m - 1, 0).bit_length(), n, k,
                   _layout(launch))
         config = self._configs.get(bucket)

@@ -83,10 +83,26 @@ CANDIDATES = {
     ],
 }
 
-#: A map (no GEMM) is memory-bound: one modest tile shape serves.
-MAP_CONFIG = Config(32, 128, 0, num_warps=4)
+#: Map (no GEMM) tiles, by what the map writes: memory-bound, but the tile's shape sets how many
+#: column partials there are and how wide each program's loads are. Timed on the H200 for the
+#: maps of GPT-2, BERT and LLaMA training (benchmarks/results/session10/map_tiles.json, finish
+#: included, from CUDA graphs): a map that writes only sums (a bias gradient, LayerNorm's
+#: gradient sums) runs 1.7-2.2x faster in 128x64 tiles than in 32x128 ones; one that writes a
+#: tile and column sums (dropout or an activation's derivative, then the bias gradient) 1.05-1.35x
+#: faster in 64x64 tiles; one that writes a tile without column sums (a norm, its dx) is fastest,
+#: within 5%, in 32x128 tiles.
+MAP_CONFIGS = {"sums": Config(128, 64, 0, num_warps=4), "tile+col": Config(64, 64, 0, num_warps=4),
+               "tile": Config(32, 128, 0, num_warps=4)}
 #: Under the Triton interpreter every program is numpy work: small tiles keep it quick.
 INTERPRETER_CONFIG = Config(32, 32, 32, group_m=4)
+
+
+def map_config(writes_tile: bool, col_reductions: bool) -> Config:
+    """The tile of a map launch (MAP_CONFIGS): by whether it stores a tile, and column
+    reductions."""
+    if not writes_tile:
+        return MAP_CONFIGS["sums"]
+    return MAP_CONFIGS["tile+col" if col_reductions else "tile"]
 
 
 def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True) -> Config:

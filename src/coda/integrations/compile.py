@@ -17,6 +17,7 @@ as `torch.library` custom ops in the `coda` namespace:
     coda::layer_norm_linear      coda::layer_norm_linear_backward
     coda::out_proj_residual      coda::out_proj_residual_backward
     coda::rms_rstd               coda::rms_rstd_backward
+    coda::interleave_gain        coda::interleave_gain_backward  (interleave with a gain)
     coda::layer_norm             coda::layer_norm_backward       (coda.nn.layer_norm)
 
 Dynamo and AOTAutograd see each as one opaque node, in the forward graph and in the backward
@@ -68,7 +69,7 @@ from ..nn.layer_norm import LayerNormFunction, row_shift
 from ..nn.layer_norm import layer_norm as _nn_layer_norm
 from ..ops.cross_entropy import LinearCrossEntropyFunction
 from ..ops.dropout import DropoutFunction, resolve_seed
-from ..ops.gated_mlp import GatedMLPFunction
+from ..ops.gated_mlp import GatedMLPFunction, InterleaveGain
 from ..ops.linear import ACTIVATIONS, LinearFunction, MLPFunction
 from ..ops.norms import LayerNormLinearFunction, OutProjResidualFunction, RMSNormLinearFunction, RmsRstd
 from ..ops.rope import QKVRopeFunction, rotate
@@ -315,19 +316,21 @@ def dropout_op(x: Tensor, p: float, seed: int | None) -> Tensor:
 # gated MLPs --------------------------------------------------------------------------------------
 @torch.library.custom_op("coda::gated_mlp", mutates_args=())
 def _gated_mlp(x: Tensor, w_gate_up: Tensor, w_down: Tensor, residual: Tensor | None,
-               rstd: Tensor | None, activation: str, stats: bool, grad: bool
-               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+               rstd: Tensor | None, activation: str, stats: bool, grad: bool, sumsq: Tensor | None,
+               eps: float, residual_is_x: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(y, ss, gate, up, h): GatedMLPFunction.forward; ss is empty unless `stats`, gate and up
     unless `grad`."""
     ctx = _Ctx()
-    out = GatedMLPFunction.forward(ctx, x, w_gate_up, w_down, residual, rstd, activation, stats, grad)
+    out = GatedMLPFunction.forward(ctx, x, w_gate_up, w_down, residual, rstd, activation, stats, grad,
+                                   sumsq, eps)
     y, ss = out if stats else (out, None)
     gate, up, h = ctx.saved_tensors[4:7]
     return y, _or_empty(ss, x), _or_empty(gate, x), _or_empty(up, x), h
 
 
 @_gated_mlp.register_fake
-def _gated_mlp_fake(x, w_gate_up, w_down, residual, rstd, activation, stats, grad):
+def _gated_mlp_fake(x, w_gate_up, w_down, residual, rstd, activation, stats, grad, sumsq, eps,
+                    residual_is_x):
     lead, width = x.shape[:-1], w_gate_up.shape[0] // 2
     ss = x.new_empty(lead, dtype=_stat_dtype(x)) if stats else x.new_empty(0)
     h = x.new_empty(_rows(x), width)
@@ -336,27 +339,27 @@ def _gated_mlp_fake(x, w_gate_up, w_down, residual, rstd, activation, stats, gra
 
 
 def _gated_mlp_setup(ctx, inputs, output):
-    x, w_gate_up, w_down, residual, rstd, activation, stats, _ = inputs
+    x, w_gate_up, w_down, residual, rstd, activation, stats, _, sumsq, eps, residual_is_x = inputs
     y, ss, gate, up, h = output
     ctx.mark_non_differentiable(gate, up, h, *(() if stats else (ss,)))
     ctx.set_materialize_grads(False)
-    ctx.save_for_backward(x, w_gate_up, w_down, rstd, gate, up, h, y if stats else None)
-    ctx.activation = activation
+    ctx.save_for_backward(x, w_gate_up, w_down, rstd, sumsq, gate, up, h, y if stats else None)
+    ctx.activation, ctx.eps, ctx.residual_is_x = activation, eps, residual_is_x
     ctx.residual_dtype = None if residual is None else residual.dtype
 
 
 def _gated_mlp_grad(ctx, dy, dss, _gate, _up, _h):
-    x, w_gate_up, w_down, rstd, gate, up, h, y = ctx.saved_tensors
     needs = list(ctx.needs_input_grad[:5])
-    # Without dss the residual's gradient is dy itself, which a custom op cannot return.
-    residual_outside = needs[3] and dss is None
-    needs[3] = needs[3] and not residual_outside
-    grads = torch.ops.coda.gated_mlp_backward(dy, dss, x, w_gate_up, w_down, rstd, gate, up, h, y,
-                                              ctx.activation, needs, ctx.residual_dtype)
+    # With the residual x itself, x's gradient includes the residual's (GatedMLPFunction);
+    # otherwise, without dss, the residual's gradient is dy itself, which a custom op cannot return.
+    residual_outside = needs[3] and dss is None and not (ctx.residual_is_x and needs[0])
+    needs[3] = needs[3] and not residual_outside and not ctx.residual_is_x
+    grads = torch.ops.coda.gated_mlp_backward(dy, dss, *ctx.saved_tensors, ctx.activation, needs,
+                                              ctx.residual_dtype, ctx.eps, ctx.residual_is_x)
     dx, dw_gate_up, dw_down, dresidual, drstd = _wanted(grads, needs)
     if residual_outside:
         dresidual = dy.to(ctx.residual_dtype)
-    return dx, dw_gate_up, dw_down, dresidual, drstd, None, None, None
+    return dx, dw_gate_up, dw_down, dresidual, drstd, None, None, None, None, None, None
 
 
 _gated_mlp.register_autograd(_gated_mlp_grad, setup_context=_gated_mlp_setup)
@@ -364,22 +367,23 @@ _gated_mlp.register_autograd(_gated_mlp_grad, setup_context=_gated_mlp_setup)
 
 @torch.library.custom_op("coda::gated_mlp_backward", mutates_args=())
 def _gated_mlp_backward(dy: Tensor | None, dss: Tensor | None, x: Tensor, w_gate_up: Tensor,
-                        w_down: Tensor, rstd: Tensor | None, gate: Tensor, up: Tensor, h: Tensor,
-                        y: Tensor | None, activation: str, needs: list[bool],
-                        residual_dtype: torch.dtype | None
+                        w_down: Tensor, rstd: Tensor | None, sumsq: Tensor | None, gate: Tensor,
+                        up: Tensor, h: Tensor, y: Tensor | None, activation: str, needs: list[bool],
+                        residual_dtype: torch.dtype | None, eps: float, residual_is_x: bool
                         ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(dx, dw_gate_up, dw_down, dresidual, drstd): GatedMLPFunction.backward; empty where
     `needs` is False."""
-    r = None if rstd is None else rstd.reshape(-1)
-    ctx = _Ctx((x, w_gate_up, w_down, r, gate, up, h, y), needs, activation=activation,
-               residual=((*x.shape[:-1], w_down.shape[0]), residual_dtype),
-               rstd=None if rstd is None else (rstd.shape, rstd.dtype))
+    scale = sumsq if sumsq is not None else rstd
+    ctx = _Ctx((x, w_gate_up, w_down, None if scale is None else scale.reshape(-1), gate, up, h, y),
+               needs, activation=activation, residual=((*x.shape[:-1], w_down.shape[0]), residual_dtype),
+               rstd=None if rstd is None else (rstd.shape, rstd.dtype),
+               eps=None if sumsq is None else eps, residual_is_x=residual_is_x)
     return _gradients(GatedMLPFunction.backward(ctx, dy, dss)[:5], x)
 
 
 @_gated_mlp_backward.register_fake
-def _gated_mlp_backward_fake(dy, dss, x, w_gate_up, w_down, rstd, gate, up, h, y, activation,
-                             needs, residual_dtype):
+def _gated_mlp_backward_fake(dy, dss, x, w_gate_up, w_down, rstd, sumsq, gate, up, h, y, activation,
+                             needs, residual_dtype, eps, residual_is_x):
     shapes = (x.shape, w_gate_up.shape, w_down.shape, (*x.shape[:-1], w_down.shape[0]),
               x.shape[:-1])
     dtypes = (x.dtype, x.dtype, x.dtype, residual_dtype, None if rstd is None else rstd.dtype)
@@ -388,10 +392,11 @@ def _gated_mlp_backward_fake(dy, dss, x, w_gate_up, w_down, rstd, gate, up, h, y
 
 
 def gated_mlp_op(x: Tensor, w_gate_up: Tensor, w_down: Tensor, residual: Tensor | None,
-                 rstd: Tensor | None, activation: str, stats: bool, grad: bool
-                 ) -> Tensor | tuple[Tensor, Tensor]:
+                 rstd: Tensor | None, activation: str, stats: bool, grad: bool,
+                 sumsq: Tensor | None, eps: float) -> Tensor | tuple[Tensor, Tensor]:
     """swiglu_mlp's / geglu_mlp's launch (checked arguments) through coda::gated_mlp."""
-    y, ss, *_ = torch.ops.coda.gated_mlp(x, w_gate_up, w_down, residual, rstd, activation, stats, grad)
+    y, ss, *_ = torch.ops.coda.gated_mlp(x, w_gate_up, w_down, residual, rstd, activation, stats, grad,
+                                         sumsq, eps, residual is x)
     return (y, ss) if stats else y
 
 
@@ -834,6 +839,46 @@ def out_proj_residual_op(x: Tensor, w: Tensor, residual: Tensor, bias: Tensor | 
     coda::out_proj_residual: y, (y, ss) or (y, ss, s) as the op returns them."""
     y, ss, s = torch.ops.coda.out_proj_residual(x, w, residual, bias, p, _seed(p, seed), stats)
     return {None: y, "rms": (y, ss), "layer": (y, ss, s)}[stats]
+
+
+# interleave with a gain ----------------------------------------------------------------------------
+@torch.library.custom_op("coda::interleave_gain", mutates_args=())
+def _interleave_gain(w_gate: Tensor, w_up: Tensor, gain: Tensor) -> Tensor:
+    """InterleaveGain.forward: interleave(w_gate, w_up) * gain, [2F, H]."""
+    return InterleaveGain.forward(_Ctx(), w_gate, w_up, gain)
+
+
+@_interleave_gain.register_fake
+def _interleave_gain_fake(w_gate, w_up, gain):
+    return w_gate.new_empty(2 * w_gate.shape[0], w_gate.shape[1])
+
+
+def _interleave_gain_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _interleave_gain_grad(ctx, d):
+    return torch.ops.coda.interleave_gain_backward(d, *ctx.saved_tensors)
+
+
+_interleave_gain.register_autograd(_interleave_gain_grad, setup_context=_interleave_gain_setup)
+
+
+@torch.library.custom_op("coda::interleave_gain_backward", mutates_args=())
+def _interleave_gain_backward(d: Tensor, w_gate: Tensor, w_up: Tensor, gain: Tensor
+                              ) -> tuple[Tensor, Tensor, Tensor]:
+    """(d w_gate, d w_up, d gain): InterleaveGain.backward."""
+    return InterleaveGain.backward(_Ctx((w_gate, w_up, gain)), d)
+
+
+@_interleave_gain_backward.register_fake
+def _interleave_gain_backward_fake(d, w_gate, w_up, gain):
+    return w_gate.new_empty(w_gate.shape), w_up.new_empty(w_up.shape), gain.new_empty(gain.shape)
+
+
+def interleave_gain_op(w_gate: Tensor, w_up: Tensor, gain: Tensor) -> Tensor:
+    """interleave(w_gate, w_up, gain)'s launch (checked arguments) through coda::interleave_gain."""
+    return torch.ops.coda.interleave_gain(w_gate, w_up, gain)
 
 
 # rms_rstd ----------------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ Per family (docs/integrations.md, "HuggingFace models"):
   CODA's interleaved convention, equal to HF's rotate-half on the permuted rows), HF's attention,
   `o_proj` + residual -> `out_proj_residual`
   (which emits the next RMSNorm's row statistics), `post_attention_layernorm` + MLP + residual ->
-  `swiglu_mlp` with the norm folded (`rstd` from those statistics, the gain in the weight).
+  `swiglu_mlp` with the norm folded (`sumsq=` those statistics, the gain in the weight: one
+  `interleave(w_gate, w_up, gain=)` pass); its dx kernel adds the residual's and the norm's
+  gradients, so h's whole gradient from the MLP comes out of one kernel.
 - GPT-2 (`GPT2Model`, `GPT2LMHeadModel`), each `GPT2Block`: `ln_1` + `c_attn` ->
   `layer_norm_linear` (Conv1D weights [in, out] are used as `w.T` views, no copies), HF's attention,
   `c_proj` + residual -> `out_proj_residual(stats="layer")`, `ln_2` -> `coda.nn.layer_norm` on those
@@ -29,7 +31,7 @@ Per family (docs/integrations.md, "HuggingFace models"):
   `linear_cross_entropy`, which never writes the logits (`logits` is None in the output).
 
 Per-call costs that eager HF does not have: the concatenated q/k/v weight (LLaMA) and
-`interleave(w_gate, w_up) * g` (LLaMA) are weight-sized copies per forward (autograd routes their
+`interleave(w_gate, w_up, gain=g)` (LLaMA) are weight-sized copies per forward (autograd routes their
 gradients back to the original parameters); GPT-2 and BERT use the parameters as they are.
 Configurations the ops cannot reproduce exactly raise `CodaError` naming the option.
 """
@@ -130,9 +132,9 @@ def _llama_layer(layer: nn.Module) -> Callable:
                       attn.attention_dropout if attn.training else 0.0, cache, kwargs)
         h, ss = ops.out_proj_residual(out.reshape(*lead, -1), attn.o_proj.weight, hidden_states,
                                       bias=attn.o_proj.bias, stats="rms")
-        rstd = ops.rms_rstd(h, ss, norm2.variance_epsilon)
-        w_gate_up = ops.interleave(mlp.gate_proj.weight, mlp.up_proj.weight) * norm2.weight[None, :]
-        return ops.swiglu_mlp(h, w_gate_up, mlp.down_proj.weight, residual=h, rstd=rstd)
+        w_gate_up = ops.interleave(mlp.gate_proj.weight, mlp.up_proj.weight, gain=norm2.weight)
+        return ops.swiglu_mlp(h, w_gate_up, mlp.down_proj.weight, residual=h, sumsq=ss,
+                              eps=norm2.variance_epsilon)
 
     return forward
 

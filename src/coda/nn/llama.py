@@ -14,11 +14,12 @@ fused forward (rstd_i = rsqrt(Σ x² / n + eps), g_i the norms' gains):
   xs           = x ⊙_row rstd1                     one torch multiply: qkv_rope has no norm operand
   q, k, v      = qkv_rope(xs, [wq; wk; wv] ⊙ g1)    one GEMM, RoPE in its epilogue
   a, ss2       = out_proj_residual(attn, wo, x, stats="rms")
-  y (, ss)     = swiglu_mlp(a, interleave(wg, wu) ⊙ g2, wd, residual=a, rstd=rstd2(a, ss2), stats=)
-The row scales come from `coda.ops.rms_rstd`: out_proj_residual's ss is not
-differentiable while swiglu_mlp returns a gradient for rstd, and `rms_rstd` carries that gradient
-to a (rstd1 likewise to x). Per call, the concatenated and gain-scaled q/k/v weight and the
-interleaved gate/up weight are weight-sized copies (their gradients flow back to the parameters).
+  y (, ss)     = swiglu_mlp(a, interleave(wg, wu, gain=g2), wd, residual=a, sumsq=ss2, stats=)
+swiglu_mlp owns the second norm (rstd2 from ss2 in its kernels, differentiated through a, and a's
+residual gradient added in the same kernel). rstd1 comes from `coda.ops.rms_rstd`: ss1 is not
+differentiable and `rms_rstd` carries rstd1's gradient to x. Per call, the concatenated and
+gain-scaled q/k/v weight and the interleaved gate/up weight are weight-sized copies (their
+gradients flow back to the parameters).
 """
 
 from __future__ import annotations
@@ -91,10 +92,10 @@ class LlamaBlock(nn.Module):
         w_qkv = w_qkv * self.input_layernorm.weight[None, :]
         q, k, v = ops.qkv_rope(xs, w_qkv, cos, sin, self.n_heads, self.n_kv_heads, self.head_dim)
         a, ss = ops.out_proj_residual(self.attend(q, k, v), attn["o_proj"].weight, x, stats="rms")
-        rstd = ops.rms_rstd(a, ss, self.eps)
-        w_gate_up = ops.interleave(mlp.gate_proj.weight, mlp.up_proj.weight)
-        w_gate_up = w_gate_up * self.post_attention_layernorm.weight[None, :]
-        return ops.swiglu_mlp(a, w_gate_up, mlp.down_proj.weight, residual=a, rstd=rstd, stats=stats)
+        w_gate_up = ops.interleave(mlp.gate_proj.weight, mlp.up_proj.weight,
+                                   gain=self.post_attention_layernorm.weight)
+        return ops.swiglu_mlp(a, w_gate_up, mlp.down_proj.weight, residual=a, stats=stats, sumsq=ss,
+                              eps=self.eps)
 
     def _eager(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, stats: bool):
         """The same block in plain PyTorch (the reference for the fused path)."""

@@ -25,6 +25,12 @@ backward  dy'            = dy + 2 dss ⊙_row y      (STATS_GRAD.map, only when 
           dw_down        = dy'.T @ h  (h is the up GEMM's output, kept alive: no recompute)
           dresidual      = dy',   drstd = dr / r   (sum_c dpre * pre = r * d(loss)/dr)
 
+With `sumsq` (ss_x = Σ x² per row, as out_proj_residual(stats="rms") emits it) in place of rstd,
+the norm is the op's own: every epilogue computes r = rsqrt(ss_x / H + eps), and the gradient
+through r(x), −(dr r² / H) ⊙_row x, joins dx in ADD_PARTIAL's epilogue. When the residual is x
+itself (a pre-norm block's `y = x + mlp(norm(x))`), its gradient dy' joins there too: dx then
+carries all of x's gradient in one kernel, where autograd would add three tensors.
+
 dgate and dup stay two [M, F] tensors and the two backward GEMMs that would read them interleaved
 run as two GEMMs each, reading w_gate_up's gate rows and up rows through strided views: an
 epilogue writes only its primary output into a caller's buffer (`out=`), so an interleaved
@@ -35,6 +41,7 @@ docs/ops.md counts every alternative.
 from __future__ import annotations
 
 import functools
+import numbers
 
 import torch
 
@@ -43,6 +50,7 @@ from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
 from .common import ADD_PARTIAL, PLAIN, as_rows, present, weight_grad
+from .norms import FOLD, NORM_DW, RMS_ROW, RMS_ROW_PARAMS
 
 #: activation -> (f, f') by primitive name; the op names follow the activation.
 ACTIVATIONS = {"silu": ("silu", "silu_grad"), "gelu": ("gelu", "gelu_grad")}
@@ -52,20 +60,26 @@ OP_NAMES = {"silu": "swiglu", "gelu": "geglu"}
 STATS_GRAD = compile_program("EPILOGUE ss_grad(y: tile, dss: row) { output = input + 2.0 * dss * y; }")
 
 
+#: norm -> (the epilogue's parameters, the statements that define `rstd`): a row scale given
+#: (`rstd=`), or computed per row from Σ x² (`sumsq=`).
+NORMS = {None: ([], ""), "rstd": (["rstd: row"], ""), "sumsq": ([RMS_ROW_PARAMS], RMS_ROW)}
+
+
 @functools.cache
-def up_program(activation: str, rstd: bool, save: bool) -> Program:
+def up_program(activation: str, norm: str | None, save: bool) -> Program:
     """GEMM x @ w_gate_up.T; epilogue: `output = f(gate) * up` over the unpacked column pairs.
 
-    For example ("silu", True, True) is
+    For example ("silu", "rstd", True) is
         EPILOGUE swiglu_up(rstd: row) {
           gate, up = unpack(input * rstd); save g = gate; save u = up; output = silu(gate) * up;
         }
     """
     f = ACTIVATIONS[activation][0]
-    pre = "input * rstd" if rstd else "input"
-    body = [f"gate, up = unpack({pre});", "save g = gate; save u = up;" * save,
+    params, row = NORMS[norm]
+    pre = "input * rstd" if norm else "input"
+    body = [row, f"gate, up = unpack({pre});", "save g = gate; save u = up;" * save,
             f"output = {f}(gate) * up;"]
-    return compile_program(f"EPILOGUE {OP_NAMES[activation]}_up({'rstd: row' * rstd}) "
+    return compile_program(f"EPILOGUE {OP_NAMES[activation]}_up({', '.join(params)}) "
                            f"{{ {' '.join(body)} }}")
 
 
@@ -81,34 +95,94 @@ def down_program(residual: bool, stats: bool) -> Program:
 
 
 @functools.cache
-def grad_program(activation: str, rstd: bool, rstd_grad: bool) -> Program:
+def grad_program(activation: str, norm: str | None, rstd_grad: bool) -> Program:
     """GEMM dy @ w_down = dh; epilogue: the gradients at gate and up (times r when folded in),
     and `dr = row_sum(dpre * pre)` when r needs a gradient.
 
-    For example ("silu", True, True) is
+    For example ("silu", "rstd", True) is
         EPILOGUE swiglu_grad(g: tile, u: tile, rstd: row) {
           dg = input * u * silu_grad(g); du = input * silu(g);
           output = dg * rstd; save dup = du * rstd; dr = row_sum(dg * g + du * u);
         }
     """
     f, df = ACTIVATIONS[activation]
-    scale = " * rstd" if rstd else ""
-    body = [f"dg = input * u * {df}(g);", f"du = input * {f}(g);",
+    params, row = NORMS[norm]
+    scale = " * rstd" if norm else ""
+    body = [row, f"dg = input * u * {df}(g);", f"du = input * {f}(g);",
             f"output = dg{scale};", f"save dup = du{scale};", "dr = row_sum(dg * g + du * u);" * rstd_grad]
-    params = "g: tile, u: tile" + ", rstd: row" * rstd
+    params = ", ".join(["g: tile, u: tile", *params])
     return compile_program(f"EPILOGUE {OP_NAMES[activation]}_grad({params}) {{ {' '.join(body)} }}")
 
 
-def interleave(w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+@functools.cache
+def dx_program(norm_grad: bool, residual_grad: bool) -> Program:
+    """GEMM dup @ w_up' plus the float32 partial dgate @ w_gate', and what else x's gradient
+    has: through r(x) (`sumsq=`) and the residual's gradient when the residual is x.
+
+    For example (True, True) is
+        EPILOGUE gated_dx(partial: tile, ss: row, inv_n: scalar, eps: scalar, dr: row,
+                          xin: tile, dres: tile) {
+          rstd = rsqrt(ss * inv_n + eps);
+          output = input + partial - dr * rstd * rstd * inv_n * xin + dres;
+        }
+    """
+    if not norm_grad and not residual_grad:
+        return ADD_PARTIAL
+    params = (["partial: tile"] + [RMS_ROW_PARAMS, "dr: row", "xin: tile"] * norm_grad
+              + ["dres: tile"] * residual_grad)
+    row = RMS_ROW * norm_grad
+    terms = " - dr * rstd * rstd * inv_n * xin" * norm_grad + " + dres" * residual_grad
+    return compile_program(f"EPILOGUE gated_dx({', '.join(params)}) {{"
+                           f" {row} output = input + partial{terms}; }}")
+
+
+def interleave(w_gate: torch.Tensor, w_up: torch.Tensor, gain: torch.Tensor | None = None) -> torch.Tensor:
     """The fused up-projection weight [2F, ...] from w_gate and w_up [F, ...]: row 2j is
-    w_gate[j], row 2j + 1 is w_up[j] (a bias [F] works too)."""
+    w_gate[j], row 2j + 1 is w_up[j] (a bias [F] works too). With `gain` ([H], an RMSNorm's
+    weight folded into the GEMM) the rows are scaled by it: `interleave(w_gate, w_up) * gain`,
+    in one pass over the weights each way (InterleaveGain) where torch needs two forward and
+    four backward."""
     for name, w in (("w_gate", w_gate), ("w_up", w_up)):
         if not isinstance(w, torch.Tensor) or w.dim() == 0:
             raise LaunchError(f"{name} must be a tensor [F, H], got {checks.describe(w)}")
     if w_gate.shape != w_up.shape or w_gate.dtype != w_up.dtype:
         raise LaunchError(f"w_gate and w_up must have one shape and dtype; got {checks.describe(w_gate)} "
                           f"and {checks.describe(w_up)}")
-    return torch.stack((w_gate, w_up), dim=1).flatten(0, 1)
+    if gain is None:
+        return torch.stack((w_gate, w_up), dim=1).flatten(0, 1)
+    if w_gate.dim() != 2:
+        raise LaunchError(f"interleave with a gain takes weights [F, H], got {checks.describe(w_gate)}")
+    checks.optional_tensor("gain", gain, (w_gate.shape[1],), w_gate)
+    from ..integrations import compile as custom  # here: that module imports this one
+    if custom.routed():   # inside torch.compile: the custom op coda::interleave_gain, no graph break
+        return custom.interleave_gain_op(w_gate, w_up, gain)
+    return InterleaveGain.apply(w_gate, w_up, gain)
+
+
+class InterleaveGain(torch.autograd.Function):
+    """`interleave(w_gate, w_up) * gain`: the [2F, H] result is [F, 2H] with gate row j in the
+    first H columns of row j and up row j in the last, so it is two maps writing halves of one
+    buffer. Backward (d the [2F, H] gradient, again two halves of [F, 2H]): d w_gate =
+    d_gate * gain and dgain = col_sum(d_gate * w_gate) + col_sum(d_up * w_up), one map a half."""
+
+    @staticmethod
+    def forward(ctx, w_gate: torch.Tensor, w_up: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
+        f, h = w_gate.shape
+        pairs = w_gate.new_empty(f, 2 * h)
+        for half, w in enumerate((w_gate, w_up)):
+            FOLD.map(w, g=gain, out=pairs[:, half * h:(half + 1) * h])
+        ctx.save_for_backward(w_gate, w_up, gain)
+        return pairs.view(2 * f, h)
+
+    @staticmethod
+    def backward(ctx, d: torch.Tensor):
+        w_gate, w_up, gain = ctx.saved_tensors
+        f, h = w_gate.shape
+        pairs = d.reshape(f, 2 * h)
+        grads = [NORM_DW.map(pairs[:, half * h:(half + 1) * h], g=gain, w=w)
+                 for half, w in enumerate((w_gate, w_up))]
+        dgain = (grads[0]["dg"] + grads[1]["dg"]).to(gain.dtype)
+        return grads[0]["output"], grads[1]["output"], dgain
 
 
 def deinterleave(w_gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,17 +201,20 @@ class GatedMLPFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
                 residual: torch.Tensor | None, rstd: torch.Tensor | None, activation: str,
-                stats: bool, grad: bool):
+                stats: bool, grad: bool, sumsq: torch.Tensor | None = None, eps: float = 0.0):
         ctx.set_materialize_grads(False)
         rows, lead = as_rows(x)
-        r = None if rstd is None else rstd.reshape(-1)
-        up = up_program(activation, r is not None, grad)(rows, w_gate_up.T, **present(rstd=r))
+        # the row scale's slot holds rstd, or Σ x² when the norm is the op's own (eps not None)
+        scale = sumsq.reshape(-1) if sumsq is not None else None if rstd is None else rstd.reshape(-1)
+        ctx.eps = None if sumsq is None else eps
+        norm, row = _norm(scale, ctx.eps, rows.shape[1])
+        up = up_program(activation, norm, grad)(rows, w_gate_up.T, **row)
         res = None if residual is None else as_rows(residual)[0]
         down = down_program(res is not None, stats)(up["output"], w_down.T, **present(residual=res))
         y = down["output"].reshape(*lead, w_down.shape[0])
-        ctx.save_for_backward(x, w_gate_up, w_down, r, up.get("g"), up.get("u"), up["output"],
+        ctx.save_for_backward(x, w_gate_up, w_down, scale, up.get("g"), up.get("u"), up["output"],
                               y if stats else None)
-        ctx.activation = activation
+        ctx.activation, ctx.residual_is_x = activation, residual is x
         ctx.residual = None if residual is None else (residual.shape, residual.dtype)
         ctx.rstd = None if rstd is None else (rstd.shape, rstd.dtype)
         if stats:
@@ -146,58 +223,80 @@ class GatedMLPFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor | None, dss: torch.Tensor | None = None):
-        x, w_gate_up, w_down, r, gate, up, h, y = ctx.saved_tensors
+        if dy is None and dss is None:   # no gradient reached the outputs
+            return (None,) * 10
+        x, w_gate_up, w_down, scale, gate, up, h, y = ctx.saved_tensors
         need_x, need_wgu, need_wd, need_res, need_r = ctx.needs_input_grad[:5]
         rows = as_rows(x)[0]
         dy = as_rows(torch.zeros_like(y) if dy is None else dy)[0]   # dy is None: only ss is used
         if dss is not None:
             dy = STATS_GRAD.map(dy, y=as_rows(y)[0], dss=dss.reshape(-1))["output"]
+        norm, row = _norm(scale, ctx.eps, rows.shape[1])
+        norm_grad = norm == "sumsq" and need_x         # x's gradient through its own r(x)
+        residual_grad = ctx.residual_is_x and need_x   # joins dx's epilogue (x's gradient)
         dx = dw_gate_up = drstd = None
         if need_x or need_wgu or need_r:
-            prog = grad_program(ctx.activation, r is not None, need_r)
-            outs = prog(dy, w_down, g=gate, u=up, **present(rstd=r))
+            prog = grad_program(ctx.activation, norm, need_r or norm_grad)
+            outs = prog(dy, w_down, g=gate, u=up, **row)
             dgate, dup = outs["output"], outs["dup"]
             if need_x:
                 wide = torch.float64 if x.dtype == torch.float64 else torch.float32
                 partial = PLAIN(dgate, w_gate_up[0::2], out_dtype=wide)["output"]
-                dx = ADD_PARTIAL(dup, w_gate_up[1::2], partial=partial)["output"].reshape(x.shape)
+                terms = (dict(row, dr=outs["dr"], xin=rows) if norm_grad else {}) | (
+                    dict(dres=dy) if residual_grad else {})
+                dx = dx_program(norm_grad, residual_grad)(dup, w_gate_up[1::2], partial=partial,
+                                                          **terms)["output"].reshape(x.shape)
             if need_wgu:
                 dw_gate_up = w_gate_up.new_empty(w_gate_up.shape)
                 PLAIN(dgate.T, rows, out=dw_gate_up[0::2])
                 PLAIN(dup.T, rows, out=dw_gate_up[1::2])
             if need_r:
                 shape, dtype = ctx.rstd
-                drstd = (outs["dr"] / r).to(dtype).reshape(shape)
+                drstd = (outs["dr"] / scale).to(dtype).reshape(shape)
         dw_down = weight_grad(dy, h, like=w_down) if need_wd else None
         dresidual = None
-        if need_res:
+        if need_res and not residual_grad:
             shape, dtype = ctx.residual
             dresidual = dy.reshape(shape).to(dtype)
-        return dx, dw_gate_up, dw_down, dresidual, drstd, None, None, None
+        return dx, dw_gate_up, dw_down, dresidual, drstd, None, None, None, None, None
+
+
+def _norm(scale: torch.Tensor | None, eps: float | None, n: int) -> tuple[str | None, dict]:
+    """(NORMS key, the launch operands that define rstd) of a row-scale slot: empty, rstd, or
+    Σ x² (eps not None)."""
+    if scale is None:
+        return None, {}
+    if eps is None:
+        return "rstd", dict(rstd=scale)
+    return "sumsq", dict(ss=scale, inv_n=1.0 / n, eps=eps)
 
 
 def swiglu_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
                residual: torch.Tensor | None = None, rstd: torch.Tensor | None = None,
-               stats: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+               stats: bool = False, sumsq: torch.Tensor | None = None, eps: float = 1e-6
+               ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """`(silu(gate) * up) @ w_down.T + residual`, gate and up the interleaved column pairs of
     `rstd ⊙_row (x @ w_gate_up.T)`.
 
     x [..., H], w_gate_up [2F, H] (`interleave(w_gate, w_up)`), w_down [O, F], residual [..., O],
-    rstd [...] (an RMSNorm's row scale, folded in). Returns y [..., O], or (y, ss) with
-    stats=True, ss = sum(y * y, -1) in float32 (the next RMSNorm's statistics). Differentiable in
-    every tensor argument, ss included.
+    rstd [...] (an RMSNorm's row scale, folded in). `sumsq` ([...] or [M], float32 Σ x² per row,
+    as out_proj_residual(stats="rms") emits it) folds RMSNorm(x) instead: rstd = rsqrt(sumsq / H
+    + eps) per row in the kernels, differentiated through x (sumsq itself is not), as in
+    rms_norm_linear. Returns y [..., O], or (y, ss) with stats=True, ss = sum(y * y, -1) in
+    float32 (the next RMSNorm's statistics). Differentiable in every tensor argument but sumsq.
     """
-    return _gated_mlp("silu", x, w_gate_up, w_down, residual, rstd, stats)
+    return _gated_mlp("silu", x, w_gate_up, w_down, residual, rstd, stats, sumsq, eps)
 
 
 def geglu_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
               residual: torch.Tensor | None = None, rstd: torch.Tensor | None = None,
-              stats: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+              stats: bool = False, sumsq: torch.Tensor | None = None, eps: float = 1e-6
+              ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """`swiglu_mlp` with gelu (tanh approximation) in place of silu."""
-    return _gated_mlp("gelu", x, w_gate_up, w_down, residual, rstd, stats)
+    return _gated_mlp("gelu", x, w_gate_up, w_down, residual, rstd, stats, sumsq, eps)
 
 
-def _gated_mlp(activation: str, x, w_gate_up, w_down, residual, rstd, stats: bool):
+def _gated_mlp(activation: str, x, w_gate_up, w_down, residual, rstd, stats: bool, sumsq, eps):
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or not x.is_floating_point():
         raise LaunchError(f"x must be a floating-point tensor [..., hidden], got {checks.describe(x)}")
     lead = x.shape[:-1]
@@ -210,14 +309,22 @@ def _gated_mlp(activation: str, x, w_gate_up, w_down, residual, rstd, stats: boo
     checks.optional_tensor("rstd", rstd, tuple(lead), x)
     if not isinstance(stats, bool):
         raise LaunchError(f"stats must be True or False, got {stats!r}")
+    if sumsq is not None:
+        if rstd is not None:
+            raise LaunchError("give rstd (a row scale) or sumsq (the norm's Σ x²), not both")
+        rows = x.numel() // x.shape[-1]
+        if not isinstance(sumsq, torch.Tensor) or tuple(sumsq.shape) not in (tuple(lead), (rows,)):
+            raise LaunchError(f"sumsq must be one value per row of x, shape {list(lead)}, got "
+                              f"{checks.describe(sumsq)}")
+        checks.optional_tensor("sumsq", sumsq, tuple(sumsq.shape), x)
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps >= 0:
+            raise LaunchError(f"eps must be a number >= 0, got {eps!r}")
+        eps = float(eps)
     grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, w_gate_up, w_down, residual, rstd))
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::gated_mlp, no graph break
-        return custom.gated_mlp_op(x, w_gate_up, w_down, residual, rstd, activation, stats, grad)
-    return GatedMLPFunction.apply(x, w_gate_up, w_down, residual, rstd, activation, stats, grad)
-
-
-
-
-
+        return custom.gated_mlp_op(x, w_gate_up, w_down, residual, rstd, activation, stats, grad,
+                                   sumsq, eps)
+    return GatedMLPFunction.apply(x, w_gate_up, w_down, residual, rstd, activation, stats, grad,
+                                  sumsq, eps)
