@@ -82,6 +82,15 @@ def test_the_hopper_heuristic_takes_the_pingpong_kernel_for_short_k():
     assert tuning.heuristic("portable", *gpt2_fc1).mainloop("portable") == "portable"
 
 
+def test_the_hopper_heuristic_weighs_the_last_wave():
+    """128x256 tiles where there are enough and their waves are full; 128x128 where those fill
+    the persistent kernel's last wave much better (192 wide tiles: 2 waves of 132, 73% full)."""
+    assert tuning.heuristic("hopper", 16384, 5632, 2048).block_n == 256    # 2816 tiles, 97%
+    assert tuning.heuristic("hopper", 5632, 2048, 16384).block_n == 256    # 352 tiles, 89% either way
+    assert tuning.heuristic("hopper", 3072, 2048, 16384).block_n == 128    # 192 tiles
+    assert tuning.heuristic("hopper", 2304, 768, 16384).block_n == 128     # too few for 132 SMs
+
+
 def test_a_pingpong_config_gives_the_gluon_kernel_its_ring_depth_and_register_split():
     config = tuning.Config(128, 128, 64, 4, 5, split_epilogue=4, pingpong=True)
     meta = config.meta("pingpong")

@@ -9,6 +9,7 @@ atomically, and a corrupt file is treated as empty.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -110,17 +111,31 @@ def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True) -> Co
     its epilogue overlapping the other tile's MMAs pays most (`pingpong=False` gives the Triton
     kernel's configuration there instead: benchmarks/gemm.py times both); else 128x256 tiles
     when there are enough of them to fill the 132 SMs of an H100/H200 (else 128x128; 64 rows,
-    one warpgroup, when M is that small: a cross-entropy row block). Smaller tiles for small
-    portable launches. Measurements behind each choice: docs/performance.md."""
+    one warpgroup, when M is that small: a cross-entropy row block), unless 128x128 tiles fill
+    the last wave of the persistent kernel so much better that it outweighs their 1.17x slower
+    mainloop (LLaMA's q/k/v weight gradient, 3072x2048, K = 16384: 192 tiles of 128x256 fill
+    2 waves 73%, 384 of 128x128 3 waves 97%; 340 against 293 us on the H200,
+    benchmarks/results/session10/llama_configs.json). Smaller tiles for small portable
+    launches. Measurements behind each choice: docs/performance.md."""
     if variant == "hopper":
         if m <= 64:
             return Config(64, 128, 64, 4, 4)
         if k <= 1024 and pingpong:
             return Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True)
-        if (m // 128) * (n // 256) >= 132:
+        wide = math.ceil(m / 128) * math.ceil(n / 256)
+        if (m // 128) * (n // 256) >= SMS and 1.17 * _wave_fill(wide) >= _wave_fill(2 * wide):
             return Config(128, 256, 64, 8, 3, split_epilogue=2)
         return Config(128, 128, 64, 8, 4)
     return Config(128, 128, 32, 4, 4) if m * n >= 2048 * 2048 else Config(64, 128, 32, 4, 4)
+
+
+#: The SM count the Hopper heuristic plans waves for (H100 SXM / H200).
+SMS = 132
+
+
+def _wave_fill(tiles: int) -> float:
+    """How full the persistent kernel's waves are: tiles over the SM slots of its waves."""
+    return tiles / (math.ceil(tiles / SMS) * SMS)
 
 
 def cache_dir() -> Path:
