@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -94,8 +96,36 @@ def test_interpreter_float32(shape):
         assert (got.double() - want).norm() / want.norm() < 1e-5
 
 
+@pytest.mark.parametrize("dtype", [F64, torch.float32])   # reference backend, Triton kernels
+def test_passthrough_residual_gradient_joins_dx(dtype, monkeypatch):
+    """layer_norm(..., passthrough=True) -> (y, x): the gradient of the passed-through x (a
+    residual) is added in the dx map (LN_GRAD_DX[True]); the block's gradients are the formula's."""
+    module = importlib.import_module("coda.nn.layer_norm")   # coda.nn.layer_norm is the function
+
+    used = []
+    for res, prog in module.LN_GRAD_DX.items():
+        monkeypatch.setattr(prog, "map", lambda *a, _map=prog.map, _res=res, **k:
+                            used.append(_res) or _map(*a, **k))
+    x, g, beta = (t.to(dtype) for t in inputs((2, 9, 40)))
+    mix = torch.randn(40, 40, generator=torch.Generator().manual_seed(3), dtype=dtype)
+
+    def block(x, g, beta):
+        y, passed = layer_norm(x, g, beta, passthrough=True)
+        return y @ mix + passed * 2.0   # the residual read through the passed-through x
+
+    got, got_grads = grads(block, x, g, beta)
+    want, want_grads = grads(lambda x, g, beta: ref_layer_norm(x, g, beta) @ mix.double() + x * 2.0,
+                             *(t.double() for t in (x, g, beta)))
+    tol = 1e-10 if dtype == F64 else 1e-5
+    for a, b in zip([got, *got_grads], [want, *want_grads], strict=True):
+        assert (a.double() - b).norm() / b.norm() < tol
+    assert used == [True]
+
+
 def test_errors_name_the_argument():
     x, g, beta = inputs((4, 8))
+    with pytest.raises(coda.LaunchError, match="passthrough must be True or False"):
+        layer_norm(x, g, beta, passthrough=1)
     with pytest.raises(coda.LaunchError, match="beta"):
         layer_norm(x, g, beta[:5])
     with pytest.raises(coda.LaunchError, match="rowsum and sumsq"):

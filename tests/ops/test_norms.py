@@ -208,6 +208,40 @@ def test_layer_norm_linear_interpreter(lead, k, n, with_bias):
     assert_matches(got, want, TOL32)
 
 
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+@pytest.mark.parametrize(("dtype", "tol"), [(F64, 1e-12), (F32, TOL32)])   # reference, Triton kernels
+def test_passthrough_gives_x_whose_gradient_joins_the_norms(norm, dtype, tol, monkeypatch):
+    """`passthrough=True` returns (y, x): a pre-norm block's residual read through it gets its
+    gradient added in the op's dx map (LN_DX[True] / RMS_DX[True]); every gradient is the
+    unfused block's, and a passed-through x that is used alone still gets its gradient."""
+    from coda.ops import norms
+
+    x, g, beta, w, b, r = make((19, 33), (33,), (33,), (29, 33), (29,), (33, 29), dtype=dtype, seed=12)
+    w.data /= 33**0.5
+    if norm == "rms":
+        inputs, programs = [x, g, w, b, r], norms.RMS_DX
+        op = lambda x, g, w, b: rms_norm_linear(x, g, w, 1e-6, b, passthrough=True)  # noqa: E731
+        ref = lambda x, g, w, b, r: ref_rms(x, g, w, 1e-6, b) + x @ r  # noqa: E731
+    else:
+        inputs, programs = [x, g, beta, w, b, r], norms.LN_DX
+        op = lambda *t: layer_norm_linear(*t, passthrough=True)  # noqa: E731
+        ref = lambda x, g, beta, w, b, r: ref_ln(x, g, beta, w, b) + x @ r  # noqa: E731
+    used = []
+    for res, prog in programs.items():   # record which dx map runs
+        monkeypatch.setattr(prog, "map", lambda *a, _map=prog.map, _res=res, **k:
+                            used.append(_res) or _map(*a, **k))
+
+    def block(*t):
+        y, passed = op(*t[:-1])
+        assert torch.equal(passed, t[0])
+        return y + passed @ t[-1]   # x read twice: by the norm and as the residual
+
+    assert_matches(forward_backward(block, inputs), forward_backward(ref, upcast(inputs)), tol)
+    assert used == [True]
+    alone = torch.autograd.grad((op(*inputs[:-1])[1] * 3).sum(), x)[0]
+    torch.testing.assert_close(alone, torch.full_like(x, 3.0))
+
+
 def test_out_proj_into_norms_interpreter():
     """The fused block at float32: out projection (+ dropout, + residual, statistics) feeding both
     norms, and the statistics themselves."""

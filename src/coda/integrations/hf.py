@@ -124,8 +124,8 @@ def _llama_layer(layer: nn.Module) -> Callable:
         cos, sin = (t[..., :d // 2] for t in position_embeddings)
         w_qkv = _qkv_rows([p.weight for p in projections], 2, d)
         b_qkv = _qkv_rows([p.bias for p in projections], 2, d) if attn.q_proj.bias is not None else None
-        qkv = ops.rms_norm_linear(hidden_states, norm1.weight, w_qkv, eps=norm1.variance_epsilon,
-                                  bias=b_qkv)
+        qkv, hidden_states = ops.rms_norm_linear(hidden_states, norm1.weight, w_qkv,
+                                                 eps=norm1.variance_epsilon, bias=b_qkv, passthrough=True)
         qkv = ops.rope(qkv, cos, sin, d, widths[0] + widths[1])
         q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(widths, dim=-1))
         out = _attend(hf, attn, q, k, v, attention_mask,
@@ -178,14 +178,16 @@ def _gpt2_block(block: nn.Module) -> Callable:
         lead, d = hidden_states.shape[:-1], attn.head_dim
         resid_p = attn.resid_dropout.p if self.training else 0.0
         # Conv1D stores weight [in, out]: w.T is the nn.Linear-layout [out, in] view (no copy).
-        qkv = ops.layer_norm_linear(hidden_states, ln1.weight, ln1.bias, attn.c_attn.weight.T,
-                                    bias=attn.c_attn.bias, eps=ln1.eps)
+        # passthrough: the residual's gradient joins hidden_states' inside the norm's dx kernel
+        qkv, hidden_states = ops.layer_norm_linear(hidden_states, ln1.weight, ln1.bias,
+                                                   attn.c_attn.weight.T, bias=attn.c_attn.bias,
+                                                   eps=ln1.eps, passthrough=True)
         q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(attn.split_size, dim=-1))
         out = _attend(hf, attn, q, k, v, attention_mask,
                       attn.attn_dropout.p if self.training else 0.0, cache, kwargs)
         h, ss, s = ops.out_proj_residual(out.reshape(*lead, -1), attn.c_proj.weight.T, hidden_states,
                                          bias=attn.c_proj.bias, dropout_p=resid_p, stats="layer")
-        x = layer_norm(h, ln2.weight, ln2.bias, ln2.eps, rowsum=s, sumsq=ss)
+        x, h = layer_norm(h, ln2.weight, ln2.bias, ln2.eps, rowsum=s, sumsq=ss, passthrough=True)
         return ops.mlp(x, mlp.c_fc.weight.T, mlp.c_fc.bias, mlp.c_proj.weight.T, mlp.c_proj.bias, "gelu",
                        dropout_p=mlp.dropout.p if self.training else 0.0, residual=h)
 

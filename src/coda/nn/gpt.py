@@ -6,10 +6,10 @@
     loss = cross_entropy(ln_f(x) @ wte.T, targets)     the LM head is tied to the token embedding
 
 `fused=True` runs a block as (coda.ops, except attention)
-    qkv      = layer_norm_linear(x, ln_1, qkv)          ln_1 folded into the QKV GEMM
+    qkv, x   = layer_norm_linear(x, ln_1, qkv)          ln_1 folded into the QKV GEMM (x passed through)
     y        = scaled_dot_product_attention(q, k, v)    PyTorch (a flash kernel on a GPU)
     x, ss, s = out_proj_residual(y, attn_out, x)        + residual; the epilogue also sums x's rows
-    h        = layer_norm(x, ln_2, rowsum=s, sumsq=ss)  one map program (coda.nn.layer_norm)
+    h, x     = layer_norm(x, ln_2, rowsum=s, sumsq=ss)  one map program (coda.nn.layer_norm)
     x        = mlp(h, fc1, "gelu", fc2, residual=x)     fc1 + bias + GELU | fc2 + bias + residual
 and the head as h = layer_norm(x, ln_f), loss = linear_cross_entropy(h, wte, targets): the
 [tokens, vocab] logits are never written. The backward passes are CODA programs too (each op's
@@ -79,9 +79,10 @@ class Block(nn.Module):
         ln_1, qkv, attn_out, ln_2, fc1, fc2 = (_cast(layer, x.dtype) for layer in (
             self.ln_1, self.qkv, self.attn_out, self.ln_2, self.fc1, self.fc2))
         if fused:
-            y = self.attend(layer_norm_linear(x, *ln_1, *qkv, eps=self.eps))
-            x, ss, s = out_proj_residual(y, attn_out[0], x, attn_out[1], stats="layer")
-            h = layer_norm(x, *ln_2, eps=self.eps, rowsum=s, sumsq=ss)
+            # passthrough: each residual's gradient joins x's inside the norm's backward kernel
+            qkv_out, x = layer_norm_linear(x, *ln_1, *qkv, eps=self.eps, passthrough=True)
+            x, ss, s = out_proj_residual(self.attend(qkv_out), attn_out[0], x, attn_out[1], stats="layer")
+            h, x = layer_norm(x, *ln_2, eps=self.eps, rowsum=s, sumsq=ss, passthrough=True)
             return mlp(h, *fc1, *fc2, activation="gelu", residual=x)
         c = x.shape[-1]
         y = self.attend(F.linear(F.layer_norm(x, (c,), *ln_1, self.eps), *qkv))

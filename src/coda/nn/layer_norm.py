@@ -34,8 +34,11 @@ LN_GRAD_SUMS = compile_program(f"EPILOGUE layer_norm_sums({LN_ROW_PARAMS}, g: co
                                f" {LN_ROW} {XHAT} dxhat = input * g; output = dxhat;"
                                " a = row_sum(dxhat); b = row_sum(dxhat * xhat);"
                                " dg = col_sum(input * xhat); dbeta = col_sum(input); }")
-LN_GRAD_DX = compile_program(f"EPILOGUE layer_norm_dx({LN_ROW_PARAMS}, g: col, xin: tile, a: row, b: row) {{"
-                             f" {LN_ROW} {XHAT} output = rstd * (input * g - (a + xhat * b) * inv_n); }}")
+# [True]: plus dres, the gradient of the passed-through x (layer_norm(..., passthrough=True))
+LN_GRAD_DX = {res: compile_program(
+    f"EPILOGUE layer_norm_dx({LN_ROW_PARAMS}, g: col, xin: tile, a: row, b: row{', dres: tile' * res}) {{"
+    f" {LN_ROW} {XHAT} output = rstd * (input * g - (a + xhat * b) * inv_n){' + dres' * res}; }}")
+    for res in (False, True)}
 
 
 def row_shift(rows: torch.Tensor, shifted: bool) -> torch.Tensor:
@@ -49,7 +52,8 @@ class LayerNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float,
-                rowsum: torch.Tensor | None, sumsq: torch.Tensor | None) -> torch.Tensor:
+                rowsum: torch.Tensor | None, sumsq: torch.Tensor | None, passthrough: bool = False):
+        ctx.set_materialize_grads(False)
         rows, _ = as_rows(x)
         shift = row_shift(rows, rowsum is None)
         if rowsum is None:
@@ -60,34 +64,42 @@ class LayerNormFunction(torch.autograd.Function):
         y = LAYER_NORM.map(rows, **row, g=g, beta=beta)["output"]
         ctx.save_for_backward(x, g, shift, row["s"], row["ss"])
         ctx.eps, ctx.beta_dtype = eps, beta.dtype
-        return y.reshape(x.shape)
+        y = y.reshape(x.shape)
+        return (y, x) if passthrough else y
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor):
+    def backward(ctx, dy: torch.Tensor | None, dres: torch.Tensor | None = None):
         x, g, shift, s, ss = ctx.saved_tensors
         need_x, need_g, need_beta = ctx.needs_input_grad[:3]
+        if dy is None:   # only the passed-through x was used
+            return dres, None, None, None, None, None, None
         rows, dy = as_rows(x)[0], as_rows(dy)[0]
         row = dict(shift=shift, s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
         wanted = ["a", "b"] * need_x + ["dg"] * need_g + ["dbeta"] * need_beta
         sums = LN_GRAD_SUMS.map(dy, **row, g=g, xin=rows, outputs=wanted) if wanted else {}
         dx = dg = dbeta = None
         if need_x:
-            dx = LN_GRAD_DX.map(dy, **row, g=g, xin=rows, a=sums["a"], b=sums["b"])["output"]
+            residual = {} if dres is None else {"dres": as_rows(dres)[0]}
+            dx = LN_GRAD_DX[dres is not None].map(dy, **row, g=g, xin=rows, a=sums["a"], b=sums["b"],
+                                                  **residual)["output"]
             dx = dx.reshape(x.shape)
         if need_g:
             dg = sums["dg"].to(g.dtype)
         if need_beta:
             dbeta = sums["dbeta"].to(ctx.beta_dtype)
-        return dx, dg, dbeta, None, None, None
+        return dx, dg, dbeta, None, None, None, None
 
 
 def layer_norm(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5,
-               rowsum: torch.Tensor | None = None, sumsq: torch.Tensor | None = None) -> torch.Tensor:
+               rowsum: torch.Tensor | None = None, sumsq: torch.Tensor | None = None,
+               passthrough: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """`torch.nn.functional.layer_norm(x, (n,), g, beta, eps)` as CODA map programs.
 
     x: [..., n]; g, beta: [n]. `rowsum` and `sumsq` are the per-row Σ x and Σ x² (shape x.shape[:-1],
     float32) when the producer of x computed them (out_proj_residual(..., stats="layer")); give
-    both or neither. Returns y in x's dtype.
+    both or neither. Returns y in x's dtype, or (y, x) with `passthrough=True`: x to use
+    downstream in place of the argument (a pre-norm block's residual), whose gradient then joins
+    x's gradient inside the backward's dx map instead of in a separate add.
     """
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or not x.is_floating_point():
         raise LaunchError("layer_norm: x must be a floating-point tensor [..., n]")
@@ -97,11 +109,14 @@ def layer_norm(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float 
             raise LaunchError(f"layer_norm: {name} must be a tensor of shape [{n}] on {x.device}")
     if (rowsum is None) != (sumsq is None):
         raise LaunchError("layer_norm: rowsum and sumsq come together; give both or neither")
+    if not isinstance(passthrough, bool):
+        raise LaunchError(f"layer_norm: passthrough must be True or False, got {passthrough!r}")
     for name, t in (("rowsum", rowsum), ("sumsq", sumsq)):
         if t is not None and tuple(t.shape) != tuple(x.shape[:-1]):
             raise LaunchError(f"layer_norm: {name} must have shape {list(x.shape[:-1])}, got "
                               f"{list(t.shape)}")
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::layer_norm, no graph break
-        return custom.layer_norm_op(x, g, beta, float(eps), rowsum, sumsq)
-    return LayerNormFunction.apply(x, g, beta, float(eps), rowsum, sumsq)
+        y = custom.layer_norm_op(x, g, beta, float(eps), rowsum, sumsq)
+        return (y, x) if passthrough else y   # autograd adds the two gradients of x
+    return LayerNormFunction.apply(x, g, beta, float(eps), rowsum, sumsq, passthrough)

@@ -97,8 +97,12 @@ RMS_DXHAT = compile_program("EPILOGUE rms_dxhat(g: col, xin: tile) {"
                             " output = input * g; t = row_sum(output * xin); }")
 # dx = rstd dxhat − (rstd³ / n) t x, and xn = rstd x, the B operand of the weight gradient
 # (without dx, xn is RMS_LINEAR[False].map(x): the forward's epilogue is exactly that row scale).
-RMS_DX = compile_program(f"EPILOGUE rms_dx({RMS_ROW_PARAMS}, t: row, xin: tile) {{ {RMS_ROW}"
-                         " save xn = rstd * xin; output = rstd * (input - rstd * rstd * t * inv_n * xin); }")
+# With `passthrough` (the op returns x for the block's residual) x's other gradient dres joins
+# here: RMS_DX[True] and LN_DX[True] add it, where autograd would add the two in a third kernel.
+RMS_DX = {res: compile_program(
+    f"EPILOGUE rms_dx({RMS_ROW_PARAMS}, t: row, xin: tile{', dres: tile' * res}) {{ {RMS_ROW}"
+    f" save xn = rstd * xin; output = rstd * (input - rstd * rstd * t * inv_n * xin){' + dres' * res}; }}")
+    for res in (False, True)}
 # dW' = dy.T @ xn: dw = dW' * g (g is a column of [N, K]) and dg = Σ_n dW' w.
 NORM_DW = compile_program("EPILOGUE norm_dw(g: col, w: tile) {"
                           " output = input * g; dg = col_sum(input * w); }")
@@ -109,9 +113,11 @@ LN_DXHAT = compile_program(f"EPILOGUE ln_dxhat({LN_ROW_PARAMS}, g: col, xin: til
                            " output = input * g; a = row_sum(output);"
                            " b = row_sum(output * (xin - mean) * rstd); }")
 # dx = rstd (dxhat − (a + xhat b) / n), and xhat, the B operand of the weight gradient.
-LN_DX = compile_program(f"EPILOGUE ln_dx({LN_ROW_PARAMS}, a: row, b: row, xin: tile) {{ {LN_ROW}"
-                        " save xhat = (xin - mean) * rstd;"
-                        " output = rstd * (input - (a + xhat * b) * inv_n); }")
+LN_DX = {res: compile_program(
+    f"EPILOGUE ln_dx({LN_ROW_PARAMS}, a: row, b: row, xin: tile{', dres: tile' * res}) {{ {LN_ROW}"
+    f" save xhat = (xin - mean) * rstd;"
+    f" output = rstd * (input - (a + xhat * b) * inv_n){' + dres' * res}; }}")
+    for res in (False, True)}
 LN_XHAT = compile_program(f"EPILOGUE ln_xhat({LN_ROW_PARAMS}) {{ {LN_ROW} output = (input - mean) * rstd; }}")
 # dy.T @ xhat: dw = input * g + db ⊗ beta, dg = Σ_n input w, dbeta = Σ_n db w (db is a row of [N, K]).
 LN_DW = compile_program("EPILOGUE ln_dw(g: col, beta: col, db: row, w: tile) {"
@@ -153,6 +159,11 @@ def _zero(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros((), device=device, dtype=dtype)
 
 
+def _residual_grad(dres: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """The `dres` operand of a dx map: the gradient of the passed-through x, as rows."""
+    return {} if dres is None else {"dres": as_rows(dres)[0]}
+
+
 def _wanted(**flags: bool) -> list[str]:
     """The outputs= of a launch: the names whose flag is set (the others are never stored)."""
     return [name for name, wanted in flags.items() if wanted]
@@ -166,7 +177,8 @@ class RMSNormLinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
-                sumsq: torch.Tensor | None, eps: float) -> torch.Tensor:
+                sumsq: torch.Tensor | None, eps: float, passthrough: bool = False):
+        ctx.set_materialize_grads(False)
         rows, lead = as_rows(x)
         ss = RMS_STATS.map(rows, outputs=["ss"])["ss"] if sumsq is None else sumsq.reshape(-1)
         folded = FOLD.map(w, g=g)["output"]
@@ -174,19 +186,23 @@ class RMSNormLinearFunction(torch.autograd.Function):
         y = RMS_LINEAR[bias is not None](rows, folded.T, **row, **present(bias=bias))["output"]
         ctx.save_for_backward(x, g, w, ss)
         ctx.eps, ctx.bias_dtype = eps, None if bias is None else bias.dtype
-        return y.reshape(*lead, w.shape[0])
+        y = y.reshape(*lead, w.shape[0])
+        return (y, x) if passthrough else y
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor):
+    def backward(ctx, dy: torch.Tensor | None, dres: torch.Tensor | None = None):
         x, g, w, ss = ctx.saved_tensors
         need_x, need_g, need_w, need_b = ctx.needs_input_grad[:4]
+        if dy is None:   # only the passed-through x was used
+            return dres, None, None, None, None, None, None
         rows, dy = as_rows(x)[0], as_rows(dy)[0]
         row = dict(ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
         dx = dg = dw = db = None
         if need_x:
             pre = RMS_DXHAT(dy, w, g=g, xin=rows)
-            outs = RMS_DX.map(pre["output"], **row, t=pre["t"], xin=rows,
-                              outputs=_wanted(output=True, xn=need_g or need_w))
+            outs = RMS_DX[dres is not None].map(pre["output"], **row, t=pre["t"], xin=rows,
+                                                **_residual_grad(dres),
+                                                outputs=_wanted(output=True, xn=need_g or need_w))
             dx, xn = outs["output"].reshape(x.shape), outs.get("xn")
         elif need_g or need_w:
             xn = RMS_LINEAR[False].map(rows, **row)["output"]
@@ -196,7 +212,7 @@ class RMSNormLinearFunction(torch.autograd.Function):
             dg = outs["dg"].to(g.dtype) if need_g else None
         if need_b:
             db = column_sum(dy).to(ctx.bias_dtype)
-        return dx, dg, dw, db, None, None
+        return dx, dg, dw, db, None, None, None
 
 
 class LayerNormLinearFunction(torch.autograd.Function):
@@ -206,7 +222,8 @@ class LayerNormLinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: torch.Tensor,
                 bias: torch.Tensor | None, eps: float, rowsum: torch.Tensor | None,
-                sumsq: torch.Tensor | None) -> torch.Tensor:
+                sumsq: torch.Tensor | None, passthrough: bool = False):
+        ctx.set_materialize_grads(False)
         rows, lead = as_rows(x)
         shift = _shift(rows, rowsum is None)
         if rowsum is None:
@@ -223,20 +240,24 @@ class LayerNormLinearFunction(torch.autograd.Function):
         ctx.save_for_backward(x, g, beta, w, s, ss)
         ctx.eps, ctx.shifted = eps, rowsum is None
         ctx.bias_dtype = None if bias is None else bias.dtype
-        return y.reshape(*lead, w.shape[0])
+        y = y.reshape(*lead, w.shape[0])
+        return (y, x) if passthrough else y
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor):
+    def backward(ctx, dy: torch.Tensor | None, dres: torch.Tensor | None = None):
         x, g, beta, w, s, ss = ctx.saved_tensors
         need_x, need_g, need_beta, need_w, need_b = ctx.needs_input_grad[:5]
+        if dy is None:   # only the passed-through x was used
+            return dres, None, None, None, None, None, None, None, None
         need_weights = need_g or need_beta or need_w
         rows, dy = as_rows(x)[0], as_rows(dy)[0]
         row = dict(shift=_shift(rows, ctx.shifted), s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
         dx = dg = dbeta = dw = db = None
         if need_x:
             pre = LN_DXHAT(dy, w, **row, g=g, xin=rows)
-            outs = LN_DX.map(pre["output"], **row, a=pre["a"], b=pre["b"], xin=rows,
-                             outputs=_wanted(output=True, xhat=need_weights))
+            outs = LN_DX[dres is not None].map(pre["output"], **row, a=pre["a"], b=pre["b"], xin=rows,
+                                               **_residual_grad(dres),
+                                               outputs=_wanted(output=True, xhat=need_weights))
             dx, xhat = outs["output"].reshape(x.shape), outs.get("xhat")
         elif need_weights:
             xhat = LN_XHAT.map(rows, **row)["output"]
@@ -249,7 +270,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
             dg = outs["dg"].to(g.dtype) if need_g else None
             dbeta = outs["dbeta"].to(beta.dtype) if need_beta else None
         db = db.to(ctx.bias_dtype) if need_b else None
-        return dx, dg, dbeta, dw, db, None, None, None
+        return dx, dg, dbeta, dw, db, None, None, None, None
 
 
 class OutProjResidualFunction(torch.autograd.Function):
@@ -291,12 +312,15 @@ class OutProjResidualFunction(torch.autograd.Function):
 
 # -- the functional ops --------------------------------------------------------------------------
 def rms_norm_linear(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, eps: float = 1e-6,
-                    bias: torch.Tensor | None = None, sumsq: torch.Tensor | None = None) -> torch.Tensor:
+                    bias: torch.Tensor | None = None, sumsq: torch.Tensor | None = None,
+                    passthrough: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """RMSNorm(x; g, eps) @ w.T (+ bias), the norm folded into the GEMM (see the module docstring).
 
     x: [..., K]; g: [K]; w: [N, K] with x's dtype; bias: [N]; sumsq: the float32 per-row Σ x²
     ([...] or [M]) when the producer of x computed it (out_proj_residual(..., stats="rms")),
-    otherwise one map program computes it. Returns [..., N] in x's dtype.
+    otherwise one map program computes it. Returns [..., N] in x's dtype; with
+    `passthrough=True` (y, x), x to use downstream in place of the argument (a pre-norm
+    block's residual): the gradient it gets joins x's gradient inside this op's dx kernel.
     """
     m, k, n = _check_linear("rms_norm_linear", x, w)
     _check_vector("rms_norm_linear", "g", g, k, x)
@@ -305,20 +329,23 @@ def rms_norm_linear(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, eps: floa
     eps = _check_eps("rms_norm_linear", eps)
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::rms_norm_linear, no graph break
-        return custom.rms_norm_linear_op(x, g, w, bias, sumsq, eps)
-    return RMSNormLinearFunction.apply(x, g, w, bias, sumsq, eps)
+        y = custom.rms_norm_linear_op(x, g, w, bias, sumsq, eps)
+        return (y, x) if passthrough else y   # autograd adds the two gradients of x
+    return RMSNormLinearFunction.apply(x, g, w, bias, sumsq, eps, _flag("passthrough", passthrough))
 
 
 def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: torch.Tensor,
                       bias: torch.Tensor | None = None, eps: float = 1e-5,
                       rowsum: torch.Tensor | None = None,
-                      sumsq: torch.Tensor | None = None) -> torch.Tensor:
+                      sumsq: torch.Tensor | None = None, passthrough: bool = False
+                      ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """LayerNorm(x; g, beta, eps) @ w.T (+ bias), the norm folded into the GEMM.
 
     x: [..., K]; g, beta: [K]; w: [N, K] with x's dtype; bias: [N]. `rowsum` and `sumsq` are
     the float32 per-row Σ x and Σ x² ([...] or [M]) when the producer of x computed them
     (out_proj_residual(..., stats="layer")); give both or neither. Without them one map program
-    computes shifted sums, accurate also when |mean| >> std. Returns [..., N] in x's dtype.
+    computes shifted sums, accurate also when |mean| >> std. Returns [..., N] in x's dtype, or
+    (y, x) with `passthrough=True`, as rms_norm_linear does.
     """
     m, k, n = _check_linear("layer_norm_linear", x, w)
     _check_vector("layer_norm_linear", "g", g, k, x)
@@ -331,8 +358,10 @@ def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: t
     eps = _check_eps("layer_norm_linear", eps)
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::layer_norm_linear, no graph break
-        return custom.layer_norm_linear_op(x, g, beta, w, bias, eps, rowsum, sumsq)
-    return LayerNormLinearFunction.apply(x, g, beta, w, bias, eps, rowsum, sumsq)
+        y = custom.layer_norm_linear_op(x, g, beta, w, bias, eps, rowsum, sumsq)
+        return (y, x) if passthrough else y   # autograd adds the two gradients of x
+    return LayerNormLinearFunction.apply(x, g, beta, w, bias, eps, rowsum, sumsq,
+                                         _flag("passthrough", passthrough))
 
 
 def out_proj_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor,
@@ -412,6 +441,12 @@ def _check_row_stats(op: str, x: torch.Tensor, m: int, **sums: torch.Tensor | No
         if tuple(t.shape) not in (tuple(x.shape[:-1]), (m,)):
             raise LaunchError(f"{op}: {name} must have one value per row of x, shape "
                               f"{list(x.shape[:-1])} or [{m}], got {list(t.shape)}")
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise LaunchError(f"{name} must be True or False, got {value!r}")
+    return value
 
 
 def _check_eps(op: str, eps) -> float:
