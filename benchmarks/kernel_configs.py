@@ -1,0 +1,212 @@
+"""Launch configurations of CODA's kernels in training, timed one by one from CUDA graphs.
+
+    python benchmarks/kernel_configs.py maps  [--json benchmarks/results/session10/map_tiles.json]
+    python benchmarks/kernel_configs.py llama [--json benchmarks/results/session10/llama_configs.json]
+
+`maps`: the map programs of GPT-2, BERT and LLaMA training (bias-gradient column sums, the norms'
+gradient maps, ...) at 16384 rows, in several map tiles; the finishing kernel is part of each
+launch. `llama`: the heaviest CODA GEMMs of a LLaMA-492M step (16384 tokens) in the heuristic
+configuration and in other Hopper candidates (a configuration that does not fit shared memory is
+recorded as "OOR"), cuBLAS beside the plain ones. Each launch is a ready `Plan` captured ten or
+twenty times in a CUDA graph and replayed: device time only, no host cost. bf16 operands on the
+GPU; `--smoke` runs tiny float32 shapes once each on the CPU (Triton interpreter), untimed, to
+check the script. These tables chose `tuning.MAP_CONFIGS` and the Hopper heuristic's last-wave
+rule (docs/benchmarks.md and docs/performance.md, tenth session).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+if "--smoke" in sys.argv:
+    os.environ.setdefault("TRITON_INTERPRET", "1")   # before Triton is imported
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from coda.codegen.kernel import Plan
+from coda.codegen.tuning import Config
+from coda.ops.common import PLAIN, SUMS
+
+norms = importlib.import_module("coda.ops.norms")        # coda.ops.<name> is also a function
+linear = importlib.import_module("coda.ops.linear")
+gated = importlib.import_module("coda.ops.gated_mlp")
+layer_norm = importlib.import_module("coda.nn.layer_norm")
+
+MAP_TILES = [Config(bm, bn, 0, num_warps=w) for bm, bn, w in (
+    (32, 128, 4), (64, 128, 4), (64, 128, 8), (128, 128, 8), (32, 256, 4), (64, 256, 8), (16, 256, 4),
+    (16, 512, 4), (32, 512, 8), (16, 1024, 8), (128, 64, 4), (256, 64, 8), (64, 64, 4))]
+GEMM_CONFIGS = [None, Config(128, 256, 64, 8, 4, split_epilogue=2), Config(128, 128, 64, 8, 4),
+                Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True),
+                Config(128, 128, 64, 4, 3, split_epilogue=2, pingpong=True),
+                Config(128, 128, 64, 4, 5, split_epilogue=4, pingpong=True)]
+
+
+class Setup:
+    """Shapes and tensors: the real ones on the GPU, tiny float32 ones for `--smoke`."""
+
+    def __init__(self, smoke: bool):
+        self.smoke = smoke
+        self.device, self.dtype = ("cpu", torch.float32) if smoke else ("cuda", torch.bfloat16)
+        self.m = 64 if smoke else 16384
+
+    def tile(self, *shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device=self.device, dtype=self.dtype)
+
+    def row(self) -> torch.Tensor:
+        return torch.rand(self.m, device=self.device) + 0.5
+
+
+def graph_time(fn: Callable[[], object], setup: Setup, reps: int) -> float:
+    """µs per call: the median of 5 replays of a CUDA graph of `reps` calls (one untimed call
+    under --smoke)."""
+    if setup.smoke:
+        fn()
+        return 0.0
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    times = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / reps)
+    return sorted(times)[2]
+
+
+def map_operands(prog, n: int, setup: Setup) -> dict:
+    """Random operands of a map program by their declared kinds (positive statistics)."""
+    values = {}
+    for p in prog.ir.params.values():
+        if p.kind == "row":
+            values[p.name] = setup.row() * (n if p.name == "ss" else 1)
+        elif p.kind == "col":
+            values[p.name] = setup.tile(n)
+        elif p.kind == "tile":
+            values[p.name] = setup.tile(setup.m, n)
+        elif p.kind == "scalar":
+            values[p.name] = {"inv_n": 1.0 / n, "eps": 1e-5, "p": 0.1}.get(p.name, 0.5)
+    return values
+
+
+def maps(setup: Setup) -> list[dict]:
+    """Each map of training in every tile of MAP_TILES; the results must agree across tiles."""
+    cases = [("col_sum", SUMS, 768, ["cols"]), ("col_sum", SUMS, 2304, ["cols"]),
+             ("col_sum", SUMS, 3072, ["cols"]), ("col_sum", SUMS, 2048, ["cols"]),
+             ("ln_grad_sums", layer_norm.LN_GRAD_SUMS, 768, ["a", "b", "dg", "dbeta"]),
+             ("ln_grad_dx", layer_norm.LN_GRAD_DX[False], 768, None),
+             ("layer_norm", layer_norm.LAYER_NORM, 768, None),
+             ("ln_dx", norms.LN_DX[False], 768, ["output", "xhat"]),
+             ("ln_stats", norms.LN_STATS, 768, ["s", "ss"]),
+             ("rms_dx", norms.RMS_DX[False], 2048, ["output", "xn"]),
+             ("scale_rows", norms.SCALE_ROWS, 2048, None),
+             ("gelu_erf_grad+db", linear.backward_program("gelu_erf", False, True), 3072, None),
+             ("dropout_grad+db", norms.DROPOUT_GRAD, 768, None)]
+    rows = []
+    for name, prog, n, outputs in cases:
+        n = 48 if setup.smoke else n
+        x = setup.tile(setup.m, n)
+        launch = prog.bind(x, None, seed=1, **map_operands(prog, n, setup),
+                           **({"outputs": outputs} if outputs else {}))
+        kernel = prog.triton.kernel(launch)
+        row, first = {"case": name, "n": n}, None
+        for config in MAP_TILES:
+            plan = Plan(kernel, config, launch)
+            out = plan.run(launch.a, None, launch.values, None, launch.seed)
+            first = first or out
+            same = all(torch.allclose(out[k].float(), first[k].float(), rtol=2e-2, atol=2e-2, equal_nan=True)
+                       for k in first)
+            us = graph_time(lambda: plan.run(launch.a, None, launch.values, None, launch.seed), setup, 20)
+            label = f"{config.block_m}x{config.block_n}w{config.num_warps}"
+            row[label] = round(us, 2) if same else f"WRONG {us:.1f}"
+        if name == "col_sum":
+            row["torch.sum"] = round(graph_time(lambda: x.sum(0, dtype=torch.float32), setup, 20), 2)
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
+def llama(setup: Setup) -> list[dict]:
+    """LLaMA-492M's heaviest CODA GEMMs (hidden 2048, ffn 5632, q/k/v 3072) by configuration."""
+    m = setup.m
+    h, f, qkv = (32, 48, 64) if setup.smoke else (2048, 5632, 3072)
+    tile, row = setup.tile, setup.row
+    norm = dict(ss=row() * h, inv_n=1.0 / h, eps=1e-5)
+    x, dy, w_gate_up = tile(m, h), tile(m, h), tile(2 * f, h) / h**0.5
+    dgate = tile(m, f)
+    wide = torch.float32
+    cases = {
+        "swiglu_grad": (gated.grad_program("silu", "sumsq", True), dy, tile(h, f) / f**0.5,
+                        dict(g=tile(m, f), u=tile(m, f), **norm), None),
+        "gated_dx": (gated.dx_program(True, True), tile(m, f), w_gate_up[1::2],
+                     dict(partial=torch.randn(m, h, device=setup.device), **norm,
+                          dr=torch.randn(m, device=setup.device), xin=x, dres=dy), None),
+        "swiglu_up": (gated.up_program("silu", "sumsq", True), x, w_gate_up.T, norm, None),
+        "norm_dw": (norms.NORM_DW, tile(m, qkv).T, x, dict(g=tile(h), w=tile(qkv, h)), None),
+        "rms_dxhat": (norms.RMS_DXHAT, tile(m, qkv), tile(qkv, h), dict(g=tile(h), xin=x), None),
+        "plain_dw_strided": (PLAIN, dgate.T, x, {}, torch.empty(2 * f, h, device=setup.device,
+                                                                dtype=setup.dtype)[0::2]),
+        "plain_partial_f32": (PLAIN, dgate, w_gate_up[0::2], {},
+                              torch.empty(m, h, device=setup.device, dtype=wide)),
+    }
+    from triton.runtime.errors import OutOfResources
+
+    results = []
+    for name, (prog, a, b, operands, out) in cases.items():
+        launch = prog.bind(a, b, out=out, **operands)
+        result = dict(case=name, m=launch.m, n=launch.n, k=launch.k)
+        for config in ([None] if setup.smoke else GEMM_CONFIGS):
+            chosen = config or prog.triton.config(launch, prog.triton.kernel(launch))
+            label = "heuristic" if config is None else (
+                f"{'pingpong' if config.pingpong else 'triton'}{config.block_m}x{config.block_n}"
+                f"s{config.num_stages}e{config.split_epilogue}")
+            if config is None:
+                result["heuristic_is"] = str(chosen)
+            try:
+                plan = Plan(prog.triton.kernel(launch, chosen), chosen, launch)
+                plan.run(launch.a, launch.b, launch.values, out, 0)
+                result[label] = round(graph_time(lambda: plan.run(launch.a, launch.b, launch.values, out, 0),
+                                                 setup, 10), 1)
+            except OutOfResources:
+                result[label] = "OOR"
+        if prog is PLAIN:
+            result["cublas"] = round(graph_time(lambda: torch.matmul(a, b), setup, 10), 1)
+        results.append(result)
+        print(result, flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("suite", choices=["maps", "llama"])
+    parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--smoke", action="store_true", help="tiny float32 shapes on the CPU, untimed")
+    args = parser.parse_args(argv)
+    setup = Setup(args.smoke)
+    torch.manual_seed(0)
+    rows = {"maps": maps, "llama": llama}[args.suite](setup)
+    if args.json:
+        device = "cpu (smoke)" if args.smoke else torch.cuda.get_device_name()
+        Path(args.json).write_text(json.dumps({"device": device, "torch": torch.__version__,
+                                               "command": " ".join(sys.argv), "rows": rows}, indent=1))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
