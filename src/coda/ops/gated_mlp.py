@@ -27,7 +27,8 @@ backward  dy'            = dy + 2 dss ⊙_row y      (STATS_GRAD.map, only when 
 
 With `sumsq` (ss_x = Σ x² per row, as out_proj_residual(stats="rms") emits it) in place of rstd,
 the norm is the op's own: every epilogue computes r = rsqrt(ss_x / H + eps), and the gradient
-through r(x), −(dr r² / H) ⊙_row x, joins dx in ADD_PARTIAL's epilogue. When the residual is x
+through r(x), −(dr r² / H) ⊙_row x, joins dx in its second GEMM's epilogue (dx_program, in
+place of ADD_PARTIAL). When the residual is x
 itself (a pre-norm block's `y = x + mlp(norm(x))`), its gradient dy' joins there too: dx then
 carries all of x's gradient in one kernel, where autograd would add three tensors.
 
