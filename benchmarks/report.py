@@ -115,9 +115,10 @@ def gemm_table(path: Path) -> str:
 
 
 def train_table(results: Path) -> dict[tuple[str, str], float]:
-    """{(model, mode): thousands of tokens/s} over every train*.json; where runs measured the same
-    (model, mode), the latest run (by its date) counts."""
-    runs = sorted((json.loads(path.read_text()) for path in results.glob("train*.json")),
+    """{(model, mode): thousands of tokens/s} over every train*.json, those of the sessions'
+    folders (results/session*/) included; where runs measured the same (model, mode), the latest
+    run (by its date) counts."""
+    runs = sorted((json.loads(path.read_text()) for path in results.glob("**/train*.json")),
                   key=lambda run: run["date"])
     return {(r["model"], r["mode"]): r["tokens_per_s"] / 1e3
             for run in runs for r in run["rows"] if r.get("tokens_per_s")}

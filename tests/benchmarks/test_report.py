@@ -59,6 +59,12 @@ def test_train_table_takes_the_latest_run_of_each_model_and_mode(report, results
     (results / "train_rest.json").write_text(json.dumps(dict(date="2026-11-28T10:00:00+00:00", rows=older)))
     assert report.train_table(results) == {("gpt2", "coda"): 300.0, ("bert", "eager"): 100.0,
                                            ("gpt2", "eager"): 200.0}
+    # a later session's run, in its own folder, supersedes what it measured
+    (results / "session10").mkdir()
+    later = [dict(model="gpt2", mode="eager", tokens_per_s=2.5e5)]
+    (results / "session10" / "train_final.json").write_text(
+        json.dumps(dict(date="2026-12-01T12:00:00+00:00", rows=later)))
+    assert report.train_table(results)[("gpt2", "eager")] == 250.0
 
 
 def test_gemm_table_holds_the_best_coda_time_to_its_best_plain_time(report, tmp_path):
