@@ -50,6 +50,32 @@ def gated_case(name: str, tokens: int, hidden: int, ffn: int, rstd: bool):
             (lambda *a: gated_eager(act, *split(a))), inputs, cot)
 
 
+def prenorm_case(tokens: int, hidden: int, ffn: int, device: str = "cuda", dtype=torch.bfloat16):
+    """A LLaMA block's MLP half as `coda.patch` runs it, y = h + mlp(RMSNorm(h) * g):
+    swiglu_mlp owning the norm (sumsq=) with the gain folded by interleave(gain=) and the residual
+    h itself, against HF's RMSNorm (float32 row scale) and MLP. Inputs h, w_gate, w_up, g, w_down."""
+    torch.manual_seed(tokens + hidden + ffn + 1)
+    h = torch.randn(2, tokens // 2, hidden, device=device, dtype=dtype)
+    w_gate, w_up = (torch.randn(ffn, hidden, device=device, dtype=dtype) / hidden**0.5 for _ in range(2))
+    g = (torch.rand(hidden, device=device) + 0.5).to(dtype)
+    w_down = torch.randn(hidden, ffn, device=device, dtype=dtype) / ffn**0.5
+    eps = 1e-5
+
+    def coda_fn(h, w_gate, w_up, g, w_down):
+        sumsq = h.detach().to(torch.promote_types(h.dtype, torch.float32)).square().sum(-1)
+        return swiglu_mlp(h, interleave(w_gate, w_up, gain=g), w_down, residual=h, sumsq=sumsq, eps=eps,
+                          stats=True)
+
+    def eager_fn(h, w_gate, w_up, g, w_down):
+        wide = h.to(torch.promote_types(h.dtype, torch.float32))
+        xn = (wide * torch.rsqrt(wide.square().mean(-1, keepdim=True) + eps)).to(h.dtype) * g
+        y = h + (torch.nn.functional.silu(xn @ w_gate.T) * (xn @ w_up.T)) @ w_down.T
+        return y, y.to(wide.dtype).square().sum(-1)
+
+    cot = (torch.randn_like(h), torch.randn(2, tokens // 2, device=device) * 0.1)
+    return coda_fn, eager_fn, eager_fn, [h, w_gate, w_up, g, w_down], cot
+
+
 def qkv_eager(x, w, bias, cos, sin, heads):
     """The unfused formula: one projection, split, interleaved rope on q and k."""
     n_heads, n_kv, d = heads
@@ -98,6 +124,7 @@ CASES = {
     "swiglu_h2048_rstd": lambda: gated_case("swiglu", 4096, 2048, 5632, rstd=True),
     "swiglu_h4096_rstd": lambda: gated_case("swiglu", 2048, 4096, 11008, rstd=True),
     "geglu_h768": lambda: gated_case("geglu", 4096, 768, 3072, rstd=False),
+    "swiglu_h2048_prenorm_gain": lambda: prenorm_case(4096, 2048, 5632),
     "qkv_rope_h4096_gqa": lambda: qkv_case(2048, 4096, (32, 8, 128), bias=False),
     "qkv_rope_h768_bias": lambda: qkv_case(4096, 768, (12, 12, 64), bias=True),
     "qkv_rope_h2048_gqa_bias": lambda: qkv_case(4096, 2048, (16, 4, 128), bias=True),
