@@ -2,12 +2,16 @@
 
     python benchmarks/kernel_configs.py maps  [--json benchmarks/results/session10/map_tiles.json]
     python benchmarks/kernel_configs.py llama [--json benchmarks/results/session10/llama_configs.json]
+    python benchmarks/kernel_configs.py sm90  [--json ...]     # no GPU needed
+
 
 `maps`: the map programs of GPT-2, BERT and LLaMA training (bias-gradient column sums, the norms'
 gradient maps, ...) at 16384 rows, in several map tiles; the finishing kernel is part of each
 launch. `llama`: the heaviest CODA GEMMs of a LLaMA-492M step (16384 tokens) in the heuristic
 configuration and in other Hopper candidates (a configuration that does not fit shared memory is
-recorded as "OOR"), cuBLAS beside the plain ones. Each launch is a ready `Plan` captured ten or
+recorded as "OOR"), cuBLAS beside the plain ones. `sm90`: the same LLaMA launches compiled for
+sm_90 on any machine, every Hopper candidate: shared memory (over 232448 bytes: does not fit),
+registers a thread and spilled bytes (ptxas -v). Each launch is a ready `Plan` captured ten or
 twenty times in a CUDA graph and replayed: device time only, no host cost. bf16 operands on the
 GPU; `--smoke` runs tiny float32 shapes once each on the CPU (Triton interpreter), untimed, to
 check the script. These tables chose `tuning.MAP_CONFIGS` and the Hopper heuristic's last-wave
@@ -24,7 +28,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-if "--smoke" in sys.argv:
+if "--smoke" in sys.argv and "sm90" not in sys.argv:   # sm90 compiles: no interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")   # before Triton is imported
 
 import torch
@@ -42,7 +46,9 @@ layer_norm = importlib.import_module("coda.nn.layer_norm")
 MAP_TILES = [Config(bm, bn, 0, num_warps=w) for bm, bn, w in (
     (32, 128, 4), (64, 128, 4), (64, 128, 8), (128, 128, 8), (32, 256, 4), (64, 256, 8), (16, 256, 4),
     (16, 512, 4), (32, 512, 8), (16, 1024, 8), (128, 64, 4), (256, 64, 8), (64, 64, 4))]
-GEMM_CONFIGS = [None, Config(128, 256, 64, 8, 4, split_epilogue=2), Config(128, 128, 64, 8, 4),
+GEMM_CONFIGS = [None, Config(128, 256, 64, 8, 4, split_epilogue=2),
+                Config(128, 256, 64, 8, 3, split_epilogue=4),
+                Config(128, 128, 64, 8, 4), Config(128, 128, 64, 8, 4, split_epilogue=2),
                 Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True),
                 Config(128, 128, 64, 4, 3, split_epilogue=2, pingpong=True),
                 Config(128, 128, 64, 4, 5, split_epilogue=4, pingpong=True)]
@@ -51,9 +57,11 @@ GEMM_CONFIGS = [None, Config(128, 256, 64, 8, 4, split_epilogue=2), Config(128, 
 class Setup:
     """Shapes and tensors: the real ones on the GPU, tiny float32 ones for `--smoke`."""
 
-    def __init__(self, smoke: bool):
+    def __init__(self, smoke: bool, bf16: bool = False):
+        """bf16: bfloat16 tensors at the real shapes on the CPU, only to be compiled (`sm90`)."""
         self.smoke = smoke
-        self.device, self.dtype = ("cpu", torch.float32) if smoke else ("cuda", torch.bfloat16)
+        self.device = "cpu" if smoke or bf16 else "cuda"
+        self.dtype = torch.float32 if smoke and not bf16 else torch.bfloat16
         self.m = 64 if smoke else 16384
 
     def tile(self, *shape: int) -> torch.Tensor:
@@ -142,8 +150,9 @@ def maps(setup: Setup) -> list[dict]:
     return rows
 
 
-def llama(setup: Setup) -> list[dict]:
-    """LLaMA-492M's heaviest CODA GEMMs (hidden 2048, ffn 5632, q/k/v 3072) by configuration."""
+def llama_launches(setup: Setup) -> dict[str, tuple]:
+    """LLaMA-492M's heaviest CODA GEMMs (hidden 2048, ffn 5632, q/k/v 3072): name -> (program,
+    A, B, operands, out)."""
     m = setup.m
     h, f, qkv = (32, 48, 64) if setup.smoke else (2048, 5632, 3072)
     tile, row = setup.tile, setup.row
@@ -165,10 +174,15 @@ def llama(setup: Setup) -> list[dict]:
         "plain_partial_f32": (PLAIN, dgate, w_gate_up[0::2], {},
                               torch.empty(m, h, device=setup.device, dtype=wide)),
     }
+    return cases
+
+
+def llama(setup: Setup) -> list[dict]:
+    """Each of llama_launches in the heuristic configuration and the GEMM_CONFIGS, timed."""
     from triton.runtime.errors import OutOfResources
 
     results = []
-    for name, (prog, a, b, operands, out) in cases.items():
+    for name, (prog, a, b, operands, out) in llama_launches(setup).items():
         launch = prog.bind(a, b, out=out, **operands)
         result = dict(case=name, m=launch.m, n=launch.n, k=launch.k)
         for config in ([None] if setup.smoke else GEMM_CONFIGS):
@@ -192,17 +206,45 @@ def llama(setup: Setup) -> list[dict]:
     return results
 
 
+def sm90(setup: Setup) -> list[dict]:
+    """Each of llama_launches compiled for sm_90 (no GPU) in every Hopper candidate: shared memory,
+    registers, spills; with the compile helpers of tests/codegen/test_hopper_compiles.py."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "codegen"))
+    from test_hopper_compiles import SHARED_LIMIT, compile_sm90
+
+    from coda.codegen import kernel as kernel_module
+    from coda.codegen import tuning
+
+    kernel_module._num_sms = lambda device: 132   # a Plan asks the GPU for its SM count
+    results = []
+    names = ["swiglu_grad", "gated_dx"] if setup.smoke else list(llama_launches(setup))
+    configs = tuning.CANDIDATES["hopper"][:1] if setup.smoke else tuning.CANDIDATES["hopper"]
+    for name, (prog, a, b, operands, out) in llama_launches(setup).items():
+        if name not in names:
+            continue
+        launch = prog.bind(a, b, out=out, **operands)
+        for config in configs:
+            variant = config.mainloop("hopper")
+            built = prog.triton._build(kernel_module._signature(launch, variant), variant)
+            found = compile_sm90(kernel_module, built, config, launch)
+            results.append(dict(case=name, config=str(config), shared=found["shared"],
+                                fits=found["shared"] <= SHARED_LIMIT, registers=found["registers"],
+                                spilled=found["spilled"]))
+            print(results[-1], flush=True)
+    return results
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("suite", choices=["maps", "llama"])
+    parser.add_argument("suite", choices=["maps", "llama", "sm90"])
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--smoke", action="store_true", help="tiny float32 shapes on the CPU, untimed")
     args = parser.parse_args(argv)
-    setup = Setup(args.smoke)
+    setup = Setup(args.smoke, bf16=args.suite == "sm90")
     torch.manual_seed(0)
-    rows = {"maps": maps, "llama": llama}[args.suite](setup)
+    rows = {"maps": maps, "llama": llama, "sm90": sm90}[args.suite](setup)
     if args.json:
-        device = "cpu (smoke)" if args.smoke else torch.cuda.get_device_name()
+        device = "cpu" if setup.device == "cpu" else torch.cuda.get_device_name()
         Path(args.json).write_text(json.dumps({"device": device, "torch": torch.__version__,
                                                "command": " ".join(sys.argv), "rows": rows}, indent=1))
     return rows
