@@ -182,23 +182,23 @@ def test_a_config_that_does_not_fit_falls_back_to_one_that_does(monkeypatch):
     assert rel(out, a.double() @ w.double().T + residual.double()) < 1e-2
 
 
-# (program, outputs= of the launch, the MAP_CONFIGS tile it must run in)
-MAPS = [("EPILOGUE() { output = input; cs = col_sum(input); }", ["cs"], "sums"),
-        ("EPILOGUE(p: scalar) { output = dropout(input, p); cs = col_sum(output); }", None, "tile+col"),
-        ("EPILOGUE(g: col) { output = input * g; s = row_sum(output); }", None, "tile")]
+# (program, its operands' spec as make_operands takes it, outputs= of the launch, the
+# MAP_CONFIGS tile it must run in)
+MAPS = [("EPILOGUE() { output = input; cs = col_sum(input); }", {}, ["cs"], "sums"),
+        ("EPILOGUE(p: scalar) { output = dropout(input, p); cs = col_sum(output); }", {"p": 0.1}, None,
+         "tile+col"),
+        ("EPILOGUE(g: col) { output = input * g; s = row_sum(output); }", {"g": "col"}, None, "tile")]
 
 
-@pytest.mark.parametrize(("src", "outputs", "tile"), MAPS)
-def test_maps_take_the_tile_of_what_they_write(src, outputs, tile):
+@pytest.mark.parametrize(("src", "spec", "outputs", "tile"), MAPS)
+def test_maps_take_the_tile_of_what_they_write(src, spec, outputs, tile):
     """A map's tile shape follows what it writes (tuning.map_config); at a GPT-2 bias-gradient
     shape each is within twice eager's bf16 error and deterministic."""
     from coda.codegen import tuning
 
     prog = coda.compile(src)
     x = torch.randn(16384 + 3, 2304, device="cuda", dtype=torch.bfloat16)
-    ops = {k: v for k, v in dict(p=0.1 if "p:" in src else None,
-                                 g=torch.randn(2304, device="cuda", dtype=torch.bfloat16)
-                                 if "g:" in src else None).items() if v is not None}
+    ops = make_operands(spec, x.shape[0], x.shape[1], torch.bfloat16, half=False)
     launch = prog.bind(x, None, seed=5, outputs=outputs, **ops)
     assert prog.triton.config(launch, prog.triton.kernel(launch)) == tuning.MAP_CONFIGS[tile]
     out = prog.map(x, seed=5, outputs=outputs, **ops)

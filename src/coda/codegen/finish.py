@@ -37,19 +37,16 @@ def merge_tile(parts: int) -> tuple[int, int]:
     return block_p, max(16, TILE // block_p)
 
 
-def _reductions(program: Program, sig: Signature, axis: str) -> list:
-    """The reduction outputs along `axis` ("row" or "col") that a launch of `sig` writes."""
-    return [o for o in program.ir.outputs
-            if o.reduction is not None and o.axis == axis and o.name in sig.outputs]
+def _written(program: Program, sig: Signature) -> list:
+    """The reduction outputs a launch of `sig` writes, in the program's order."""
+    return [o for o in program.ir.outputs if o.reduction is not None and o.name in sig.outputs]
 
 
 def _params(program: Program, sig: Signature) -> list[str]:
     """The finishing kernel's buffer parameters, in the order the launcher passes them: each
     reduction's partials (two buffers for a log-sum-exp) and then its result."""
     params = []
-    for out in program.ir.outputs:
-        if out.reduction is None or out.name not in sig.outputs:
-            continue
+    for out in _written(program, sig):
         partials = ([f"red_{out.name}_max", f"red_{out.name}_sum"] if out.reduction == "row_logsumexp"
                     else [f"red_{out.name}_ptr"])
         params += [*partials, f"fin_{out.name}_ptr"]
@@ -60,7 +57,7 @@ def generate_finish(program: Program, sig: Signature) -> str:
     """The source of `finish(M, N, row_parts, col_parts, ..., ROW_P, ROW_BLOCK, COL_P, COL_BLOCK)`:
     ROW_P partials of ROW_BLOCK rows a step for the row reductions, COL_P of COL_BLOCK columns for
     the column ones (`merge_tile`), "" when the launch writes no reduction."""
-    by_axis = {axis: _reductions(program, sig, axis) for axis in ("row", "col")}
+    by_axis = {axis: [o for o in _written(program, sig) if o.axis == axis] for axis in ("row", "col")}
     if not any(by_axis.values()):
         return ""
     lines = [line for axis, outs in by_axis.items() if outs for line in _merge(program, axis, outs)]

@@ -106,6 +106,15 @@ def map_config(writes_tile: bool, col_reductions: bool) -> Config:
     return MAP_CONFIGS["tile+col" if col_reductions else "tile"]
 
 
+#: The SM count the Hopper heuristic plans waves for (H100 SXM / H200).
+SMS = 132
+
+
+def _wave_fill(tiles: int) -> float:
+    """How full the persistent kernel's waves are: tiles over the SM slots of its waves."""
+    return tiles / (math.ceil(tiles / SMS) * SMS)
+
+
 def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True) -> Config:
     """A sound default without timing. On Hopper: the ping-pong kernel when K is short, where
     its epilogue overlapping the other tile's MMAs pays most (`pingpong=False` gives the Triton
@@ -127,15 +136,6 @@ def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True) -> Co
             return Config(128, 256, 64, 8, 3, split_epilogue=2)
         return Config(128, 128, 64, 8, 4)
     return Config(128, 128, 32, 4, 4) if m * n >= 2048 * 2048 else Config(64, 128, 32, 4, 4)
-
-
-#: The SM count the Hopper heuristic plans waves for (H100 SXM / H200).
-SMS = 132
-
-
-def _wave_fill(tiles: int) -> float:
-    """How full the persistent kernel's waves are: tiles over the SM slots of its waves."""
-    return tiles / (math.ceil(tiles / SMS) * SMS)
 
 
 def cache_dir() -> Path:

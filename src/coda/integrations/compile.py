@@ -69,7 +69,7 @@ from ..nn.layer_norm import LayerNormFunction, row_shift
 from ..nn.layer_norm import layer_norm as _nn_layer_norm
 from ..ops.cross_entropy import LinearCrossEntropyFunction
 from ..ops.dropout import DropoutFunction, resolve_seed
-from ..ops.gated_mlp import GatedMLPFunction, InterleaveGain
+from ..ops.gated_mlp import GatedMLPFunction, InterleaveGain, row_scale
 from ..ops.linear import ACTIVATIONS, LinearFunction, MLPFunction
 from ..ops.norms import LayerNormLinearFunction, OutProjResidualFunction, RMSNormLinearFunction, RmsRstd
 from ..ops.rope import QKVRopeFunction, rotate
@@ -373,9 +373,8 @@ def _gated_mlp_backward(dy: Tensor | None, dss: Tensor | None, x: Tensor, w_gate
                         ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(dx, dw_gate_up, dw_down, dresidual, drstd): GatedMLPFunction.backward; empty where
     `needs` is False."""
-    scale = sumsq if sumsq is not None else rstd
-    ctx = _Ctx((x, w_gate_up, w_down, None if scale is None else scale.reshape(-1), gate, up, h, y),
-               needs, activation=activation, residual=((*x.shape[:-1], w_down.shape[0]), residual_dtype),
+    ctx = _Ctx((x, w_gate_up, w_down, row_scale(rstd, sumsq), gate, up, h, y), needs,
+               activation=activation, residual=((*x.shape[:-1], w_down.shape[0]), residual_dtype),
                rstd=None if rstd is None else (rstd.shape, rstd.dtype),
                eps=None if sumsq is None else eps, residual_is_x=residual_is_x)
     return _gradients(GatedMLPFunction.backward(ctx, dy, dss)[:5], x)

@@ -205,8 +205,7 @@ class GatedMLPFunction(torch.autograd.Function):
                 stats: bool, grad: bool, sumsq: torch.Tensor | None = None, eps: float = 0.0):
         ctx.set_materialize_grads(False)
         rows, lead = as_rows(x)
-        # the row scale's slot holds rstd, or Σ x² when the norm is the op's own (eps not None)
-        scale = sumsq.reshape(-1) if sumsq is not None else None if rstd is None else rstd.reshape(-1)
+        scale = row_scale(rstd, sumsq)
         ctx.eps = None if sumsq is None else eps
         norm, row = _norm(scale, ctx.eps, rows.shape[1])
         up = up_program(activation, norm, grad)(rows, w_gate_up.T, **row)
@@ -260,6 +259,13 @@ class GatedMLPFunction(torch.autograd.Function):
             shape, dtype = ctx.residual
             dresidual = dy.reshape(shape).to(dtype)
         return dx, dw_gate_up, dw_down, dresidual, drstd, None, None, None, None, None
+
+
+def row_scale(rstd: torch.Tensor | None, sumsq: torch.Tensor | None) -> torch.Tensor | None:
+    """What the saved row-scale slot holds, as [M]: Σ x² when the norm is the op's own
+    (`sumsq=`, then ctx.eps is set), else rstd, else nothing."""
+    scale = sumsq if sumsq is not None else rstd
+    return None if scale is None else scale.reshape(-1)
 
 
 def _norm(scale: torch.Tensor | None, eps: float | None, n: int) -> tuple[str | None, dict]:
