@@ -57,9 +57,10 @@ GEMM_CONFIGS = [None, Config(128, 256, 64, 8, 4, split_epilogue=2),
 class Setup:
     """Shapes and tensors: the real ones on the GPU, tiny float32 ones for `--smoke`."""
 
-    def __init__(self, smoke: bool, bf16: bool = False):
-        """bf16: bfloat16 tensors at the real shapes on the CPU, only to be compiled (`sm90`)."""
-        self.smoke = smoke
+    def __init__(self, smoke: bool, bf16: bool = False, cases: str | None = None):
+        """bf16: bfloat16 tensors at the real shapes on the CPU, only to be compiled (`sm90`);
+        cases: the llama_launches to run (default all)."""
+        self.smoke, self.cases = smoke, None if cases is None else cases.split(",")
         self.device = "cpu" if smoke or bf16 else "cuda"
         self.dtype = torch.float32 if smoke and not bf16 else torch.bfloat16
         self.m = 64 if smoke else 16384
@@ -183,6 +184,8 @@ def llama(setup: Setup) -> list[dict]:
 
     results = []
     for name, (prog, a, b, operands, out) in llama_launches(setup).items():
+        if setup.cases is not None and name not in setup.cases:
+            continue
         launch = prog.bind(a, b, out=out, **operands)
         result = dict(case=name, m=launch.m, n=launch.n, k=launch.k)
         for config in ([None] if setup.smoke else GEMM_CONFIGS):
@@ -217,7 +220,7 @@ def sm90(setup: Setup) -> list[dict]:
 
     kernel_module._num_sms = lambda device: 132   # a Plan asks the GPU for its SM count
     results = []
-    names = ["swiglu_grad", "gated_dx"] if setup.smoke else list(llama_launches(setup))
+    names = setup.cases or (["swiglu_grad", "gated_dx"] if setup.smoke else list(llama_launches(setup)))
     configs = tuning.CANDIDATES["hopper"][:1] if setup.smoke else tuning.CANDIDATES["hopper"]
     for name, (prog, a, b, operands, out) in llama_launches(setup).items():
         if name not in names:
@@ -239,8 +242,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("suite", choices=["maps", "llama", "sm90"])
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--smoke", action="store_true", help="tiny float32 shapes on the CPU, untimed")
+    parser.add_argument("--cases", help="llama / sm90: only these launches (comma-separated names)")
     args = parser.parse_args(argv)
-    setup = Setup(args.smoke, bf16=args.suite == "sm90")
+    setup = Setup(args.smoke, bf16=args.suite == "sm90", cases=args.cases)
     torch.manual_seed(0)
     rows = {"maps": maps, "llama": llama, "sm90": sm90}[args.suite](setup)
     if args.json:

@@ -25,6 +25,8 @@ def test_smoke_runs_both_suites(tmp_path):
     written = json.loads(path.read_text())
     assert [row["case"] for row in written["rows"]][:2] == ["swiglu_grad", "gated_dx"]
     assert all(row["heuristic"] == 0.0 for row in written["rows"])   # ran, untimed
+    picked = script.main(["llama", "--smoke", "--cases", "gated_dx,norm_dw"])
+    assert [row["case"] for row in picked] == ["gated_dx", "norm_dw"]
 
 
 def test_sm90_suite_compiles_without_a_gpu(tmp_path):

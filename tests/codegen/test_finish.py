@@ -100,3 +100,25 @@ def test_finish_kernel_compiles_for_sm90():
     found = json.loads(done.stdout.strip().splitlines()[-1])
     for parts in ("24", "1571"):
         assert found[parts]["ex2"] and found[parts]["stores"] >= 3, found   # lse's exp, 3 results
+
+
+def test_kept_partial_buffers_serve_launch_after_launch(monkeypatch):
+    """A plan keeps its partial buffers and reuses them (stream order keeps launches apart):
+    three launches in a row of one layout, each result right; above KEPT_PARTIAL_BYTES the
+    buffers are fresh for each launch."""
+    from coda.codegen import kernel
+
+    for limit in (kernel.KEPT_PARTIAL_BYTES, 0):
+        monkeypatch.setattr(kernel, "KEPT_PARTIAL_BYTES", limit)
+        prog = coda.compile("EPILOGUE kept() { output = input; s = row_sum(input);"
+                            " lse = row_logsumexp(input); cs = col_sum(input); }")
+        results = []
+        for seed in range(3):
+            x = torch.randn(70, 90, generator=torch.Generator().manual_seed(seed)) * 4
+            results.append((x, prog.map(x, outputs=["s", "lse", "cs"])))
+        (plan,) = prog._plans.values()
+        assert plan.keep_partials == (limit > 0) and len(plan.kept_partials) == (limit > 0)
+        for x, out in results:   # each launch's finished sums are its own, after later launches
+            want = reference(x)
+            for key in ("s", "lse", "cs"):
+                torch.testing.assert_close(out[key].double(), want[key], rtol=1e-5, atol=1e-4, msg=key)

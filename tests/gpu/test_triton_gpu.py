@@ -130,6 +130,26 @@ def test_cuda_graph_capture_and_replay():
         assert torch.equal(captured[key], fresh[key]), key
 
 
+def test_kept_partials_on_two_streams_at_once():
+    """A plan's reductions keep one set of partial buffers per stream: launches on two streams
+    at once, each with its own input, each finish their own sums."""
+    prog = coda.compile("EPILOGUE() { output = input; s = row_sum(input); c = col_sum(input); }")
+    xs = [torch.randn(4096, 1024, device="cuda") for _ in range(2)]
+    prog.map(xs[0], outputs=["s", "c"])   # the plan, on the default stream
+    streams = [torch.cuda.Stream() for _ in xs]
+    results = []
+    for _ in range(5):
+        for x, stream in zip(xs, streams, strict=True):
+            with torch.cuda.stream(stream):
+                results.append((x, prog.map(x, outputs=["s", "c"])))
+    torch.cuda.synchronize()
+    (plan,) = prog._plans.values()
+    assert len(plan.kept_partials) == 3
+    for x, out in results:
+        assert rel(out["s"], x.double().sum(1)) < 1e-5
+        assert rel(out["c"], x.double().sum(0)) < 1e-5
+
+
 @pytest.mark.parametrize("n", [1536, 1100])   # 1100: the last tile's last slices lie past N
 @pytest.mark.parametrize("variant", ["hopper", "portable"])
 def test_every_candidate_config_is_correct(variant, n):

@@ -41,6 +41,7 @@ from .tuning import Config
 
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _thread = threading.local()   # Triton keeps its allocator per thread (a ContextVar)
+KEPT_PARTIAL_BYTES = 16 << 20  # a plan keeps its reductions' partial buffers up to this size
 
 
 @dataclass(frozen=True)
@@ -180,8 +181,8 @@ class Plan:
     def __init__(self, kernel: Kernel, config: Config, launch: Launch):
         a, b, m, n = launch.a, launch.b, launch.m, launch.n
         self.kernel, self.config = kernel, config
-        self.kinds = list(launch.kinds.items())
-        self.defaults = {p.name: p.default for p in launch.program.ir.params.values()}
+        defaults = {p.name: p.default for p in launch.program.ir.params.values()}
+        self.operands = [(name, kind, defaults[name]) for name, kind in launch.kinds.items()]
         self.outputs = launch.outputs
         if kernel.variant == "map":
             self.sizes = (m, n, a.stride(0), a.stride(1))
@@ -204,30 +205,45 @@ class Plan:
         self.constexprs = [self.meta[name] for name in names if name in self.meta]
         self.launcher = None
         self.compiled = None   # Triton's CompiledKernel after the first run (n_regs, n_spills, asm)
-        axes = {spec.reduction[:3] for spec in launch.outputs if spec.reduction is not None}
+        reductions = [spec for spec in launch.outputs if spec.reduction is not None]
+        axes = {spec.reduction[:3] for spec in reductions}
         self.finisher = _Finisher(kernel.finish, m, n, self.partial_rows, axes) if axes else None
+        # float32 partials of each reduction: [tiles along the reduced axis, its length], two
+        # (max and sum) for a log-sum-exp
+        self.partial_shapes = {spec.name: [(self.partial_rows[spec.reduction[:3]], spec.shape[0])]
+                               * (2 if spec.reduction == "row_logsumexp" else 1) for spec in reductions}
+        partial_bytes = 4 * sum(r * c for shapes in self.partial_shapes.values() for r, c in shapes)
+        self.keep_partials = partial_bytes <= KEPT_PARTIAL_BYTES
+        self.kept_partials: dict[int | None, dict[str, list[torch.Tensor]]] = {}
 
     def run(self, a: torch.Tensor, b: torch.Tensor, values: dict, out: torch.Tensor | None,
             seed: int) -> dict[str, torch.Tensor]:
         device = a.device
         args = [a, *self.sizes, seed] if b is None else [a, b, *self.sizes, seed]
-        for name, kind in self.kinds:
+        for name, kind, default in self.operands:
             value = values.get(name)
-            args += _operand_args(self.defaults[name] if value is None else value, kind)
+            if value is None:
+                value = default
+            if kind == "scalar":
+                args.append(value if isinstance(value, torch.Tensor) else float(value))
+            elif kind == "tile":
+                args += (value, *value.stride())
+            elif kind == "head":
+                args += (value, *value.stride(), value.shape[1])
+            else:   # a row or a column: its one stride
+                args += (value, value.stride()[0])
+        partials = self._partials(device)
         outputs, finish_args = {}, []
         for spec in self.outputs:
             if spec.reduction is None:
                 tensor = out if spec.name == "output" and out is not None else torch.empty(
                     spec.shape, dtype=spec.dtype, device=device)
-                outputs[spec.name] = tensor
-                args += [tensor, tensor.stride(0), tensor.stride(1)]
-                continue
-            outputs[spec.name] = torch.empty(spec.shape, dtype=spec.dtype, device=device)
-            shape = (self.partial_rows[spec.reduction[:3]], spec.shape[0])
-            bufs = tuple(torch.empty(shape, dtype=torch.float32, device=device)
-                         for _ in range(2 if spec.reduction == "row_logsumexp" else 1))
-            args += bufs
-            finish_args += [*bufs, outputs[spec.name]]
+                args += (tensor, *tensor.stride())
+            else:
+                tensor = torch.empty(spec.shape, dtype=spec.dtype, device=device)
+                args += partials[spec.name]
+                finish_args += (*partials[spec.name], tensor)
+            outputs[spec.name] = tensor
         if self.launcher is not None:
             self.launcher(*args, *self.constexprs)
         else:
@@ -237,6 +253,28 @@ class Plan:
         if self.finisher is not None:
             self.finisher(finish_args, device)
         return outputs
+
+    def _partials(self, device: torch.device) -> dict[str, list[torch.Tensor]]:
+        """The reductions' partial buffers: the kernel writes them and the finishing kernel
+        reads them right after, on one stream, so one set per stream serves every launch
+        (stream order keeps launches apart; a per-call allocation costs ~5 us of host time).
+        Fresh ones while a CUDA graph is captured (its memory pool owns what its kernels
+        touch) and above KEPT_PARTIAL_BYTES (a large launch does not notice the allocation)."""
+        stream = None
+        if device.type == "cuda":
+            if torch._C._cuda_isCurrentStreamCapturing():
+                return self._new_partials(device)
+            stream = torch._C._cuda_getCurrentRawStream(device.index)
+        kept = self.kept_partials.get(stream)
+        if kept is None:
+            kept = self._new_partials(device)
+            if self.keep_partials:
+                self.kept_partials[stream] = kept
+        return kept
+
+    def _new_partials(self, device: torch.device) -> dict[str, list[torch.Tensor]]:
+        return {name: [torch.empty(shape, dtype=torch.float32, device=device) for shape in shapes]
+                for name, shapes in self.partial_shapes.items()}
 
 
 class _Finisher:
@@ -296,16 +334,6 @@ def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callabl
         launch(grid[0], 1, 1, stream, function, cooperative, pdl, buffer, None, packed, None, None,
                None, *args)
     return launcher
-
-
-def _operand_args(value, kind: str) -> list:
-    if kind == "scalar":
-        return [value if isinstance(value, torch.Tensor) else float(value)]
-    if kind in ("row", "col"):
-        return [value, value.stride(0)]
-    if kind == "tile":
-        return [value, value.stride(0), value.stride(1)]
-    return [value, value.stride(0), value.stride(1), value.shape[1]]  # head table
 
 
 def _signature(launch: Launch, variant: str) -> Signature:

@@ -83,11 +83,12 @@ class Program:
             # The cached fast path: same shapes, strides, dtypes and alignment as a launch
             # that was validated before, so only the values outside this key are checked.
             key = (backend, _meta(a), _meta(b), _meta(out), out_dtype, seed is None,
-                   outputs if outputs is None else tuple(outputs),
-                   *[(name, _meta(v)) for name, v in operands.items()])
+                   outputs if outputs is None else tuple(outputs), *operands,
+                   *map(_meta, operands.values()))
             plan = self._plans.get(key)
             if plan is not None:
-                check_per_call(self.probabilities, operands, seed)
+                if seed is not None or self.probabilities:
+                    check_per_call(self.probabilities, operands, seed)
                 return plan.run(a, b, operands, out, seed_word(seed))
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
                       outputs=outputs)
