@@ -122,3 +122,18 @@ def test_kept_partial_buffers_serve_launch_after_launch(monkeypatch):
             want = reference(x)
             for key in ("s", "lse", "cs"):
                 torch.testing.assert_close(out[key].double(), want[key], rtol=1e-5, atol=1e-4, msg=key)
+
+
+def test_reductions_stored_in_another_dtype_are_the_float32_result_rounded_once():
+    """dtypes= on the Triton kernels (interpreter): the finishing kernel sums in float32 and
+    rounds once to the stored dtype, as `.to()` of the float32 result would; the plans of the
+    two layouts are kept apart. (float16: the interpreter truncates bfloat16; the GPU tests
+    check bfloat16.)"""
+    x = torch.randn(150, 70, generator=torch.Generator().manual_seed(3)) * 10
+    wide = ALL.map(x, outputs=["s", "cs", "lse"])
+    half = ALL.map(x, outputs=["s", "cs", "lse"], dtypes={"s": torch.float16, "cs": torch.float16})
+    assert (half["s"].dtype, half["cs"].dtype, half["lse"].dtype) == (torch.float16, torch.float16,
+                                                                      torch.float32)
+    assert torch.equal(half["s"], wide["s"].to(torch.float16))
+    assert torch.equal(half["cs"], wide["cs"].to(torch.float16))
+    assert torch.equal(half["lse"], wide["lse"])

@@ -130,6 +130,20 @@ def test_cuda_graph_capture_and_replay():
         assert torch.equal(captured[key], fresh[key]), key
 
 
+def test_reductions_stored_in_bfloat16_are_the_float32_sums_rounded_once():
+    prog = coda.compile("EPILOGUE(bias: col) { output = input + bias; s = row_sum(output);"
+                        " c = col_sum(output); }")
+    a = torch.randn(1000, 512, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(768, 512, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(768, device="cuda", dtype=torch.bfloat16)
+    wide = prog(a, w.T, bias=bias)
+    narrow = prog(a, w.T, bias=bias, dtypes={"s": torch.bfloat16, "c": torch.bfloat16})
+    assert torch.equal(narrow["output"], wide["output"])
+    for key in ("s", "c"):
+        assert narrow[key].dtype == torch.bfloat16
+        assert torch.equal(narrow[key], wide[key].to(torch.bfloat16)), key
+
+
 def test_kept_partials_on_two_streams_at_once():
     """A plan's reductions keep one set of partial buffers per stream: launches on two streams
     at once, each with its own input, each finish their own sums."""

@@ -208,6 +208,45 @@ def test_layer_norm_linear_interpreter(lead, k, n, with_bias):
     assert_matches(got, want, TOL32)
 
 
+@pytest.mark.parametrize("op", ["rms", "layer", "out_proj"])
+def test_parameter_gradients_are_stored_in_their_dtype_without_casts(op):
+    """float16 parameters: the kernels that sum g's, beta's and the bias's gradients store them
+    in float16 (summed in float32), so the backward runs no cast after them (but one: the
+    LayerNorm fold's bias gradient, which its weight-gradient GEMM reads in float32); the values
+    match float64 to float16's resolution."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Casts(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._to_copy.default and args[0].dim() == 1:
+                Casts.count += 1
+            return func(*args, **(kwargs or {}))
+
+    k, n = 32, 48
+    if op == "out_proj":
+        inputs = make((24, k), (n, k), (24, n), (n,), dtype=torch.float16, seed=4)
+        fns = (lambda x, w, r, b: out_proj_residual(x, w, r, b, stats=None),
+               lambda x, w, r, b: ref_out_proj(x, w, r, b))
+    elif op == "rms":
+        inputs = make((24, k), (k,), (n, k), (n,), dtype=torch.float16, seed=5)
+        fns = (lambda x, g, w, b: rms_norm_linear(x, g, w, 1e-6, b),
+               lambda x, g, w, b: ref_rms(x, g, w, 1e-6, b))
+    else:
+        inputs = make((24, k), (k,), (k,), (n, k), (n,), dtype=torch.float16, seed=6)
+        fns = (layer_norm_linear, ref_ln)
+    y = fns[0](*inputs)
+    upstream = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=F64).to(y.dtype)
+    with Casts():
+        got = torch.autograd.grad(y, inputs, upstream)
+    want = forward_backward(fns[1], upcast(inputs))[1]
+    assert Casts.count == (1 if op == "layer" else 0)
+    for grad, ref, t in zip(got, want, inputs, strict=True):
+        assert grad.dtype == t.dtype == torch.float16
+        assert rel(grad, ref) < 4e-3
+
+
 @pytest.mark.parametrize("norm", ["rms", "layer"])
 @pytest.mark.parametrize(("dtype", "tol"), [(F64, 1e-12), (F32, TOL32)])   # reference, Triton kernels
 def test_passthrough_gives_x_whose_gradient_joins_the_norms(norm, dtype, tol, monkeypatch):

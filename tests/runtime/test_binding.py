@@ -224,6 +224,30 @@ def test_out_for_pair_programs_has_half_the_columns():
     assert "expected shape [4, 3], got [4, 6]" in _launch_error(prog, a, b, out=torch.zeros(4, 6, dtype=F64))
 
 
+@pytest.mark.parametrize(("dtypes", "fragment"), [
+    ({"nope": torch.float16}, "'nope' is not an output of the program; it has: output, s"),
+    ({"s": torch.int32}, "the dtype of 's' must be a floating-point torch.dtype"),
+    ({"s": "float16"}, "the dtype of 's' must be a floating-point torch.dtype"),
+    ([("s", torch.float16)], "dtypes= takes a dict of output name -> torch.dtype")])
+def test_bad_dtypes(dtypes, fragment):
+    prog = coda.compile("output = input; s = row_sum(input);")
+    a, b = _ab()
+    assert fragment in _launch_error(prog, a, b, dtypes=dtypes)
+
+
+def test_dtypes_store_each_output_rounded_once():
+    """A reduction summed in float32 and stored in float16 is the float32 sum rounded once; a
+    tile output takes its own dtype beside out_dtype's."""
+    prog = coda.compile("output = input * 3.0; save pre = input; s = row_sum(input); c = col_sum(input);")
+    a, b = _ab(dtype=torch.float32)
+    plain = prog.reference(a, b)
+    outs = prog.reference(a, b, dtypes={"s": torch.float16, "pre": torch.float64})
+    assert (outs["s"].dtype, outs["pre"].dtype, outs["output"].dtype, outs["c"].dtype) == (
+        torch.float16, torch.float64, torch.float32, torch.float32)
+    assert torch.equal(outs["s"], plain["s"].to(torch.float16))
+    assert torch.equal(outs["c"], plain["c"])
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, "float32", torch.bool])
 def test_bad_out_dtype(dtype):
     prog = coda.compile("output = input;")

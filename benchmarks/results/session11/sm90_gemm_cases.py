@@ -1,28 +1,42 @@
-"""Registers/spills/shared of benchmarks/gemm.py's fused cases in the Triton Hopper kernel,
-128x256 with 2 and 4 epilogue slices, compiled for sm_90 on the CPU."""
-import sys, json
+"""Registers, spills and shared memory of benchmarks/gemm.py's fused epilogues in the Triton
+Hopper kernel at 8192x4096x4096, 128x256 tiles with 2 and 4 epilogue slices, compiled for sm_90
+on a machine without a GPU (the eleventh session's sm90_gemm_cases.log).
+
+    python benchmarks/results/session11/sm90_gemm_cases.py bias_gelu_dropout_residual,residual_rowsumsq
+"""
+
+import sys
 from pathlib import Path
-sys.path.insert(0, "benchmarks"); sys.path.insert(0, "tests/codegen"); sys.path.insert(0, "src")
-import torch
-import coda
-from gemm import CASES
-from test_hopper_compiles import compile_sm90
-from coda.codegen import kernel as km
-from coda.codegen.tuning import Config
-km._num_sms = lambda d: 132
-m, n, k = 8192, 4096, 4096
-bf = torch.bfloat16
-ops = {"bias": torch.randn(n, dtype=bf), "residual": torch.randn(m, n, dtype=bf), "pre": torch.randn(m, n, dtype=bf),
-       "rstd": torch.rand(m, dtype=bf), "p": 0.1}
-a, w = torch.randn(m, k, dtype=bf), torch.randn(n, k, dtype=bf)
-rows = []
-for case in sys.argv[1].split(","):
-    prog = coda.compile(CASES[case]["coda"])
-    used = {x: v for x, v in ops.items() if x in prog.ir.params}
-    launch = prog.bind(a, w.T, seed=1, **used)
-    for cfg in (Config(128, 256, 64, 8, 3, split_epilogue=2), Config(128, 256, 64, 8, 3, split_epilogue=4)):
-        built = prog.triton._build(km._signature(launch, "hopper"), "hopper")
-        r = compile_sm90(km, built, cfg, launch)
-        rows.append(dict(case=case, config=str(cfg), shared=r["shared"], registers=r["registers"], spilled=r["spilled"]))
-        print(rows[-1], flush=True)
-Path(".exp/sm90_gemm_cases.json").write_text(json.dumps(rows, indent=1))
+
+ROOT = Path(__file__).resolve().parents[3]
+for folder in ("benchmarks", "tests/codegen", "src"):
+    sys.path.insert(0, str(ROOT / folder))
+
+import torch  # noqa: E402
+from gemm import CASES  # noqa: E402
+from test_hopper_compiles import compile_sm90  # noqa: E402
+
+import coda  # noqa: E402
+from coda.codegen import kernel  # noqa: E402
+from coda.codegen.tuning import Config  # noqa: E402
+
+
+def main() -> None:
+    kernel._num_sms = lambda device: 132   # a Plan asks the GPU for its SM count
+    m, n, k, bf16 = 8192, 4096, 4096, torch.bfloat16
+    operands = {"bias": torch.randn(n, dtype=bf16), "residual": torch.randn(m, n, dtype=bf16),
+                "pre": torch.randn(m, n, dtype=bf16), "rstd": torch.rand(m, dtype=bf16), "p": 0.1}
+    a, w = torch.randn(m, k, dtype=bf16), torch.randn(n, k, dtype=bf16)
+    for case in sys.argv[1].split(","):
+        prog = coda.compile(CASES[case]["coda"])
+        launch = prog.bind(a, w.T, seed=1, **{x: v for x, v in operands.items() if x in prog.ir.params})
+        for slices in (2, 4):
+            config = Config(128, 256, 64, 8, 3, split_epilogue=slices)
+            built = prog.triton._build(kernel._signature(launch, "hopper"), "hopper")
+            found = compile_sm90(kernel, built, config, launch)
+            print(dict(case=case, config=str(config), shared=found["shared"],
+                       registers=found["registers"], spilled=found["spilled"]), flush=True)
+
+
+if __name__ == "__main__":
+    main()

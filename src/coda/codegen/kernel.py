@@ -371,7 +371,8 @@ def _check_dtypes(launch: Launch) -> None:
         raise LaunchError(f"A is {launch.a.dtype} but B is {launch.b.dtype}: the Triton backend "
                           f"needs one input dtype")
     if any(s.dtype == torch.float64 for s in launch.outputs):
-        raise LaunchError("out_dtype float64 is not supported by the Triton backend")
+        raise LaunchError("float64 outputs (out_dtype or dtypes=) are not supported by the Triton "
+                          "backend")
 
 
 def _layout(launch: Launch) -> str:

@@ -76,7 +76,8 @@ class LayerNormFunction(torch.autograd.Function):
         rows, dy = as_rows(x)[0], as_rows(dy)[0]
         row = dict(shift=shift, s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
         wanted = ["a", "b"] * need_x + ["dg"] * need_g + ["dbeta"] * need_beta
-        sums = LN_GRAD_SUMS.map(dy, **row, g=g, xin=rows, outputs=wanted) if wanted else {}
+        sums = LN_GRAD_SUMS.map(dy, **row, g=g, xin=rows, outputs=wanted,
+                                dtypes={"dg": g.dtype, "dbeta": ctx.beta_dtype}) if wanted else {}
         dx = dg = dbeta = None
         if need_x:
             residual = {} if dres is None else {"dres": as_rows(dres)[0]}
@@ -84,9 +85,9 @@ class LayerNormFunction(torch.autograd.Function):
                                                   **residual)["output"]
             dx = dx.reshape(x.shape)
         if need_g:
-            dg = sums["dg"].to(g.dtype)
+            dg = sums["dg"]
         if need_beta:
-            dbeta = sums["dbeta"].to(ctx.beta_dtype)
+            dbeta = sums["dbeta"]
         return dx, dg, dbeta, None, None, None, None
 
 

@@ -27,10 +27,18 @@ def present(**operands: object) -> dict[str, object]:
     return {name: value for name, value in operands.items() if value is not None}
 
 
-def column_sum(t: torch.Tensor) -> torch.Tensor:
-    """The sum over the rows of t [M, N] -> [N] (float32; float64 for float64): one map reading
-    t, which writes nothing else (a bias gradient)."""
-    return SUMS.map(t, outputs=["cols"])["cols"]
+def stored(**dtypes: torch.dtype | None) -> dict[str, torch.dtype] | None:
+    """The `dtypes=` of a launch: each named output stored in its dtype (None: the default). A
+    parameter's gradient summed by the launch is stored in the parameter's dtype, with no cast
+    kernel after it."""
+    return {name: dtype for name, dtype in dtypes.items() if dtype is not None} or None
+
+
+def column_sum(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The sum over the rows of t [M, N] -> [N], summed in float32 and stored in `dtype`
+    (default float32; float64 for float64): one map reading t, which writes nothing else (a
+    bias gradient)."""
+    return SUMS.map(t, outputs=["cols"], dtypes=stored(cols=dtype))["cols"]
 
 
 def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:

@@ -42,7 +42,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import as_rows, column_sum, matmul, present, weight_grad
+from .common import as_rows, column_sum, matmul, present, stored, weight_grad
 from .dropout import check_probability, resolve_seed
 
 #: activation -> (f, f') as DSL expressions of the pre-activation `{h}`; f' None: no derivative
@@ -102,14 +102,15 @@ def backward_program(activation: str | None, dropout: bool, bias_grad: bool) -> 
 
 
 def grad_at_preactivation(dy: torch.Tensor, activation: str | None, p: float, seed: int | None,
-                          pre: torch.Tensor | None, bias_grad: bool
+                          pre: torch.Tensor | None, bias_dtype: torch.dtype | None
                           ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(dpre, db) for an incoming gradient dy [M, N] that no CODA GEMM produced:
-    dpre = dropout(dy, p) * f'(pre) and db = col_sum(dpre) (None unless `bias_grad`)."""
+    dpre = dropout(dy, p) * f'(pre) and db = col_sum(dpre), stored in `bias_dtype` (None: no
+    bias, no db)."""
     if activation is None and p == 0.0:
-        return dy, column_sum(dy) if bias_grad else None
-    prog = backward_program(activation, p > 0.0, bias_grad)
-    outs = prog.map(dy, seed=seed, **present(pre=pre, p=p or None))
+        return dy, None if bias_dtype is None else column_sum(dy, bias_dtype)
+    prog = backward_program(activation, p > 0.0, bias_dtype is not None)
+    outs = prog.map(dy, seed=seed, dtypes=stored(db=bias_dtype), **present(pre=pre, p=p or None))
     return outs["output"], outs.get("db")
 
 
@@ -132,10 +133,10 @@ class LinearFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         x, w, pre = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, pre, need_b)
+        dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, pre,
+                                         ctx.bias_dtype if need_b else None)
         dx = matmul(dpre, w).reshape(x.shape) if need_x else None
         dw = weight_grad(dpre, as_rows(x)[0], like=w) if need_w else None
-        db = db.to(ctx.bias_dtype) if need_b else None
         return dx, dw, db, None, None, None, None
 
 
@@ -167,18 +168,18 @@ class MLPFunction(torch.autograd.Function):
         dresidual = dy if ctx.needs_input_grad[8] else None
         if not any(ctx.needs_input_grad[:5]):
             return None, None, None, None, None, None, None, None, dresidual, None
-        dy2, db2 = grad_at_preactivation(as_rows(dy)[0], None, ctx.p, ctx.seed, None, need_b2)
+        b1_dtype, b2_dtype = (dtype if need else None
+                              for dtype, need in zip(ctx.bias_dtypes, (need_b1, need_b2), strict=True))
+        dy2, db2 = grad_at_preactivation(as_rows(dy)[0], None, ctx.p, ctx.seed, None, b2_dtype)
         dw2 = weight_grad(dy2, h, like=w2) if need_w2 else None
         dx = dw1 = db1 = None
         if need_x or need_w1 or need_b1:
             # dh = dy' @ w2 is never written: its epilogue applies f'(pre) and sums db1.
             prog = backward_program(ctx.activation, False, need_b1)
-            outs = prog(dy2, w2, **present(pre=pre))
+            outs = prog(dy2, w2, dtypes=stored(db=b1_dtype), **present(pre=pre))
             dpre, db1 = outs["output"], outs.get("db")
             dx = matmul(dpre, w1).reshape(x.shape) if need_x else None
             dw1 = weight_grad(dpre, as_rows(x)[0], like=w1) if need_w1 else None
-        db1 = db1.to(ctx.bias_dtypes[0]) if need_b1 else None
-        db2 = db2.to(ctx.bias_dtypes[1]) if need_b2 else None
         return dx, dw1, db1, dw2, db2, None, None, None, dresidual, None
 
 

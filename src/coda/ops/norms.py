@@ -65,7 +65,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
-from .common import SUMS, as_rows, column_sum, matmul, present, weight_grad
+from .common import SUMS, as_rows, column_sum, matmul, present, stored, weight_grad
 from .dropout import resolve_seed
 
 # -- the statistics of each row, as DSL text spliced into the programs that need them -----------
@@ -207,11 +207,11 @@ class RMSNormLinearFunction(torch.autograd.Function):
         elif need_g or need_w:
             xn = RMS_LINEAR[False].map(rows, **row)["output"]
         if need_g or need_w:
-            outs = NORM_DW(dy.T, xn, g=g, w=w, outputs=_wanted(output=need_w, dg=need_g))
-            dw = outs["output"].to(w.dtype) if need_w else None
-            dg = outs["dg"].to(g.dtype) if need_g else None
+            outs = NORM_DW(dy.T, xn, g=g, w=w, outputs=_wanted(output=need_w, dg=need_g),
+                           dtypes=stored(output=w.dtype, dg=g.dtype))
+            dw, dg = outs.get("output"), outs.get("dg")
         if need_b:
-            db = column_sum(dy).to(ctx.bias_dtype)
+            db = column_sum(dy, ctx.bias_dtype)
         return dx, dg, dw, db, None, None, None
 
 
@@ -261,14 +261,13 @@ class LayerNormLinearFunction(torch.autograd.Function):
             dx, xhat = outs["output"].reshape(x.shape), outs.get("xhat")
         elif need_weights:
             xhat = LN_XHAT.map(rows, **row)["output"]
-        if need_weights or need_b:
-            db = column_sum(dy)
+        if need_weights or need_b:   # float32 while LN_DW reads it, else the bias's dtype
+            db = column_sum(dy, None if need_weights else ctx.bias_dtype)
         if need_weights:
             outs = LN_DW(dy.T, xhat, g=g, beta=beta, db=db, w=w,
-                         outputs=_wanted(output=need_w, dg=need_g, dbeta=need_beta))
-            dw = outs["output"].to(w.dtype) if need_w else None
-            dg = outs["dg"].to(g.dtype) if need_g else None
-            dbeta = outs["dbeta"].to(beta.dtype) if need_beta else None
+                         outputs=_wanted(output=need_w, dg=need_g, dbeta=need_beta),
+                         dtypes=stored(output=w.dtype, dg=g.dtype, dbeta=beta.dtype))
+            dw, dg, dbeta = outs.get("output"), outs.get("dg"), outs.get("dbeta")
         db = db.to(ctx.bias_dtype) if need_b else None
         return dx, dg, dbeta, dw, db, None, None, None, None
 
@@ -299,14 +298,14 @@ class OutProjResidualFunction(torch.autograd.Function):
         residual_dtype, bias_dtype = ctx.dtypes
         dpre, db = as_rows(dy)[0], None
         if ctx.p > 0.0:
-            outs = DROPOUT_GRAD.map(dpre, p=ctx.p, seed=ctx.seed, outputs=_wanted(output=True, db=need_b))
+            outs = DROPOUT_GRAD.map(dpre, p=ctx.p, seed=ctx.seed, outputs=_wanted(output=True, db=need_b),
+                                    dtypes=stored(db=bias_dtype))
             dpre, db = outs["output"], outs.get("db")
         elif need_b:
-            db = column_sum(dpre)
+            db = column_sum(dpre, bias_dtype)
         dx = matmul(dpre, w).reshape(x.shape) if need_x else None
         dw = weight_grad(dpre, as_rows(x)[0], like=w).to(w.dtype) if need_w else None
         dresidual = dy.to(residual_dtype) if need_r else None
-        db = db.to(bias_dtype) if need_b else None
         return dx, dw, dresidual, db, None, None, None
 
 

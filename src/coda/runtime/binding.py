@@ -61,11 +61,13 @@ class Launch:
 
 
 def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, seed=None,
-         outputs=None) -> Launch:
+         outputs=None, dtypes=None) -> Launch:
     """Validate a launch of `program` and resolve operand kinds and output shapes.
 
     With `b` None the launch is a map: `input` is `a` itself ([M, N]), no GEMM runs. `outputs`
-    names the outputs to produce (default: all); the others are neither computed nor written."""
+    names the outputs to produce (default: all); the others are neither computed nor written.
+    `dtypes` maps output names to the dtype each is stored in (default: tiles in `out_dtype`,
+    reductions in float32)."""
     if b is None:
         _check_matrix("X", a)
         (m, n), k = a.shape, 0
@@ -90,7 +92,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     check_per_call(program.probabilities, values, seed)
     if out_dtype is None:
         out_dtype = out.dtype if isinstance(out, torch.Tensor) else a.dtype
-    specs = _output_specs(program, m, n, out_dtype)
+    specs = _stored_as(_output_specs(program, m, n, out_dtype), dtypes)
     if out is not None:
         _check_out(out, specs[0], a.device)
     elif epi.accumulates:
@@ -103,6 +105,25 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     if epi.accumulates and selected[0].name != "output":
         raise LaunchError("the program accumulates into `output`: outputs= must include 'output'")
     return Launch(program, a, b, m, n, k, kinds, values, selected, out, seed)
+
+
+def _stored_as(specs: tuple[OutputSpec, ...], dtypes) -> tuple[OutputSpec, ...]:
+    """The specs with the dtypes that `dtypes=` names (a reduction is still summed in float32
+    and rounded once, when stored: a bias gradient stored in the parameter's dtype needs no
+    cast kernel after the launch)."""
+    if dtypes is None:
+        return specs
+    if not isinstance(dtypes, dict):
+        raise LaunchError(f"dtypes= takes a dict of output name -> torch.dtype, got {dtypes!r}")
+    known = [s.name for s in specs]
+    for name, dtype in dtypes.items():
+        if name not in known:
+            raise LaunchError(f"dtypes=: {name!r} is not an output of the program; it has: "
+                              f"{', '.join(known)}")
+        if not isinstance(dtype, torch.dtype) or dtype not in FLOAT_DTYPES:
+            raise LaunchError(f"dtypes=: the dtype of {name!r} must be a floating-point "
+                              f"torch.dtype, got {dtype!r}")
+    return tuple(OutputSpec(s.name, s.shape, dtypes.get(s.name, s.dtype), s.reduction) for s in specs)
 
 
 def _select(specs: tuple[OutputSpec, ...], names) -> tuple[OutputSpec, ...]:

@@ -61,21 +61,23 @@ class Program:
     def __call__(self, a: torch.Tensor, b: torch.Tensor, /, *, backend: str = "auto",
                  out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
                  seed: int | None = None, outputs: list[str] | None = None,
+                 dtypes: dict[str, torch.dtype] | None = None,
                  **operands) -> dict[str, torch.Tensor]:
         """Run `A @ B` and the epilogue; returns {output name: tensor}. `outputs` selects
         which outputs to produce (default all): a cross-entropy can keep its row reductions
-        and never write the logits."""
-        return self._launch(a, b, backend, out, out_dtype, seed, outputs, operands)
+        and never write the logits. `dtypes` names the dtype an output is stored in."""
+        return self._launch(a, b, backend, out, out_dtype, seed, outputs, dtypes, operands)
 
     def map(self, x: torch.Tensor, /, *, backend: str = "auto", out: torch.Tensor | None = None,
             out_dtype: torch.dtype | None = None, seed: int | None = None,
-            outputs: list[str] | None = None, **operands) -> dict[str, torch.Tensor]:
+            outputs: list[str] | None = None, dtypes: dict[str, torch.dtype] | None = None,
+            **operands) -> dict[str, torch.Tensor]:
         """Run the epilogue on an existing [M, N] tensor (`input` = x), without a GEMM: for the
         element-wise and reduction steps whose input no GEMM produces (a norm's statistics of a
         model input, an activation's derivative applied to an incoming gradient)."""
-        return self._launch(x, None, backend, out, out_dtype, seed, outputs, operands)
+        return self._launch(x, None, backend, out, out_dtype, seed, outputs, dtypes, operands)
 
-    def _launch(self, a, b, backend, out, out_dtype, seed, outputs, operands
+    def _launch(self, a, b, backend, out, out_dtype, seed, outputs, dtypes, operands
                 ) -> dict[str, torch.Tensor]:
         key = None
         if backend != "reference" and isinstance(a, torch.Tensor) and (
@@ -83,7 +85,8 @@ class Program:
             # The cached fast path: same shapes, strides, dtypes and alignment as a launch
             # that was validated before, so only the values outside this key are checked.
             key = (backend, _meta(a), _meta(b), _meta(out), out_dtype, seed is None,
-                   outputs if outputs is None else tuple(outputs), *operands,
+                   outputs if outputs is None else tuple(outputs),
+                   None if dtypes is None else repr(dtypes), *operands,
                    *map(_meta, operands.values()))
             plan = self._plans.get(key)
             if plan is not None:
@@ -91,7 +94,7 @@ class Program:
                     check_per_call(self.probabilities, operands, seed)
                 return plan.run(a, b, operands, out, seed_word(seed))
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
-                      outputs=outputs)
+                      outputs=outputs, dtypes=dtypes)
         if self._pick_backend(backend, a) == "reference":
             return run_reference(launch)
         plan, outputs = self.triton.start(launch)
@@ -105,7 +108,8 @@ class Program:
 
     def bind(self, a: torch.Tensor, b: torch.Tensor | None, /, **kwargs) -> Launch:
         """Validate a launch without running it (what `__call__` does first)."""
-        options = {k: kwargs.pop(k) for k in ("out", "out_dtype", "seed", "outputs") if k in kwargs}
+        options = {k: kwargs.pop(k) for k in ("out", "out_dtype", "seed", "outputs", "dtypes")
+                   if k in kwargs}
         return bind(self, a, b, kwargs, **options)
 
     @property
