@@ -65,13 +65,19 @@ import torch
 from torch import Tensor
 
 from .. import ops
-from ..nn.layer_norm import LayerNormFunction, row_shift
+from ..nn.layer_norm import LayerNormFunction
 from ..nn.layer_norm import layer_norm as _nn_layer_norm
 from ..ops.cross_entropy import LinearCrossEntropyFunction
 from ..ops.dropout import DropoutFunction, resolve_seed
 from ..ops.gated_mlp import GatedMLPFunction, InterleaveGain, row_scale
 from ..ops.linear import ACTIVATIONS, LinearFunction, MLPFunction
-from ..ops.norms import LayerNormLinearFunction, OutProjResidualFunction, RMSNormLinearFunction, RmsRstd
+from ..ops.norms import (
+    LayerNormLinearFunction,
+    OutProjResidualFunction,
+    RMSNormLinearFunction,
+    RmsRstd,
+    row_shift,
+)
 from ..ops.rope import QKVRopeFunction, rotate
 
 _FORCED = contextvars.ContextVar("coda_custom_ops", default=False)

@@ -25,7 +25,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..ops.common import as_rows
-from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS
+from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS, row_shift
 
 XHAT = "xhat = (xin - mean) * rstd;"
 LAYER_NORM = compile_program(f"EPILOGUE layer_norm({LN_ROW_PARAMS}, g: col, beta: col) {{ {LN_ROW}"
@@ -39,12 +39,6 @@ LN_GRAD_DX = {res: compile_program(
     f"EPILOGUE layer_norm_dx({LN_ROW_PARAMS}, g: col, xin: tile, a: row, b: row{', dres: tile' * res}) {{"
     f" {LN_ROW} {XHAT} output = rstd * (input * g - (a + xhat * b) * inv_n){' + dres' * res}; }}")
     for res in (False, True)}
-
-
-def row_shift(rows: torch.Tensor, shifted: bool) -> torch.Tensor:
-    """The shift c of the row sums: each row's first value (no cancellation in ss/n - (s/n)² when
-    |mean| >> std), or 0 for the raw sums of a producer."""
-    return rows[:, 0] if shifted else rows.new_zeros(rows.shape[0])
 
 
 class LayerNormFunction(torch.autograd.Function):

@@ -147,7 +147,7 @@ def out_proj_program(bias: bool, dropout: bool) -> Program:
                            f" ss = row_sum(output * output); s = row_sum(output); }}")
 
 
-def _shift(rows: torch.Tensor, shifted: bool) -> torch.Tensor:
+def row_shift(rows: torch.Tensor, shifted: bool) -> torch.Tensor:
     """The shift c of LayerNorm's row sums: each row's first value (|mean - c| is then about one
     std, so var = ss / n - (s / n)² does not cancel), or 0 for raw sums from a producer (a
     stride-0 view of one cached zero: no fill kernel per call)."""
@@ -225,7 +225,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
                 sumsq: torch.Tensor | None, passthrough: bool = False):
         ctx.set_materialize_grads(False)
         rows, lead = as_rows(x)
-        shift = _shift(rows, rowsum is None)
+        shift = row_shift(rows, rowsum is None)
         if rowsum is None:
             stats = LN_STATS.map(rows, shift=shift, outputs=["s", "ss"])
             s, ss = stats["s"], stats["ss"]
@@ -251,7 +251,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
             return dres, None, None, None, None, None, None, None, None
         need_weights = need_g or need_beta or need_w
         rows, dy = as_rows(x)[0], as_rows(dy)[0]
-        row = dict(shift=_shift(rows, ctx.shifted), s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
+        row = dict(shift=row_shift(rows, ctx.shifted), s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
         dx = dg = dbeta = dw = db = None
         if need_x:
             pre = LN_DXHAT(dy, w, **row, g=g, xin=rows)
