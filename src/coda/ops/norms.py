@@ -154,9 +154,18 @@ def row_shift(rows: torch.Tensor, shifted: bool) -> torch.Tensor:
     return rows[:, 0] if shifted else _zero(rows.device, rows.dtype).expand(rows.shape[0])
 
 
-@functools.cache
+_ZEROS: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
 def _zero(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    return torch.zeros((), device=device, dtype=dtype)
+    """One zero per device and dtype, never written. Not kept when first made inside a CUDA-graph
+    capture: its fill would run only when the graph replays, so eager launches would read garbage."""
+    zero = _ZEROS.get((device, dtype))
+    if zero is None:
+        zero = torch.zeros((), device=device, dtype=dtype)
+        if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+            _ZEROS[(device, dtype)] = zero
+    return zero
 
 
 def _residual_grad(dres: torch.Tensor | None) -> dict[str, torch.Tensor]:
