@@ -24,8 +24,9 @@ import torch
 
 from .. import compile as compile_program
 from ..errors import LaunchError
+from ..ops import checks
 from ..ops.common import as_rows
-from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS, row_shift
+from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS, residual_grad, row_shift
 
 XHAT = "xhat = (xin - mean) * rstd;"
 LAYER_NORM = compile_program(f"EPILOGUE layer_norm({LN_ROW_PARAMS}, g: col, beta: col) {{ {LN_ROW}"
@@ -74,9 +75,8 @@ class LayerNormFunction(torch.autograd.Function):
                                 dtypes={"dg": g.dtype, "dbeta": ctx.beta_dtype}) if wanted else {}
         dx = dg = dbeta = None
         if need_x:
-            residual = {} if dres is None else {"dres": as_rows(dres)[0]}
             dx = LN_GRAD_DX[dres is not None].map(dy, **row, g=g, xin=rows, a=sums["a"], b=sums["b"],
-                                                  **residual)["output"]
+                                                  **residual_grad(dres))["output"]
             dx = dx.reshape(x.shape)
         if need_g:
             dg = sums["dg"]
@@ -104,8 +104,7 @@ def layer_norm(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float 
             raise LaunchError(f"layer_norm: {name} must be a tensor of shape [{n}] on {x.device}")
     if (rowsum is None) != (sumsq is None):
         raise LaunchError("layer_norm: rowsum and sumsq come together; give both or neither")
-    if not isinstance(passthrough, bool):
-        raise LaunchError(f"layer_norm: passthrough must be True or False, got {passthrough!r}")
+    checks.flag("passthrough", passthrough)
     for name, t in (("rowsum", rowsum), ("sumsq", sumsq)):
         if t is not None and tuple(t.shape) != tuple(x.shape[:-1]):
             raise LaunchError(f"layer_norm: {name} must have shape {list(x.shape[:-1])}, got "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from ..errors import LaunchError
@@ -26,6 +28,20 @@ def weight(name: str, w: object, x: torch.Tensor, in_features: int) -> int:
         raise LaunchError(f"{name} is {w.dtype} on {w.device} but x is {x.dtype} on {x.device}: "
                           f"they must match")
     return w.shape[0]
+
+
+def flag(name: str, value: object) -> bool:
+    """A True / False option (not 0, 1 or None)."""
+    if not isinstance(value, bool):
+        raise LaunchError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def eps(op: str, value: object) -> float:
+    """A norm's epsilon: a real number >= 0 (not a bool), as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
+        raise LaunchError(f"{op}: eps must be a number >= 0, got {value!r}")
+    return float(value)
 
 
 def optional_tensor(name: str, t: object, shape: tuple[int, ...], x: torch.Tensor) -> None:

@@ -42,7 +42,6 @@ docs/ops.md counts every alternative.
 from __future__ import annotations
 
 import functools
-import numbers
 
 import torch
 
@@ -315,8 +314,7 @@ def _gated_mlp(activation: str, x, w_gate_up, w_down, residual, rstd, stats: boo
     checks.weight("w_down", w_down, x, w_gate_up.shape[0] // 2)
     checks.optional_tensor("residual", residual, (*lead, w_down.shape[0]), x)
     checks.optional_tensor("rstd", rstd, tuple(lead), x)
-    if not isinstance(stats, bool):
-        raise LaunchError(f"stats must be True or False, got {stats!r}")
+    checks.flag("stats", stats)
     if sumsq is not None:
         if rstd is not None:
             raise LaunchError("give rstd (a row scale) or sumsq (the norm's Σ x²), not both")
@@ -325,9 +323,7 @@ def _gated_mlp(activation: str, x, w_gate_up, w_down, residual, rstd, stats: boo
             raise LaunchError(f"sumsq must be one value per row of x, shape {list(lead)}, got "
                               f"{checks.describe(sumsq)}")
         checks.optional_tensor("sumsq", sumsq, tuple(sumsq.shape), x)
-        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps >= 0:
-            raise LaunchError(f"eps must be a number >= 0, got {eps!r}")
-        eps = float(eps)
+        eps = checks.eps(f"{OP_NAMES[activation]}_mlp", eps)
     grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, w_gate_up, w_down, residual, rstd))
     from ..integrations import compile as custom  # here: that module imports this one

@@ -65,6 +65,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
+from . import checks
 from .common import SUMS, as_rows, column_sum, matmul, present, stored, weight_grad
 from .dropout import resolve_seed
 
@@ -168,7 +169,7 @@ def _zero(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     return zero
 
 
-def _residual_grad(dres: torch.Tensor | None) -> dict[str, torch.Tensor]:
+def residual_grad(dres: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """The `dres` operand of a dx map: the gradient of the passed-through x, as rows."""
     return {} if dres is None else {"dres": as_rows(dres)[0]}
 
@@ -210,7 +211,7 @@ class RMSNormLinearFunction(torch.autograd.Function):
         if need_x:
             pre = RMS_DXHAT(dy, w, g=g, xin=rows)
             outs = RMS_DX[dres is not None].map(pre["output"], **row, t=pre["t"], xin=rows,
-                                                **_residual_grad(dres),
+                                                **residual_grad(dres),
                                                 outputs=_wanted(output=True, xn=need_g or need_w))
             dx, xn = outs["output"].reshape(x.shape), outs.get("xn")
         elif need_g or need_w:
@@ -265,7 +266,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
         if need_x:
             pre = LN_DXHAT(dy, w, **row, g=g, xin=rows)
             outs = LN_DX[dres is not None].map(pre["output"], **row, a=pre["a"], b=pre["b"], xin=rows,
-                                               **_residual_grad(dres),
+                                               **residual_grad(dres),
                                                outputs=_wanted(output=True, xhat=need_weights))
             dx, xhat = outs["output"].reshape(x.shape), outs.get("xhat")
         elif need_weights:
@@ -334,12 +335,13 @@ def rms_norm_linear(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, eps: floa
     _check_vector("rms_norm_linear", "g", g, k, x)
     _check_bias("rms_norm_linear", bias, n, x)
     _check_row_stats("rms_norm_linear", x, m, sumsq=sumsq)
-    eps = _check_eps("rms_norm_linear", eps)
+    eps = checks.eps("rms_norm_linear", eps)
+    passthrough = checks.flag("passthrough", passthrough)
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::rms_norm_linear, no graph break
         y = custom.rms_norm_linear_op(x, g, w, bias, sumsq, eps)
         return (y, x) if passthrough else y   # autograd adds the two gradients of x
-    return RMSNormLinearFunction.apply(x, g, w, bias, sumsq, eps, _flag("passthrough", passthrough))
+    return RMSNormLinearFunction.apply(x, g, w, bias, sumsq, eps, passthrough)
 
 
 def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: torch.Tensor,
@@ -363,13 +365,13 @@ def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: t
     if (rowsum is None) != (sumsq is None):
         missing = "sumsq" if sumsq is None else "rowsum"
         raise LaunchError(f"layer_norm_linear: rowsum and sumsq come together; {missing} is missing")
-    eps = _check_eps("layer_norm_linear", eps)
+    eps = checks.eps("layer_norm_linear", eps)
+    passthrough = checks.flag("passthrough", passthrough)
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::layer_norm_linear, no graph break
         y = custom.layer_norm_linear_op(x, g, beta, w, bias, eps, rowsum, sumsq)
         return (y, x) if passthrough else y   # autograd adds the two gradients of x
-    return LayerNormLinearFunction.apply(x, g, beta, w, bias, eps, rowsum, sumsq,
-                                         _flag("passthrough", passthrough))
+    return LayerNormLinearFunction.apply(x, g, beta, w, bias, eps, rowsum, sumsq, passthrough)
 
 
 def out_proj_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor,
@@ -449,18 +451,6 @@ def _check_row_stats(op: str, x: torch.Tensor, m: int, **sums: torch.Tensor | No
         if tuple(t.shape) not in (tuple(x.shape[:-1]), (m,)):
             raise LaunchError(f"{op}: {name} must have one value per row of x, shape "
                               f"{list(x.shape[:-1])} or [{m}], got {list(t.shape)}")
-
-
-def _flag(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise LaunchError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
-def _check_eps(op: str, eps) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps >= 0:
-        raise LaunchError(f"{op}: eps must be a number >= 0, got {eps!r}")
-    return float(eps)
 
 
 class RmsRstd(torch.autograd.Function):
