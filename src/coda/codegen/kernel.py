@@ -257,7 +257,8 @@ class Plan:
     def _partials(self, device: torch.device) -> dict[str, list[torch.Tensor]]:
         """The reductions' partial buffers: the kernel writes them and the finishing kernel
         reads them right after, on one stream, so one set per stream serves every launch
-        (stream order keeps launches apart; a per-call allocation costs ~5 us of host time).
+        (stream order keeps launches apart; an allocation costs ~4 us of host time on the H200
+        machine, docs/performance.md).
         Fresh ones while a CUDA graph is captured (its memory pool owns what its kernels
         touch) and above KEPT_PARTIAL_BYTES (a large launch does not notice the allocation)."""
         stream = None
