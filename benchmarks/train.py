@@ -70,19 +70,20 @@ import datetime
 import importlib.metadata
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import side_by_side  # benchmarks/, beside this script
+
 import coda
 from coda.train import batch as text_batch
 from coda.train import learning_rate, load_corpus, moving_average
@@ -100,10 +101,6 @@ LR = 3e-4
 SEED = 0
 MLM_FRACTION = 0.15
 SDPA = {"attn_implementation": "sdpa"}
-#: The child process prints its result on one line after this marker, and with --wait-turn this
-#: line once warmed up.
-RESULT = "CODA_TRAIN_RESULT "
-READY = "CODA_TRAIN_READY"
 #: Kernel name -> class, first match wins: CODA's kernels (coda_gemm_<program>, coda_map_<program>)
 #: contain "gemm" and cutlass attention kernels "cutlass", so CODA and attention come before GEMM.
 KERNEL_CLASSES = (
@@ -210,7 +207,7 @@ def measure(name: str, mode: str, args: argparse.Namespace, device: torch.device
         losses = [step() for _ in range(args.warmup)]
     synchronize(device)
     if args.wait_turn:
-        wait_turn(device)
+        side_by_side.wait_turn()
         losses.append(step())   # refills the allocator's cache that the wait gave back
         synchronize(device)
     if cuda and not graphed:
@@ -331,17 +328,6 @@ def curve(name: str, args: argparse.Namespace, device: torch.device, dtype: torc
                 train_seconds=seconds)
 
 
-def wait_turn(device: torch.device) -> None:
-    """Tell the parent that the warm-up is done, give cached GPU memory back (the other children of
-    the model warm up meanwhile), and block until the parent says that it is this child's turn.
-    The caller then runs one more untimed step: without it the first timed step would pay
-    cudaMalloc for every block (measured: BERT's eager throughput 22% lower)."""
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    print(READY, flush=True)
-    sys.stdin.readline()
-
-
 def child(spec: str, args: argparse.Namespace) -> None:
     """Run one (model, mode), or the curve (mode "curve"), and print its result line."""
     name, mode = spec.split(":")
@@ -354,7 +340,7 @@ def child(spec: str, args: argparse.Namespace) -> None:
     except Exception as err:  # torch.OutOfMemoryError included: the row says what went wrong
         traceback.print_exc()
         result["error"] = f"{type(err).__name__}: {err}"[:1000]
-    print(RESULT + json.dumps(result), flush=True)
+    side_by_side.report(result)
 
 
 def device_name(device: torch.device) -> str:
@@ -365,57 +351,26 @@ def device_name(device: torch.device) -> str:
 # The parent: one subprocess per run, then the JSON, the table and the PNG
 
 
-class Child:
-    """`spec` ("model:mode", or "model:curve") running in a subprocess. With `wait_turn` the child
-    warms up (compilation, autotuning) and then waits for `take_turn`: the children of one model
-    warm up side by side, and their timed steps run one at a time on an otherwise idle GPU and
-    host, so the timings are those of a child alone."""
+def start(spec: str, args: argparse.Namespace, wait_turn: bool = False) -> Callable[[], dict]:
+    """Start `spec` ("model:mode", or "model:curve") in a subprocess (benchmarks/side_by_side.py);
+    the function returned lets it take its turn and gives its row. With `wait_turn` the child
+    warms up and then waits: the children of one model warm up side by side, and their timed
+    steps run one at a time on an otherwise idle GPU and host."""
+    command = [sys.executable, __file__, "--child", spec, "--steps", str(args.steps),
+               "--warmup", str(args.warmup), "--profile", ",".join(args.profile) or "none",
+               "--curve-steps", str(args.curve_steps)]
+    child = side_by_side.Child(command + ["--smoke"] * args.smoke + ["--wait-turn"] * wait_turn,
+                               args.timeout)
 
-    def __init__(self, spec: str, args: argparse.Namespace, wait_turn: bool = False):
-        self.spec, self.timeout, self.start = spec, args.timeout, time.perf_counter()
-        command = [sys.executable, __file__, "--child", spec, "--steps", str(args.steps),
-                   "--warmup", str(args.warmup), "--profile", ",".join(args.profile) or "none",
-                   "--curve-steps", str(args.curve_steps)]
-        command += ["--smoke"] * args.smoke + ["--wait-turn"] * wait_turn
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if line.startswith(READY):
-                self.ready.set()
-        self.ready.set()   # it exited (or failed) before getting ready: nothing to wait for
-
-    def take_turn(self) -> dict:
-        """Let the child time its steps (once warmed up); its result, or an error with the tail of
-        its output."""
-        name, mode = self.spec.split(":")
-        left = lambda: max(self.timeout - (time.perf_counter() - self.start), 0)  # noqa: E731
-        try:
-            if not self.ready.wait(left()):
-                raise subprocess.TimeoutExpired(self.spec, self.timeout)
-            try:
-                self.proc.stdin.write("go\n")
-                self.proc.stdin.flush()
-            except BrokenPipeError:
-                pass   # it has exited: its output says why
-            self.proc.wait(left())
-            self.reader.join()
-            found = [line for line in self.lines if line.startswith(RESULT)]
-            result = (json.loads(found[-1].removeprefix(RESULT)) if found else
-                      dict(model=name, mode=mode, error=f"the child exited with code {self.proc.returncode}"))
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            result = dict(model=name, mode=mode, error=f"timed out after {self.timeout} s")
-        result["seconds"] = time.perf_counter() - self.start
-        if result["error"]:
-            result["log"] = "".join(self.lines)[-3000:]
-        return result
+    def take_turn() -> dict:
+        turn = child.take_turn()
+        name, mode = spec.split(":")
+        row = turn.result or dict(model=name, mode=mode, error=turn.error)
+        row["seconds"] = turn.seconds
+        if row["error"]:
+            row["log"] = turn.log
+        return row
+    return take_turn
 
 
 def ratios(rows: list[dict]) -> dict:
@@ -508,7 +463,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="default benchmarks/results/train.json; --smoke: a temporary directory")
     parser.add_argument("--smoke", action="store_true", help="tiny models on the CPU, for CI")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # "model:mode": run it, print one line
-    parser.add_argument("--wait-turn", action="store_true", help=argparse.SUPPRESS)  # see Child
+    parser.add_argument("--wait-turn", action="store_true", help=argparse.SUPPRESS)  # see start
     args = parser.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     args.modes = [m for m in (args.modes or ",".join(SMOKE_MODES if args.smoke else MODES)).split(",") if m]
@@ -546,21 +501,21 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps(result, indent=1))
 
     # The curve runs while the first model's children warm up; it ends before any timed step.
-    curve_child = Child(f"{args.curve}:curve", args) if args.curve != "none" else None
+    curve_child = start(f"{args.curve}:curve", args) if args.curve != "none" else None
     # CODA's autotuning times kernels: it must not share the GPU with other warm-ups
-    side_by_side = os.environ.get("CODA_AUTOTUNE", "1") == "0"
+    together = os.environ.get("CODA_AUTOTUNE", "1") == "0"
     for name in args.models:
         runs = [mode for mode in args.modes if mode != "liger" or name in LIGER_MODELS]
-        group = {mode: Child(f"{name}:{mode}", args, wait_turn=True) for mode in runs if side_by_side}
+        group = {mode: start(f"{name}:{mode}", args, wait_turn=True) for mode in runs if together}
         if curve_child is not None:
-            record_curve(curve_child.take_turn(), result, args, save)
+            record_curve(curve_child(), result, args, save)
             curve_child = None
         for mode in args.modes:
             if mode not in runs:
                 row = dict(model=name, mode=mode, error=None,
                            note=f"skipped: Liger Kernel has no {name} support")
             else:
-                row = (group.get(mode) or Child(f"{name}:{mode}", args, wait_turn=True)).take_turn()
+                row = (group.get(mode) or start(f"{name}:{mode}", args, wait_turn=True))()
                 result["gpu"] = result["gpu"] or row.get("device")
             result["rows"].append(row)
             result["ratios"] = ratios(result["rows"])
@@ -569,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
                   row.get("tokens_per_s") else row["error"] or row["note"])
                   + (f"  ({row['seconds']:.0f} s)" if "seconds" in row else ""), flush=True)
     if curve_child is not None:   # no models
-        record_curve(curve_child.take_turn(), result, args, save)
+        record_curve(curve_child(), result, args, save)
     print()
     print(table(result["rows"], result["ratios"]))
     print(f"\nwrote {args.json}")

@@ -1,13 +1,16 @@
-"""The benchmark scripts, loaded as modules for their tests (benchmarks/ is not a package)."""
+"""The benchmark scripts, loaded as modules for their tests (benchmarks/ is not a package: its
+scripts import their shared modules, side_by_side.py, from beside them, as a script run does)."""
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
 
 
 def load_script(name: str):

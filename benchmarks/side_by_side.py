@@ -1,0 +1,107 @@
+"""Benchmark runs in subprocesses that warm up side by side and are measured one at a time.
+
+On a fresh machine most of a benchmark's first minutes go to compilation (torch.compile, Liger's
+and CODA's Triton kernels), which runs on the host's cores, while a timing needs the GPU and the
+host to itself. So a parent starts a group of children together: each builds its case, warms it
+up (compiles it) and calls `wait_turn`; the parent then lets them measure one at a time with
+`Child.take_turn`, while the others wait idle with their cached GPU memory given back. A child
+that never calls `wait_turn` simply runs to its end when its turn comes. A child ends with
+`report(result)`, one JSON line on its standard output.
+
+Each child is its own process, so GPU memory, compile caches and monkey-patching (Liger patches
+HF's classes) do not leak between runs, and a child that fails or runs out of time becomes an
+error row instead of ending the benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+#: A child prints its result on one line after this marker, and this line once warmed up.
+RESULT = "CODA_BENCH_RESULT "
+READY = "CODA_BENCH_READY"
+#: Inductor compiles in a pool of one worker per core by default; a dozen children side by side
+#: would start a dozen pools. One thread each: the children are the parallelism.
+CHILD_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+
+
+def wait_turn() -> None:
+    """Tell the parent that the warm-up is done, give cached GPU memory back (the other children
+    warm up meanwhile), and block until the parent says that it is this child's turn. The caller
+    should run its case once more, untimed, before timing: without it the first timed call pays
+    cudaMalloc for every block (measured in train.py: BERT's eager throughput 22% lower)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    print(READY, flush=True)
+    sys.stdin.readline()
+
+
+def report(result: Any) -> None:
+    """The child's result, for the parent's `take_turn`."""
+    print(RESULT + json.dumps(result), flush=True)
+
+
+@dataclass
+class Turn:
+    """What a child gave back: its reported result (None if it reported none), why not, how long
+    it lived, and the tail of its output (for error rows)."""
+    result: Any
+    error: str | None
+    seconds: float
+    log: str
+
+
+class Child:
+    """`command` running in a subprocess that may call `wait_turn` once warmed up; it has
+    `timeout` seconds from its start to report."""
+
+    def __init__(self, command: list[str], timeout: float, env: dict[str, str] | None = None):
+        self.timeout, self.start = timeout, time.perf_counter()
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, **(env or {})})
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if line.startswith(READY):
+                self.ready.set()
+        self.ready.set()   # it exited (or failed) before getting ready: nothing to wait for
+
+    def take_turn(self) -> Turn:
+        """Let the child measure (once warmed up) and wait for it to end."""
+        left = lambda: max(self.timeout - (time.perf_counter() - self.start), 0)  # noqa: E731
+        result, error = None, None
+        try:
+            if not self.ready.wait(left()):
+                raise subprocess.TimeoutExpired(self.proc.args, self.timeout)
+            try:
+                self.proc.stdin.write("go\n")
+                self.proc.stdin.flush()
+            except BrokenPipeError:
+                pass   # it has exited: its output says why
+            self.proc.wait(left())
+            self.reader.join()
+            found = [line for line in self.lines if line.startswith(RESULT)]
+            if found:
+                result = json.loads(found[-1].removeprefix(RESULT))
+            else:
+                error = f"the child exited with code {self.proc.returncode}"
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            error = f"timed out after {self.timeout:g} s"
+        return Turn(result, error, time.perf_counter() - self.start, "".join(self.lines)[-3000:])
+
