@@ -24,6 +24,7 @@ import json
 import sys
 from pathlib import Path
 
+import side_by_side  # benchmarks/, beside this script
 import torch
 import torch.nn.functional as F
 import triton.testing
@@ -49,50 +50,67 @@ def impls() -> dict:
     return found
 
 
-def measure(loss_fn, tokens: int, hidden: int, vocab: int) -> dict:
+def child(tokens: int, hidden: int, vocab: int) -> list[dict]:
+    """One shape (in its own process): every implementation's step run once (compilation), the
+    turn waited for, then each one's peak memory and time."""
     torch.manual_seed(0)
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16).requires_grad_()
     w = (torch.randn(vocab, hidden, device="cuda") / hidden**0.5).to(torch.bfloat16).requires_grad_()
     target = torch.randint(0, vocab, (tokens,), device="cuda")
-
-    def step():
-        loss = loss_fn(x, w, target)
-        return loss.detach(), torch.autograd.grad(loss, [x, w])
-
-    loss = step()[0]   # compile, tune (the gradients are dropped at once)
-    torch.cuda.synchronize()
-    gc.collect()   # what earlier cases left in reference cycles would be freed mid-measurement
-    torch.cuda.empty_cache()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    step()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    ms = triton.testing.do_bench(step)
-    return dict(loss=loss.item(), peak_mib=peak / 2**20, ms=ms)
+    steps, rows = {}, []
+    for name, loss_fn in impls().items():
+        def step(loss_fn=loss_fn):
+            loss = loss_fn(x, w, target)
+            return loss.detach(), torch.autograd.grad(loss, [x, w])
+        try:
+            steps[name] = step, step()[0].item()   # compile, tune (the gradients are dropped at once)
+        except torch.cuda.OutOfMemoryError:
+            rows.append(dict(impl=name, error="out of memory"))
+        torch.cuda.empty_cache()
+    side_by_side.wait_turn()
+    for name, (step, loss) in steps.items():
+        step()   # refills the allocator's cache the wait gave back
+        torch.cuda.synchronize()
+        gc.collect()   # what earlier runs left in reference cycles would be freed mid-measurement
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        rows.append(dict(impl=name, loss=loss, peak_mib=peak / 2**20, ms=triton.testing.do_bench(step)))
+    for row in rows:
+        row.update(tokens=tokens, hidden=hidden, vocab=vocab)
+        if row["impl"].startswith("coda"):
+            row["chunk_size"], row["row_block"] = block_shapes(
+                tokens, hidden, vocab, None, low_memory=row["impl"] == "coda_low_memory")
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--json", default="benchmarks/results/cross_entropy.json")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per shape's process")
+    parser.add_argument("--child", help=argparse.SUPPRESS)   # "hidden:vocab": report its rows
     args = parser.parse_args()
+    if args.child:
+        return side_by_side.report(child(args.tokens, *map(int, args.child.split(":"))))
+    # each shape in its own process, all warming up side by side, then measured one at a time
+    started = [side_by_side.Child([sys.executable, __file__, "--child", f"{hidden}:{vocab}",
+                                   "--tokens", str(args.tokens)], args.timeout, env=side_by_side.CHILD_ENV)
+               for hidden, vocab in SHAPES]
     rows = []
-    for hidden, vocab in SHAPES:
-        for name, fn in impls().items():
-            try:
-                result = measure(fn, args.tokens, hidden, vocab)
-            except torch.cuda.OutOfMemoryError:
-                result = dict(error="out of memory")
-            torch.cuda.empty_cache()
-            row = dict(impl=name, tokens=args.tokens, hidden=hidden, vocab=vocab, **result)
-            if name.startswith("coda"):
-                row["chunk_size"], row["row_block"] = block_shapes(
-                    args.tokens, hidden, vocab, None, low_memory=name == "coda_low_memory")
-            rows.append(row)
+    for (hidden, vocab), process in zip(SHAPES, started, strict=True):
+        turn = process.take_turn()
+        if turn.result is None:
+            print(turn.log, file=sys.stderr, flush=True)
+        for row in turn.result or [dict(impl="all", tokens=args.tokens, hidden=hidden, vocab=vocab,
+                                        error=turn.error)]:
             shown = (f"peak {row['peak_mib']:9.1f} MiB  {row['ms']:8.3f} ms  loss {row['loss']:.5f}"
                      if "ms" in row else row["error"])
-            print(f"{args.tokens}x{hidden}x{vocab:<7d} {name:15s} {shown}", flush=True)
+            print(f"{args.tokens}x{hidden}x{vocab:<7d} {row['impl']:15s} {shown}", flush=True)
+            rows.append(row)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(dict(
         gpu=torch.cuda.get_device_name(), torch=torch.__version__,

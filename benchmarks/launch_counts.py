@@ -5,6 +5,7 @@
 Each `tests/gpu/test_ops_*.py` provides `launch_count_cases()`: (name, coda_fn, eager_fn)
 closures that run one forward and backward on CUDA bf16 tensors. Each closure runs once to warm
 up (compilation, tuning), then once under the PyTorch profiler, which counts the CUDA kernels.
+Each module runs in its own process, all of them at once (benchmarks/side_by_side.py).
 """
 
 import argparse
@@ -13,13 +14,13 @@ import json
 import sys
 from pathlib import Path
 
+import side_by_side  # benchmarks/, beside this script
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests" / "gpu"))  # the test modules import accuracy.py
-
 
 def kernels(fn) -> int:
     fn()
@@ -31,26 +32,39 @@ def kernels(fn) -> int:
                and not e.name.startswith(("Memcpy", "Memset")))
 
 
-def cases(groups: str):
-    for path in sorted((ROOT / "tests" / "gpu").glob(f"test_ops_{groups}.py")):
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield from module.launch_count_cases()
+def module_rows(path: Path) -> list[dict]:
+    """The counts of one tests/gpu/test_ops_*.py module's cases."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return [dict(op=name, coda=kernels(coda_fn), eager=kernels(eager_fn))
+            for name, coda_fn, eager_fn in module.launch_count_cases()]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default="benchmarks/results/launch_counts.json")
     parser.add_argument("--groups", default="*", help="which tests/gpu/test_ops_<groups>.py (a glob)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per module's process")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)   # a module: report its rows
     args = parser.parse_args()
+    if args.child:
+        return side_by_side.report(module_rows(args.child))
+    # one process per module, all at once: a count needs no GPU to itself, and most of the time
+    # is compilation
+    paths = sorted((ROOT / "tests" / "gpu").glob(f"test_ops_{args.groups}.py"))
+    started = [side_by_side.Child([sys.executable, __file__, "--child", str(path)], args.timeout,
+                                  env=side_by_side.CHILD_ENV) for path in paths]
     rows = []
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    for name, coda_fn, eager_fn in cases(args.groups):
-        row = dict(op=name, coda=kernels(coda_fn), eager=kernels(eager_fn))
-        rows.append(row)
-        print(f"{name:40s} CODA {row['coda']:3d} kernels   eager {row['eager']:3d}", flush=True)
-        # after every case: a run cut short by run_all.sh's time limit keeps what it counted
+    for path, process in zip(paths, started, strict=True):
+        turn = process.take_turn()
+        if turn.result is None:
+            print(f"{path.name}: {turn.error}\n{turn.log}", file=sys.stderr, flush=True)
+        for row in turn.result or []:
+            print(f"{row['op']:40s} CODA {row['coda']:3d} kernels   eager {row['eager']:3d}", flush=True)
+        rows += turn.result or []
+        # after every module: a run cut short by run_all.sh's time limit keeps what it counted
         Path(args.json).write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(), rows=rows), indent=1))
 
 

@@ -1,7 +1,7 @@
 """Per-op benchmark: every CODA op, forward and forward+backward, against its peers on one GPU.
 
     python benchmarks/micro.py [--sizes gpt2,llama1b,llama7b] [--ops linear_gelu,...]
-                               [--max-autotune gpt2] [--json benchmarks/results/micro.json]
+                               [--max-autotune gpt2] [--together 21] [--json benchmarks/results/micro.json]
 
 For each op (docs/ops.md) and model size it times, in one process, bf16:
   eager          the unfused PyTorch formula
@@ -17,6 +17,10 @@ and, from one profiled fwd+bwd, the summed GPU kernel time and kernel count (to 
 from host overhead), and `graph_ms`: the fwd+bwd replayed from a CUDA graph, which takes the
 host's launch cost out (what a step captured in a graph, or one large enough to keep the GPU
 queue full, sees). Times are medians of `triton.testing.do_bench`.
+
+Each op x size case runs in its own process (benchmarks/side_by_side.py): --together cases at a
+time build their tensors and run every pass once (compilation: on a fresh machine most of the
+time), side by side; then they are timed one at a time on an otherwise idle GPU.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ import json
 import math
 import platform
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import side_by_side  # benchmarks/, beside this script
 import torch
 import torch.nn.functional as F
 import triton
@@ -304,12 +310,28 @@ def check_close(name: str, got, want, index: int) -> float:
     return err
 
 
-def run_case(op: str, size: str, case: Case, compile_modes: list[str]) -> list[dict]:
+def prepare(op: str, size: str, liger: bool, compile_modes: list[str]) -> tuple[Case, dict, float]:
+    """The case, its implementations (compiled ones included) and CODA's error against eager,
+    with every pass run once: compilation happens here, before the child's turn."""
+    torch.manual_seed(0)
+    case = OPS[op](SIZES[size], liger)
     impls = dict(case.impls)
     for mode in compile_modes:
         compiled = torch.compile(case.impls["eager"], mode=None if mode == "default" else mode)
         impls["compile" if mode == "default" else "max_autotune"] = compiled
     err = check_close(f"{op} {size}", impls["coda"](), impls["eager"](), case.compare)
+    for impl, fn in impls.items():
+        try:
+            fn() if impl in case.no_backward else fwd_bwd(fn, case.grads_of)()
+        except Exception:   # measure() records it
+            pass
+    torch.cuda.synchronize()
+    return case, impls, err
+
+
+def measure(op: str, size: str, case: Case, impls: dict, err: float) -> list[dict]:
+    """The rows of one case: each implementation's fwd and fwd+bwd timed, and for eager, CODA
+    and Liger the kernel profile, the CUDA-graph replay and the peak memory."""
     floor = {"fwd": gemm_floor(case.gemms_fwd), "fwd_bwd": gemm_floor(case.gemms_fwd + case.gemms_bwd)}
     rows = []
     for impl, fn in impls.items():
@@ -321,7 +343,6 @@ def run_case(op: str, size: str, case: Case, compile_modes: list[str]) -> list[d
                 ms = bench(step)
             except Exception as exc:   # a peer that cannot run this case: record it, go on
                 rows.append(dict(op=op, size=size, impl=impl, pass_=name, error=repr(exc)[:300]))
-                print(f"{op:22s} {size:8s} {impl:13s} {name:8s} ERROR {exc!r:.120}", flush=True)
                 continue
             row = dict(op=op, size=size, impl=impl, pass_=name, ms=ms, gemm_floor_ms=floor[name],
                        over_floor=ms / floor[name])
@@ -334,12 +355,40 @@ def run_case(op: str, size: str, case: Case, compile_modes: list[str]) -> list[d
             if impl == "coda":
                 row["rel_err_vs_eager"] = err
             rows.append(row)
-            graph = f", graph {row['graph_ms'] * 1e3:8.1f}us" if row.get("graph_ms") else ""
-            extra = (f"  gpu {row['kernel_us']:8.1f}us in {row['kernels']:3d} kernels{graph}, "
-                     f"peak {row['peak_mem_gb']:.2f} GB" if "kernels" in row else "")
-            print(f"{op:22s} {size:8s} {impl:13s} {name:8s} {ms * 1e3:9.1f}us  "
-                  f"{ms / floor[name]:5.2f}x gemm floor{extra}", flush=True)
     return rows
+
+
+def row_line(row: dict) -> str:
+    """One row as a line of output."""
+    head = f"{row['op']:22s} {row['size']:8s} "
+    if "pass_" not in row:
+        return head + f"FAILED {row['error']:.300}"
+    head += f"{row['impl']:13s} {row['pass_']:8s} "
+    if "error" in row:
+        return head + f"ERROR {row['error']:.120}"
+    graph = f", graph {row['graph_ms'] * 1e3:8.1f}us" if row.get("graph_ms") else ""
+    extra = (f"  gpu {row['kernel_us']:8.1f}us in {row['kernels']:3d} kernels{graph}, "
+             f"peak {row['peak_mem_gb']:.2f} GB" if "kernels" in row else "")
+    return head + f"{row['ms'] * 1e3:9.1f}us  {row['over_floor']:5.2f}x gemm floor{extra}"
+
+
+def child(args: argparse.Namespace) -> None:
+    """One case (--child op:size): warm up, wait for the turn, measure, report the rows."""
+    op, size = args.child.split(":")
+    try:
+        prepared = prepare(op, size, not args.no_liger, compile_modes(size, args))
+        side_by_side.wait_turn()
+        rows = measure(op, size, *prepared)
+    except Exception as exc:   # the parent records it and goes on with the other cases
+        traceback.print_exc()
+        rows = [dict(op=op, size=size, error=repr(exc)[:500])]
+    side_by_side.report(rows)
+
+
+def compile_modes(size: str, args: argparse.Namespace) -> list[str]:
+    if args.no_compile:
+        return []
+    return ["default"] + ["max-autotune-no-cudagraphs"] * (size in args.max_autotune.split(","))
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -367,28 +416,37 @@ def main() -> None:
                         help="sizes at which to also time mode=max-autotune-no-cudagraphs ('' for none)")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-liger", action="store_true")
+    parser.add_argument("--together", type=int, default=21,
+                        help="cases that warm up side by side (each in its own process)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per case's process")
     parser.add_argument("--json", default="benchmarks/results/micro.json")
+    parser.add_argument("--child", help=argparse.SUPPRESS)   # "op:size": run it, report its rows
     args = parser.parse_args()
-    liger = not args.no_liger
-    if liger:
+    if args.child:
+        return child(args)
+    if not args.no_liger:
         try:
             import liger_kernel  # noqa: F401
         except ImportError:
             print("liger-kernel is not installed: Liger is left out", flush=True)
-            liger = False
+            args.no_liger = True
+    options = ["--max-autotune", args.max_autotune] + ["--no-compile"] * args.no_compile
+    options += ["--no-liger"] * args.no_liger
+    cases = [f"{op}:{size}" for size in args.sizes.split(",") for op in args.ops.split(",")]
     rows = []
-    for size in args.sizes.split(","):
-        modes = [] if args.no_compile else ["default"]
-        if size in args.max_autotune.split(",") and not args.no_compile:
-            modes.append("max-autotune-no-cudagraphs")
-        for op in args.ops.split(","):
-            torch.manual_seed(0)
-            try:
-                rows += run_case(op, size, OPS[op](SIZES[size], liger), modes)
-            except Exception as exc:   # record it and go on with the other cases
-                rows.append(dict(op=op, size=size, error=repr(exc)[:500]))
-                print(f"{op:22s} {size:8s} FAILED {exc!r:.300}", flush=True)
-            torch.cuda.empty_cache()
+    for first in range(0, len(cases), max(args.together, 1)):
+        group = cases[first:first + max(args.together, 1)]
+        started = [side_by_side.Child([sys.executable, __file__, "--child", case, *options],
+                                      args.timeout, env=side_by_side.CHILD_ENV) for case in group]
+        for case, process in zip(group, started, strict=True):
+            turn = process.take_turn()
+            op, size = case.split(":")
+            got = turn.result or [dict(op=op, size=size, error=turn.error)]
+            if turn.result is None or "pass_" not in got[0]:
+                print(turn.log, file=sys.stderr, flush=True)
+            for row in got:
+                print(row_line(row), flush=True)
+            rows += got
             write(args.json, rows, summarize(rows))   # a run cut short keeps what it measured
     summary = summarize(rows)
     print("\nop                     size     pass      CODA us  best peer          speed-up  vs eager")

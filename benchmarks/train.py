@@ -79,11 +79,10 @@ from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
+import side_by_side  # benchmarks/, beside this script
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-import side_by_side  # benchmarks/, beside this script
-
 import coda
 from coda.train import batch as text_batch
 from coda.train import learning_rate, load_corpus, moving_average
