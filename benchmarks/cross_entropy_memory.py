@@ -100,6 +100,7 @@ def main() -> None:
     started = [side_by_side.Child([sys.executable, __file__, "--child", f"{hidden}:{vocab}",
                                    "--tokens", str(args.tokens)], args.timeout, env=side_by_side.CHILD_ENV)
                for hidden, vocab in SHAPES]
+    side_by_side.wait_ready(started)
     rows = []
     for (hidden, vocab), process in zip(SHAPES, started, strict=True):
         turn = process.take_turn()

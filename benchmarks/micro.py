@@ -438,6 +438,7 @@ def main() -> None:
         group = cases[first:first + max(args.together, 1)]
         started = [side_by_side.Child([sys.executable, __file__, "--child", case, *options],
                                       args.timeout, env=side_by_side.CHILD_ENV) for case in group]
+        side_by_side.wait_ready(started)
         for case, process in zip(group, started, strict=True):
             turn = process.take_turn()
             op, size = case.split(":")

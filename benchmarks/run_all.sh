@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Every benchmark of docs/benchmarks.md on one GPU, in under 10 minutes: results in
 # benchmarks/results/, plots in docs/img/.
-#   bash benchmarks/run_all.sh          # everything (the eleventh session's stages took 31 + 37 +
-#                                       # 245 + 202 s on the H200)
+#   bash benchmarks/run_all.sh          # everything (on a freshly started H200, the twelfth
+#                                       # session's stages took 43 + 50 + 156 + 188 s)
 #   bash benchmarks/run_all.sh ops      # launch counts, cross-entropy memory, the micro suite
 #   bash benchmarks/run_all.sh train    # the training matrix and the loss curve
 # Each stage has a time limit (seconds, below; together 595) and writes its JSON as it goes, so a
 # stage that runs out keeps what it measured and the next one starts on time; status.txt says
 # which stages finished. On a fresh machine much of the time is compilation (torch.compile,
-# Liger's and CODA's Triton kernels). The training stage compiles one model's runs side by side
-# and times them one at a time (benchmarks/train.py); its matrix leaves out the diagnostic modes
-# eager+graph and coda+compile (`python benchmarks/train.py` runs them).
+# Liger's and CODA's Triton kernels): every benchmark runs its cases in processes that compile
+# side by side on the host's cores and, once all are warm, are timed one at a time
+# (benchmarks/side_by_side.py). The training matrix leaves out the diagnostic modes eager+graph
+# and coda+compile (`python benchmarks/train.py` runs them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # CODA takes its heuristic kernel configurations (autotuning every shape would not fit the budget)
@@ -29,11 +30,11 @@ stage() {  # stage NAME SECONDS COMMAND...
 for group in $groups; do
     case $group in
         ops)
-            stage launch_counts 45 python benchmarks/launch_counts.py
-            stage cross_entropy 50 python benchmarks/cross_entropy_memory.py
-            stage micro 265 python benchmarks/micro.py --max-autotune '' ;;
+            stage launch_counts 60 python benchmarks/launch_counts.py
+            stage cross_entropy 75 python benchmarks/cross_entropy_memory.py
+            stage micro 210 python benchmarks/micro.py --max-autotune '' ;;
         train)
-            stage train 225 python benchmarks/train.py --models gpt2,llama,bert \
+            stage train 235 python benchmarks/train.py --models gpt2,llama,bert \
                 --modes eager,compile,liger,coda,coda+graph --steps 8 --warmup 2 --curve gpt2 \
                 --profile eager,coda+graph --timeout 200 ;;
     esac

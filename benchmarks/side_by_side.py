@@ -4,7 +4,8 @@ On a fresh machine most of a benchmark's first minutes go to compilation (torch.
 and CODA's Triton kernels), which runs on the host's cores, while a timing needs the GPU and the
 host to itself. So a parent starts a group of children together: each builds its case, warms it
 up (compiles it) and calls `wait_turn`; the parent then lets them measure one at a time with
-`Child.take_turn`, while the others wait idle with their cached GPU memory given back. A child
+`Child.take_turn`, once every child of the group is ready (`wait_ready`: no timing overlaps
+another child's warm-up), while the others wait idle with their cached GPU memory given back. A child
 that never calls `wait_turn` simply runs to its end when its turn comes. A child ends with
 `report(result)`, one JSON line on its standard output.
 
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,9 +83,13 @@ class Child:
                 self.ready.set()
         self.ready.set()   # it exited (or failed) before getting ready: nothing to wait for
 
+    def left(self) -> float:
+        """Seconds left of the child's timeout."""
+        return max(self.timeout - (time.perf_counter() - self.start), 0)
+
     def take_turn(self) -> Turn:
         """Let the child measure (once warmed up) and wait for it to end."""
-        left = lambda: max(self.timeout - (time.perf_counter() - self.start), 0)  # noqa: E731
+        left = self.left
         result, error = None, None
         try:
             if not self.ready.wait(left()):
@@ -105,3 +111,9 @@ class Child:
             error = f"timed out after {self.timeout:g} s"
         return Turn(result, error, time.perf_counter() - self.start, "".join(self.lines)[-3000:])
 
+
+
+def wait_ready(children: Iterable[Child]) -> None:
+    """Block until every child has warmed up, ended or run out of time."""
+    for child in children:
+        child.ready.wait(child.left())

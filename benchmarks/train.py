@@ -26,8 +26,9 @@ Liger, eager+graph). Each (model, mode) runs in its own
 subprocess, so that GPU memory, compile caches and Liger's patching of HF's module-level classes do not
 leak into the next run; a failure (exception, out of memory, timeout) becomes the row's `error`.
 With CODA_AUTOTUNE=0 (run_all.sh) the subprocesses of one model start together and warm up side
-by side (most of a run is compilation); then each in turn, while the others wait idle with their
-cached GPU memory given back, runs one more untimed step and times its steps alone. With CODA's
+by side (most of a run is compilation; benchmarks/side_by_side.py); then, once all are warm, each
+in turn, while the others wait idle with their cached GPU memory given back, runs one more untimed
+step and times its steps alone. With CODA's
 autotuning on they run one after the other (tuning times kernels: it must have the GPU to
 itself). The loss curve runs during the first model's warm-up.
 
@@ -75,7 +76,6 @@ import tempfile
 import time
 import traceback
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
@@ -350,26 +350,26 @@ def device_name(device: torch.device) -> str:
 # The parent: one subprocess per run, then the JSON, the table and the PNG
 
 
-def start(spec: str, args: argparse.Namespace, wait_turn: bool = False) -> Callable[[], dict]:
-    """Start `spec` ("model:mode", or "model:curve") in a subprocess (benchmarks/side_by_side.py);
-    the function returned lets it take its turn and gives its row. With `wait_turn` the child
-    warms up and then waits: the children of one model warm up side by side, and their timed
-    steps run one at a time on an otherwise idle GPU and host."""
+def start(spec: str, args: argparse.Namespace, wait_turn: bool = False) -> side_by_side.Child:
+    """`spec` ("model:mode", or "model:curve") in a subprocess (benchmarks/side_by_side.py). With
+    `wait_turn` the child warms up and then waits: the children of one model warm up side by
+    side, and their timed steps run one at a time on an otherwise idle GPU and host."""
     command = [sys.executable, __file__, "--child", spec, "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--profile", ",".join(args.profile) or "none",
                "--curve-steps", str(args.curve_steps)]
-    child = side_by_side.Child(command + ["--smoke"] * args.smoke + ["--wait-turn"] * wait_turn,
-                               args.timeout)
+    return side_by_side.Child(command + ["--smoke"] * args.smoke + ["--wait-turn"] * wait_turn,
+                              args.timeout)
 
-    def take_turn() -> dict:
-        turn = child.take_turn()
-        name, mode = spec.split(":")
-        row = turn.result or dict(model=name, mode=mode, error=turn.error)
-        row["seconds"] = turn.seconds
-        if row["error"]:
-            row["log"] = turn.log
-        return row
-    return take_turn
+
+def take_turn(spec: str, child: side_by_side.Child) -> dict:
+    """The child's row: its result, or an error with the tail of its output."""
+    turn = child.take_turn()
+    name, mode = spec.split(":")
+    row = turn.result or dict(model=name, mode=mode, error=turn.error)
+    row["seconds"] = turn.seconds
+    if row["error"]:
+        row["log"] = turn.log
+    return row
 
 
 def ratios(rows: list[dict]) -> dict:
@@ -507,14 +507,15 @@ def main(argv: list[str] | None = None) -> int:
         runs = [mode for mode in args.modes if mode != "liger" or name in LIGER_MODELS]
         group = {mode: start(f"{name}:{mode}", args, wait_turn=True) for mode in runs if together}
         if curve_child is not None:
-            record_curve(curve_child(), result, args, save)
+            record_curve(take_turn(f"{args.curve}:curve", curve_child), result, args, save)
             curve_child = None
+        side_by_side.wait_ready(group.values())
         for mode in args.modes:
             if mode not in runs:
                 row = dict(model=name, mode=mode, error=None,
                            note=f"skipped: Liger Kernel has no {name} support")
             else:
-                row = (group.get(mode) or start(f"{name}:{mode}", args, wait_turn=True))()
+                row = take_turn(f"{name}:{mode}", group.get(mode) or start(f"{name}:{mode}", args, True))
                 result["gpu"] = result["gpu"] or row.get("device")
             result["rows"].append(row)
             result["ratios"] = ratios(result["rows"])
@@ -523,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
                   row.get("tokens_per_s") else row["error"] or row["note"])
                   + (f"  ({row['seconds']:.0f} s)" if "seconds" in row else ""), flush=True)
     if curve_child is not None:   # no models
-        record_curve(curve_child(), result, args, save)
+        record_curve(take_turn(f"{args.curve}:curve", curve_child), result, args, save)
     print()
     print(table(result["rows"], result["ratios"]))
     print(f"\nwrote {args.json}")
