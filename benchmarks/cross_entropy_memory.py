@@ -102,6 +102,7 @@ def main() -> None:
                for hidden, vocab in SHAPES]
     side_by_side.wait_ready(started)
     rows = []
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     for (hidden, vocab), process in zip(SHAPES, started, strict=True):
         turn = process.take_turn()
         if turn.result is None:
@@ -112,12 +113,11 @@ def main() -> None:
                      if "ms" in row else row["error"])
             print(f"{args.tokens}x{hidden}x{vocab:<7d} {row['impl']:15s} {shown}", flush=True)
             rows.append(row)
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(dict(
-        gpu=torch.cuda.get_device_name(), torch=torch.__version__,
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        rows=rows), indent=1))
-
+        # after every shape: a run cut short by run_all.sh's time limit keeps what it measured
+        Path(args.json).write_text(json.dumps(dict(
+            gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+            date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            rows=rows), indent=1))
 
 if __name__ == "__main__":
     main()
