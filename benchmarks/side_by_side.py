@@ -108,6 +108,7 @@ class Child:
                 error = f"the child exited with code {self.proc.returncode}"
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()   # gone, its GPU memory with it, before the next child's turn
             error = f"timed out after {self.timeout:g} s"
         return Turn(result, error, time.perf_counter() - self.start, "".join(self.lines)[-3000:])
 

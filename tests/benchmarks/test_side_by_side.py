@@ -1,0 +1,68 @@
+"""benchmarks/side_by_side.py: children warm up together, and no child measures before every
+child of its group is warm; failures and timeouts become errors, not a stuck benchmark."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import time
+from pathlib import Path
+
+import side_by_side  # benchmarks/, put on sys.path by conftest.py
+
+#: A child that "warms up" for argv[1] seconds, waits for its turn, then reports when its turn
+#: began and ended (wall-clock seconds, comparable across processes).
+CHILD = """
+import sys, time
+import side_by_side
+time.sleep(float(sys.argv[1]))
+ready = time.time()
+side_by_side.wait_turn()
+began = time.time()
+time.sleep(0.05)
+side_by_side.report(dict(ready=ready, began=began, ended=time.time(), name=sys.argv[2]))
+"""
+
+
+def child(warm_up: float, name: str, timeout: float = 60, code: str = CHILD) -> side_by_side.Child:
+    path = os.pathsep.join((str(Path(side_by_side.__file__).parent), os.environ.get("PYTHONPATH", "")))
+    return side_by_side.Child([sys.executable, "-c", code, str(warm_up), name], timeout,
+                              env={"PYTHONPATH": path})
+
+
+def test_turns_begin_after_the_whole_group_is_warm_and_run_one_at_a_time():
+    # the first child is warm at once, the last one late: its warm-up must not overlap a turn
+    group = [child(warm_up, name) for warm_up, name in ((0.0, "a"), (0.3, "b"), (1.5, "c"))]
+    side_by_side.wait_ready(group)
+    turns = [c.take_turn() for c in group]
+    assert all(t.error is None for t in turns), [t.log for t in turns]
+    results = [t.result for t in turns]
+    assert [r["name"] for r in results] == ["a", "b", "c"]
+    last_ready = max(r["ready"] for r in results)
+    assert all(r["began"] >= last_ready for r in results)
+    for earlier, later in itertools.pairwise(results):
+        assert later["began"] >= earlier["ended"]
+
+
+def test_a_child_that_fails_becomes_an_error_with_its_output():
+    turn = child(0, "x", code="import sys; print('about to fail'); sys.exit(3)").take_turn()
+    assert turn.result is None
+    assert turn.error == "the child exited with code 3"
+    assert "about to fail" in turn.log
+
+
+def test_a_child_that_never_gets_ready_is_killed_at_its_timeout():
+    start = time.perf_counter()
+    slow = child(30, "slow", timeout=1)
+    side_by_side.wait_ready([slow])
+    turn = slow.take_turn()
+    assert turn.error == "timed out after 1 s"
+    assert time.perf_counter() - start < 10
+    assert slow.proc.poll() is not None
+
+
+def test_a_child_that_does_not_wait_runs_to_its_end():
+    code = "import side_by_side; side_by_side.report([1, 2])"
+    turn = child(0, "x", code=code).take_turn()
+    assert turn.error is None and turn.result == [1, 2]
