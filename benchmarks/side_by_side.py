@@ -3,9 +3,9 @@
 On a fresh machine most of a benchmark's first minutes go to compilation (torch.compile, Liger's
 and CODA's Triton kernels), which runs on the host's cores, while a timing needs the GPU and the
 host to itself. So a parent starts a group of children together: each builds its case, warms it
-up (compiles it) and calls `wait_turn`; the parent then lets them measure one at a time with
-`Child.take_turn`, once every child of the group is ready (`wait_ready`: no timing overlaps
-another child's warm-up), while the others wait idle with their cached GPU memory given back. A child
+up (compiles it) and calls `wait_turn`. Once every child of the group is ready (`wait_ready`: no
+timing overlaps another child's warm-up), the parent lets them measure one at a time with
+`Child.take_turn`, while the others wait idle with their cached GPU memory given back. A child
 that never calls `wait_turn` simply runs to its end when its turn comes. A child ends with
 `report(result)`, one JSON line on its standard output.
 
