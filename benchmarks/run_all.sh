@@ -22,10 +22,18 @@ for group in $groups; do
 done
 mkdir -p benchmarks/results
 echo "== $(date -u +%FT%TZ) run_all.sh $groups" >> benchmarks/results/status.txt
+# The GPU's clocks, power and temperature once a second while the stages run, with the time of
+# day: a machine that lowers its clocks under load looks like slower code otherwise (train.py's
+# rows say when their timed steps ran).
+if command -v nvidia-smi > /dev/null; then
+    TZ=UTC nvidia-smi dmon -s pc -o DT > benchmarks/results/gpu_clocks.log 2>&1 &
+    trap "kill $! 2> /dev/null" EXIT
+fi
 stage() {  # stage NAME SECONDS COMMAND...
     local name=$1 limit=$2 began=$SECONDS; shift 2
     timeout "$limit" "$@" 2>&1 | tee "benchmarks/results/$name.log"
-    echo "$name: rc=${PIPESTATUS[0]} in $((SECONDS - began)) s (limit $limit)" | tee -a benchmarks/results/status.txt
+    echo "$name: rc=${PIPESTATUS[0]} in $((SECONDS - began)) s (limit $limit), ended $(date -u +%T)" |
+        tee -a benchmarks/results/status.txt
 }
 for group in $groups; do
     case $group in

@@ -211,15 +211,20 @@ def measure(name: str, mode: str, args: argparse.Namespace, device: torch.device
         synchronize(device)
     if cuda and not graphed:
         torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
+    began, start = time.time(), time.perf_counter()
     losses += [step() for _ in range(args.steps)]
     synchronize(device)
     seconds = time.perf_counter() - start
     return dict(batch=batch_size, seq=seq, tokens_per_s=args.steps * batch_size * seq / seconds,
-                step_ms=1e3 * seconds / args.steps,
+                step_ms=1e3 * seconds / args.steps, timed_from=utc(began), timed_to=utc(time.time()),
                 peak_mem_gb=torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
                 loss=losses[-1].item(), losses=torch.stack(losses).float().tolist(),
                 breakdown=breakdown(step, device) if cuda and mode in args.profile else None)
+
+
+def utc(seconds: float) -> str:
+    """A wall-clock time as run_all.sh's gpu_clocks.log (nvidia-smi dmon, UTC) writes it."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y%m%d %H:%M:%S")
 
 
 def capture(step_model, inputs: dict, optimizer, step, warmup: int):
