@@ -96,6 +96,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         return side_by_side.report(child(args.tokens, *map(int, args.child.split(":"))))
+    side_by_side.require_gpu(f"benchmarks/{Path(__file__).name}")
     # each shape in its own process, all warming up side by side, then measured one at a time
     started = [side_by_side.Child([sys.executable, __file__, "--child", f"{hidden}:{vocab}",
                                    "--tokens", str(args.tokens)], args.timeout, env=side_by_side.CHILD_ENV)

@@ -50,6 +50,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         return side_by_side.report(module_rows(args.child))
+    side_by_side.require_gpu(f"benchmarks/{Path(__file__).name}")
     # one process per module, all at once: a count needs no GPU to itself, and most of the time
     # is compilation
     paths = sorted((ROOT / "tests" / "gpu").glob(f"test_ops_{args.groups}.py"))

@@ -424,6 +424,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         return child(args)
+    side_by_side.require_gpu(f"benchmarks/{Path(__file__).name}")
     if not args.no_liger:
         try:
             import liger_kernel  # noqa: F401

@@ -47,6 +47,16 @@ def wait_turn() -> None:
     sys.stdin.readline()
 
 
+def require_gpu(script: str) -> None:
+    """Exit with a clear message (status 2) where no CUDA GPU is present: the GPU benchmarks'
+    children would each fail with a traceback."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"{script} needs a CUDA GPU", file=sys.stderr)
+        sys.exit(2)
+
+
 def report(result: Any) -> None:
     """The child's result, for the parent's `take_turn`."""
     print(RESULT + json.dumps(result), flush=True)

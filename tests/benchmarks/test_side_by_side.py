@@ -1,15 +1,19 @@
 """benchmarks/side_by_side.py: children warm up together, and no child measures before every
-child of its group is warm; failures and timeouts become errors, not a stuck benchmark."""
+child of its group is warm; failures and timeouts become errors, not a stuck benchmark; the
+benchmarks built on it say so where there is no GPU."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 import side_by_side  # benchmarks/, put on sys.path by conftest.py
+import torch
 
 #: A child that "warms up" for argv[1] seconds, waits for its turn, then reports when its turn
 #: began and ended (wall-clock seconds, comparable across processes).
@@ -66,3 +70,12 @@ def test_a_child_that_does_not_wait_runs_to_its_end():
     code = "import side_by_side; side_by_side.report([1, 2])"
     turn = child(0, "x", code=code).take_turn()
     assert turn.error is None and turn.result == [1, 2]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without a GPU gets")
+@pytest.mark.parametrize("script", ["micro.py", "cross_entropy_memory.py", "launch_counts.py"])
+def test_the_gpu_benchmarks_say_they_need_a_gpu(script):
+    done = subprocess.run([sys.executable, str(Path(side_by_side.__file__).parent / script)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"benchmarks/{script} needs a CUDA GPU"
