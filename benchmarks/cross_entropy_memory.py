@@ -98,14 +98,12 @@ def main() -> None:
         return side_by_side.report(child(args.tokens, *map(int, args.child.split(":"))))
     side_by_side.require_gpu(f"benchmarks/{Path(__file__).name}")
     # each shape in its own process, all warming up side by side, then measured one at a time
-    started = [side_by_side.Child([sys.executable, __file__, "--child", f"{hidden}:{vocab}",
-                                   "--tokens", str(args.tokens)], args.timeout, env=side_by_side.CHILD_ENV)
-               for hidden, vocab in SHAPES]
-    side_by_side.wait_ready(started)
+    commands = [[sys.executable, __file__, "--child", f"{hidden}:{vocab}", "--tokens", str(args.tokens)]
+                for hidden, vocab in SHAPES]
     rows = []
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    for (hidden, vocab), process in zip(SHAPES, started, strict=True):
-        turn = process.take_turn()
+    for (hidden, vocab), turn in zip(SHAPES, side_by_side.turns(commands, len(SHAPES), args.timeout),
+                                     strict=True):
         if turn.result is None:
             print(turn.log, file=sys.stderr, flush=True)
         for row in turn.result or [dict(impl="all", tokens=args.tokens, hidden=hidden, vocab=vocab,
@@ -119,6 +117,7 @@ def main() -> None:
             gpu=torch.cuda.get_device_name(), torch=torch.__version__,
             date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             rows=rows), indent=1))
+
 
 if __name__ == "__main__":
     main()

@@ -5,7 +5,8 @@
 Each `tests/gpu/test_ops_*.py` provides `launch_count_cases()`: (name, coda_fn, eager_fn)
 closures that run one forward and backward on CUDA bf16 tensors. Each closure runs once to warm
 up (compilation, tuning), then once under the PyTorch profiler, which counts the CUDA kernels.
-Each module runs in its own process, all of them at once (benchmarks/side_by_side.py).
+Each module runs in its own process, all of them at once (benchmarks/side_by_side.py; one at a
+time where CODA autotunes).
 """
 
 import argparse
@@ -51,15 +52,12 @@ def main() -> None:
     if args.child:
         return side_by_side.report(module_rows(args.child))
     side_by_side.require_gpu(f"benchmarks/{Path(__file__).name}")
-    # one process per module, all at once: a count needs no GPU to itself, and most of the time
-    # is compilation
+    # one process per module, all at once: most of the time is compilation
     paths = sorted((ROOT / "tests" / "gpu").glob(f"test_ops_{args.groups}.py"))
-    started = [side_by_side.Child([sys.executable, __file__, "--child", str(path)], args.timeout,
-                                  env=side_by_side.CHILD_ENV) for path in paths]
+    commands = [[sys.executable, __file__, "--child", str(path)] for path in paths]
     rows = []
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    for path, process in zip(paths, started, strict=True):
-        turn = process.take_turn()
+    for path, turn in zip(paths, side_by_side.turns(commands, len(paths), args.timeout), strict=True):
         if turn.result is None:
             print(f"{path.name}: {turn.error}\n{turn.log}", file=sys.stderr, flush=True)
         for row in turn.result or []:

@@ -20,7 +20,9 @@ queue full, sees). Times are medians of `triton.testing.do_bench`.
 
 Each op x size case runs in its own process (benchmarks/side_by_side.py): --together cases at a
 time build their tensors and run every pass once (compilation: on a fresh machine most of the
-time), side by side; then they are timed one at a time on an otherwise idle GPU.
+time), side by side; then they are timed one at a time on an otherwise idle GPU. Where CODA
+autotunes (CODA_AUTOTUNE on, the default; run_all.sh sets it to 0) or Inductor does
+(--max-autotune sizes), the cases run one at a time: tuning times kernels.
 """
 
 from __future__ import annotations
@@ -417,7 +419,8 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-liger", action="store_true")
     parser.add_argument("--together", type=int, default=21,
-                        help="cases that warm up side by side (each in its own process)")
+                        help="cases that warm up side by side, each in its own process (1 when "
+                             "CODA or Inductor autotunes: CODA_AUTOTUNE on, --max-autotune sizes)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per case's process")
     parser.add_argument("--json", default="benchmarks/results/micro.json")
     parser.add_argument("--child", help=argparse.SUPPRESS)   # "op:size": run it, report its rows
@@ -435,21 +438,19 @@ def main() -> None:
     options += ["--no-liger"] * args.no_liger
     cases = [f"{op}:{size}" for size in args.sizes.split(",") for op in args.ops.split(",")]
     rows = []
-    for first in range(0, len(cases), max(args.together, 1)):
-        group = cases[first:first + max(args.together, 1)]
-        started = [side_by_side.Child([sys.executable, __file__, "--child", case, *options],
-                                      args.timeout, env=side_by_side.CHILD_ENV) for case in group]
-        side_by_side.wait_ready(started)
-        for case, process in zip(group, started, strict=True):
-            turn = process.take_turn()
-            op, size = case.split(":")
-            got = turn.result or [dict(op=op, size=size, error=turn.error)]
-            if turn.result is None or "pass_" not in got[0]:
-                print(turn.log, file=sys.stderr, flush=True)
-            for row in got:
-                print(row_line(row), flush=True)
-            rows += got
-            write(args.json, rows, summarize(rows))   # a run cut short keeps what it measured
+    # max-autotune times Inductor's kernels while it compiles: alone, like CODA's autotuning
+    tuned = set(args.max_autotune.split(",")) & set(args.sizes.split(","))
+    together = 1 if tuned and not args.no_compile else args.together
+    commands = [[sys.executable, __file__, "--child", case, *options] for case in cases]
+    for case, turn in zip(cases, side_by_side.turns(commands, together, args.timeout), strict=True):
+        op, size = case.split(":")
+        got = turn.result or [dict(op=op, size=size, error=turn.error)]
+        if turn.result is None or "pass_" not in got[0]:
+            print(turn.log, file=sys.stderr, flush=True)
+        for row in got:
+            print(row_line(row), flush=True)
+        rows += got
+        write(args.json, rows, summarize(rows))   # a run cut short keeps what it measured
     summary = summarize(rows)
     print("\nop                     size     pass      CODA us  best peer          speed-up  vs eager")
     for s in summary:

@@ -7,7 +7,8 @@ up (compiles it) and calls `wait_turn`. Once every child of the group is ready (
 timing overlaps another child's warm-up), the parent lets them measure one at a time with
 `Child.take_turn`, while the others wait idle with their cached GPU memory given back. A child
 that never calls `wait_turn` simply runs to its end when its turn comes. A child ends with
-`report(result)`, one JSON line on its standard output.
+`report(result)`, one JSON line on its standard output. `turns` does all of it for a list of
+commands, a group at a time, and one child at a time where CODA autotunes (tuning times kernels).
 
 Each child is its own process, so GPU memory, compile caches and monkey-patching (Liger patches
 HF's classes) do not leak between runs, and a child that fails or runs out of time becomes an
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,3 +129,21 @@ def wait_ready(children: Iterable[Child]) -> None:
     """Block until every child has warmed up, ended or run out of time."""
     for child in children:
         child.ready.wait(child.left())
+
+
+def turns(commands: list[list[str]], together: int, timeout: float) -> Iterator[Turn]:
+    """The turns of `commands`' children, in order: `together` at a time are started, warm up
+    side by side, and measure one after the other (one at a time where a warm-up autotunes:
+    tuning times kernels and must have the GPU to itself)."""
+    together = 1 if autotuning() else max(together, 1)
+    for first in range(0, len(commands), together):
+        group = [Child(command, timeout, env=CHILD_ENV) for command in commands[first:first + together]]
+        wait_ready(group)
+        for child in group:
+            yield child.take_turn()
+
+
+def autotuning() -> bool:
+    """Whether CODA tunes its kernel configurations at their first launch (CODA_AUTOTUNE, on
+    unless "0"; run_all.sh turns it off)."""
+    return os.environ.get("CODA_AUTOTUNE", "1") != "0"

@@ -70,7 +70,6 @@ import argparse
 import datetime
 import importlib.metadata
 import json
-import os
 import sys
 import tempfile
 import time
@@ -507,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     # The curve runs while the first model's children warm up; it ends before any timed step.
     curve_child = start(f"{args.curve}:curve", args) if args.curve != "none" else None
     # CODA's autotuning times kernels: it must not share the GPU with other warm-ups
-    together = os.environ.get("CODA_AUTOTUNE", "1") == "0"
+    together = not side_by_side.autotuning()
     for name in args.models:
         runs = [mode for mode in args.modes if mode != "liger" or name in LIGER_MODELS]
         group = {mode: start(f"{name}:{mode}", args, wait_turn=True) for mode in runs if together}

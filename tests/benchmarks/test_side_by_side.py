@@ -19,18 +19,22 @@ import torch
 #: began and ended (wall-clock seconds, comparable across processes).
 CHILD = """
 import sys, time
+started = time.time()
 import side_by_side
 time.sleep(float(sys.argv[1]))
 ready = time.time()
 side_by_side.wait_turn()
 began = time.time()
 time.sleep(0.05)
-side_by_side.report(dict(ready=ready, began=began, ended=time.time(), name=sys.argv[2]))
+side_by_side.report(dict(started=started, ready=ready, began=began, ended=time.time(), name=sys.argv[2]))
 """
 
 
+BENCHMARKS = Path(side_by_side.__file__).parent
+
+
 def child(warm_up: float, name: str, timeout: float = 60, code: str = CHILD) -> side_by_side.Child:
-    path = os.pathsep.join((str(Path(side_by_side.__file__).parent), os.environ.get("PYTHONPATH", "")))
+    path = os.pathsep.join((str(BENCHMARKS), os.environ.get("PYTHONPATH", "")))
     return side_by_side.Child([sys.executable, "-c", code, str(warm_up), name], timeout,
                               env={"PYTHONPATH": path})
 
@@ -47,6 +51,23 @@ def test_turns_begin_after_the_whole_group_is_warm_and_run_one_at_a_time():
     assert all(r["began"] >= last_ready for r in results)
     for earlier, later in itertools.pairwise(results):
         assert later["began"] >= earlier["ended"]
+
+
+def child_command(warm_up: float, name: str) -> list[str]:
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(BENCHMARKS)!r})\n{CHILD}",
+            str(warm_up), name]
+
+
+def test_turns_start_groups_together_and_one_at_a_time_when_autotuning(monkeypatch):
+    commands = [child_command(0.2, name) for name in "abc"]
+    monkeypatch.setenv("CODA_AUTOTUNE", "0")
+    grouped = [t.result for t in side_by_side.turns(commands, 2, timeout=60)]
+    assert [r["name"] for r in grouped] == ["a", "b", "c"]
+    assert grouped[1]["started"] < grouped[0]["began"]    # a and b warmed up together
+    assert grouped[2]["started"] >= grouped[1]["ended"]   # c in the next group
+    monkeypatch.setenv("CODA_AUTOTUNE", "1")
+    alone = [t.result for t in side_by_side.turns(commands, 3, timeout=60)]
+    assert all(later["started"] >= earlier["ended"] for earlier, later in itertools.pairwise(alone))
 
 
 def test_a_child_that_fails_becomes_an_error_with_its_output():
@@ -75,7 +96,7 @@ def test_a_child_that_does_not_wait_runs_to_its_end():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without a GPU gets")
 @pytest.mark.parametrize("script", ["micro.py", "cross_entropy_memory.py", "launch_counts.py"])
 def test_the_gpu_benchmarks_say_they_need_a_gpu(script):
-    done = subprocess.run([sys.executable, str(Path(side_by_side.__file__).parent / script)],
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip() == f"benchmarks/{script} needs a CUDA GPU"
