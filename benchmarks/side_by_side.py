@@ -100,17 +100,16 @@ class Child:
 
     def take_turn(self) -> Turn:
         """Let the child measure (once warmed up) and wait for it to end."""
-        left = self.left
         result, error = None, None
         try:
-            if not self.ready.wait(left()):
+            if not self.ready.wait(self.left()):
                 raise subprocess.TimeoutExpired(self.proc.args, self.timeout)
             try:
                 self.proc.stdin.write("go\n")
                 self.proc.stdin.flush()
             except BrokenPipeError:
                 pass   # it has exited: its output says why
-            self.proc.wait(left())
+            self.proc.wait(self.left())
             self.reader.join()
             found = [line for line in self.lines if line.startswith(RESULT)]
             if found:
@@ -122,7 +121,6 @@ class Child:
             self.proc.wait()   # gone, its GPU memory with it, before the next child's turn
             error = f"timed out after {self.timeout:g} s"
         return Turn(result, error, time.perf_counter() - self.start, "".join(self.lines)[-3000:])
-
 
 
 def wait_ready(children: Iterable[Child]) -> None:
