@@ -16,6 +16,7 @@ sys.path.insert(0, str(BENCHMARKS))
 def load_script(name: str):
     spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # dataclasses look their module up while it executes
     spec.loader.exec_module(module)
     return module
 
