@@ -135,7 +135,8 @@ def turns(commands: list[list[str]], together: int, timeout: float) -> Iterator[
     tuning times kernels and must have the GPU to itself)."""
     together = 1 if autotuning() else max(together, 1)
     for first in range(0, len(commands), together):
-        group = [Child(command, timeout, env=CHILD_ENV) for command in commands[first:first + together]]
+        env = CHILD_ENV if together > 1 else None   # alone, a child keeps Inductor's pool
+        group = [Child(command, timeout, env=env) for command in commands[first:first + together]]
         wait_ready(group)
         for child in group:
             yield child.take_turn()
