@@ -42,7 +42,7 @@ for group in $groups; do
             stage cross_entropy 75 python benchmarks/cross_entropy_memory.py
             stage micro 210 python benchmarks/micro.py --max-autotune '' ;;
         train)
-            stage train 235 python benchmarks/train.py --models gpt2,llama,bert \
+            stage train 235 python benchmarks/train.py --models gpt2,llama+bert \
                 --modes eager,compile,liger,coda,coda+graph --steps 8 --warmup 2 --curve gpt2 \
                 --profile eager,coda+graph --timeout 200 ;;
     esac

@@ -1,6 +1,6 @@
 """End-to-end training benchmark: HuggingFace GPT-2, LLaMA and BERT, eager / torch.compile / Liger / CODA.
 
-    python benchmarks/train.py [--models gpt2,llama,bert]
+    python benchmarks/train.py [--models gpt2,llama+bert]
                                [--modes eager,compile,liger,coda,coda+compile,eager+graph,coda+graph]
                                [--steps 20] [--warmup 5] [--profile eager,coda] [--curve gpt2|llama|bert|none]
                                [--curve-steps 200] [--timeout 300] [--json benchmarks/results/train.json]
@@ -28,9 +28,11 @@ leak into the next run; a failure (exception, out of memory, timeout) becomes th
 With CODA_AUTOTUNE=0 (run_all.sh) the subprocesses of one model start together and warm up side
 by side (most of a run is compilation; benchmarks/side_by_side.py); then, once all are warm, each
 in turn, while the others wait idle with their cached GPU memory given back, runs one more untimed
-step and times its steps alone. With CODA's
+step and times its steps alone. Models joined by "+" in --models (`llama+bert`) warm up together
+too, as one group: their runs' memory must fit the GPU at once (LLaMA's five runs and BERT's four
+peaked at about 66 and 33 GB). With CODA's
 autotuning on they run one after the other (tuning times kernels: it must have the GPU to
-itself). The loss curve runs during the first model's warm-up.
+itself). The loss curve runs during the first group's warm-up.
 
 Per run: `--warmup` steps (compilation, CODA's autotuning), then `--steps` timed steps between two
 `torch.cuda.synchronize()`: tokens/s and ms per step over the whole timed stretch, the peak memory of
@@ -452,7 +454,8 @@ def versions() -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, of " + ",".join(MODELS))
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help=f"comma-separated, of {','.join(MODELS)}; models joined by + warm up together")
     parser.add_argument("--modes", default=None,
                         help=f"comma-separated, of {','.join(MODES)} (default: all; --smoke: eager,coda)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default 20; --smoke: 2)")
@@ -468,7 +471,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--child", help=argparse.SUPPRESS)  # "model:mode": run it, print one line
     parser.add_argument("--wait-turn", action="store_true", help=argparse.SUPPRESS)  # see start
     args = parser.parse_args(argv)
-    args.models = [m for m in args.models.split(",") if m]
+    args.groups = [[m for m in group.split("+") if m] for group in args.models.split(",") if group]
+    args.models = [m for group in args.groups for m in group]
     args.modes = [m for m in (args.modes or ",".join(SMOKE_MODES if args.smoke else MODES)).split(",") if m]
     args.profile = [m for m in args.profile.split(",") if m and m != "none"]
     for value, known in ((args.models, MODELS), (args.modes, MODES), (args.profile, MODES)):
@@ -507,19 +511,21 @@ def main(argv: list[str] | None = None) -> int:
     curve_child = start(f"{args.curve}:curve", args) if args.curve != "none" else None
     # CODA's autotuning times kernels: it must not share the GPU with other warm-ups
     together = not side_by_side.autotuning()
-    for name in args.models:
-        runs = [mode for mode in args.modes if mode != "liger" or name in LIGER_MODELS]
-        group = {mode: start(f"{name}:{mode}", args, wait_turn=True) for mode in runs if together}
+    for names in args.groups:
+        runs = [f"{name}:{mode}" for name in names for mode in args.modes
+                if mode != "liger" or name in LIGER_MODELS]
+        group = {spec: start(spec, args, wait_turn=True) for spec in runs if together}
         if curve_child is not None:
             record_curve(take_turn(f"{args.curve}:curve", curve_child), result, args, save)
             curve_child = None
         side_by_side.wait_ready(group.values())
-        for mode in args.modes:
-            if mode not in runs:
+        for name, mode in ((name, mode) for name in names for mode in args.modes):
+            spec = f"{name}:{mode}"
+            if spec not in runs:
                 row = dict(model=name, mode=mode, error=None,
                            note=f"skipped: Liger Kernel has no {name} support")
             else:
-                row = take_turn(f"{name}:{mode}", group.get(mode) or start(f"{name}:{mode}", args, True))
+                row = take_turn(spec, group.get(spec) or start(spec, args, True))
                 result["gpu"] = result["gpu"] or row.get("device")
             result["rows"].append(row)
             result["ratios"] = ratios(result["rows"])
