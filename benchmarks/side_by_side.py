@@ -74,11 +74,14 @@ class Turn:
 
 
 class Child:
-    """`command` running in a subprocess that may call `wait_turn` once warmed up; it has
-    `timeout` seconds from its start to report."""
+    """`command` running in a subprocess that may call `wait_turn` once warmed up. It has `timeout`
+    seconds to warm up and, once its turn has come, `timeout` seconds more to report: waiting for
+    the rest of its group does not use its time (a group member that never warms up would
+    otherwise leave every other one out of time when their turns come)."""
 
     def __init__(self, command: list[str], timeout: float, env: dict[str, str] | None = None):
-        self.timeout, self.start = timeout, time.perf_counter()
+        self.timeout = timeout
+        self.start = self.phase_start = time.perf_counter()
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, **(env or {})})
@@ -95,8 +98,8 @@ class Child:
         self.ready.set()   # it exited (or failed) before getting ready: nothing to wait for
 
     def left(self) -> float:
-        """Seconds left of the child's timeout."""
-        return max(self.timeout - (time.perf_counter() - self.start), 0)
+        """Seconds left of the timeout of the child's warm-up, or of its turn once begun."""
+        return max(self.timeout - (time.perf_counter() - self.phase_start), 0)
 
     def take_turn(self) -> Turn:
         """Let the child measure (once warmed up) and wait for it to end."""
@@ -104,6 +107,7 @@ class Child:
         try:
             if not self.ready.wait(self.left()):
                 raise subprocess.TimeoutExpired(self.proc.args, self.timeout)
+            self.phase_start = time.perf_counter()
             try:
                 self.proc.stdin.write("go\n")
                 self.proc.stdin.flush()

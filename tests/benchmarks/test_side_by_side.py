@@ -87,6 +87,16 @@ def test_a_child_that_never_gets_ready_is_killed_at_its_timeout():
     assert slow.proc.poll() is not None
 
 
+def test_waiting_for_a_group_member_that_never_warms_up_leaves_the_others_their_time():
+    # (wait_turn imports torch: a few seconds of each child's warm-up)
+    fast, slow = child(0.0, "fast", timeout=8), child(60, "slow", timeout=8)
+    side_by_side.wait_ready([fast, slow])   # until slow's warm-up runs out: fast's 8 s are gone
+    turn = fast.take_turn()
+    assert turn.error is None and turn.result["name"] == "fast", turn.log
+    assert turn.seconds > 8
+    assert slow.take_turn().error == "timed out after 8 s"
+
+
 def test_a_child_that_does_not_wait_runs_to_its_end():
     code = "import side_by_side; side_by_side.report([1, 2])"
     turn = child(0, "x", code=code).take_turn()
