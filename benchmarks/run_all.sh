@@ -38,11 +38,11 @@ stage() {  # stage NAME SECONDS COMMAND...
 for group in $groups; do
     case $group in
         ops)
-            stage launch_counts 60 python benchmarks/launch_counts.py
-            stage cross_entropy 75 python benchmarks/cross_entropy_memory.py
-            stage micro 210 python benchmarks/micro.py --max-autotune '' ;;
+            stage launch_counts 55 python benchmarks/launch_counts.py
+            stage cross_entropy 70 python benchmarks/cross_entropy_memory.py
+            stage micro 205 python benchmarks/micro.py --max-autotune '' ;;
         train)
-            stage train 235 python benchmarks/train.py --models gpt2,llama+bert \
+            stage train 250 python benchmarks/train.py --models gpt2,llama+bert \
                 --modes eager,compile,liger,coda,coda+graph --steps 8 --warmup 2 --curve gpt2 \
                 --profile eager,coda+graph --timeout 200 ;;
     esac
