@@ -36,7 +36,8 @@ itself). The loss curve runs during the first group's warm-up.
 
 Per run: `--warmup` steps (compilation, CODA's autotuning), then `--steps` timed steps between two
 `torch.cuda.synchronize()`: tokens/s and ms per step over the whole timed stretch, the peak memory of
-the timed steps (`torch.cuda.max_memory_allocated`), the per-step losses. For the modes in `--profile`,
+the timed steps (`torch.cuda.max_memory_allocated`), the per-step losses, and the GPU's SM clock, power
+and power-cap share over the timed stretch (`gpu_clock`: NVML every 10 ms). For the modes in `--profile`,
 one more step under `torch.profiler` splits its GPU kernel time into GEMM, attention, CODA (the
 generated `coda_gemm_*` / `coda_map_*` kernels), optimizer and other (µs per step, plus the top
 kernels and the launch count).
@@ -81,7 +82,8 @@ from collections import defaultdict
 from pathlib import Path
 from unittest import mock
 
-import side_by_side  # benchmarks/, beside this script
+import gpu_clock  # benchmarks/, beside this script
+import side_by_side
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -213,12 +215,14 @@ def measure(name: str, mode: str, args: argparse.Namespace, device: torch.device
         synchronize(device)
     if cuda and not graphed:
         torch.cuda.reset_peak_memory_stats(device)
-    began, start = time.time(), time.perf_counter()
-    losses += [step() for _ in range(args.steps)]
-    synchronize(device)
-    seconds = time.perf_counter() - start
+    with gpu_clock.Sampler(device) as clocks:
+        began, start = time.time(), time.perf_counter()
+        losses += [step() for _ in range(args.steps)]
+        synchronize(device)
+        seconds = time.perf_counter() - start
     return dict(batch=batch_size, seq=seq, tokens_per_s=args.steps * batch_size * seq / seconds,
                 step_ms=1e3 * seconds / args.steps, timed_from=utc(began), timed_to=utc(time.time()),
+                gpu_clock=clocks.summary(),
                 peak_mem_gb=torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
                 loss=losses[-1].item(), losses=torch.stack(losses).float().tolist(),
                 breakdown=breakdown(step, device) if cuda and mode in args.profile else None)
@@ -533,7 +537,9 @@ def main(argv: list[str] | None = None) -> int:
             save()
             print(f"{name:>5} {mode:<12} " + (f"{row['tokens_per_s'] / 1e3:8.1f}k tokens/s" if
                   row.get("tokens_per_s") else row["error"] or row["note"])
-                  + (f"  ({row['seconds']:.0f} s)" if "seconds" in row else ""), flush=True)
+                  + (f"  ({row['seconds']:.0f} s)" if "seconds" in row else "")
+                  + (f"  {clock['sm_clock_mhz_mean']:.0f} MHz, {clock['power_w_mean']:.0f} W"
+                     if (clock := row.get("gpu_clock")) else ""), flush=True)
     if curve_child is not None:   # no models
         record_curve(take_turn(f"{args.curve}:curve", curve_child), result, args, save)
     print()
