@@ -19,8 +19,9 @@ takes away the dropout that CODA would fuse into its epilogues. Models (random i
 Modes: `eager` (HF as is), `compile` (`torch.compile(model)`), `liger` (Liger Kernel's
 `apply_liger_kernel_to_llama(model=...)`; LLaMA only, Liger has no GPT-2 or BERT support), `coda`
 (`coda.patch(model)`), `coda+compile` (patched, then compiled), and `eager+graph` / `coda+graph`: the
-whole step (forward, backward, optimizer) captured once as a CUDA graph and replayed, which takes the
-host time per kernel away (a peer and a CODA mode: a user can capture either; the optimizer is then
+whole step (forward, backward, optimizer) captured once as a CUDA graph and replayed
+(`coda.capture_step`, with `coda.integrations.hf.unpadded_batches`), which takes the host time per
+kernel away (a peer and a CODA mode: a user can capture either; the optimizer is then
 AdamW(fused=True, capturable=True)). CODA's ratios are over the fastest peer that ran (eager, compile,
 Liger, eager+graph). Each (model, mode) runs in its own
 subprocess, so that GPU memory, compile caches and Liger's patching of HF's module-level classes do not
@@ -72,6 +73,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import importlib.metadata
 import json
 import sys
@@ -80,7 +82,6 @@ import time
 import traceback
 from collections import defaultdict
 from pathlib import Path
-from unittest import mock
 
 import gpu_clock  # benchmarks/, beside this script
 import side_by_side
@@ -88,6 +89,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import coda
+from coda.integrations.hf import unpadded_batches
 from coda.train import batch as text_batch
 from coda.train import learning_rate, load_corpus, moving_average
 
@@ -196,16 +198,24 @@ def measure(name: str, mode: str, args: argparse.Namespace, device: torch.device
     inputs = model_inputs(name, torch.randint(vocab, (batch_size, seq), generator=generator), vocab,
                           generator, device)
 
-    def step() -> torch.Tensor:
-        loss = step_model(**inputs).loss
+    def train_step(**batch: torch.Tensor) -> torch.Tensor:
+        loss = step_model(**batch).loss
         loss.backward()
         optimizer.step()
+        return loss
+
+    def step() -> torch.Tensor:
+        loss = train_step(**inputs)
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
     if graphed:   # the peak counts the capture: the graph's memory pool holds the step's tensors
         torch.cuda.reset_peak_memory_stats(device)
-        step, losses = capture(step_model, inputs, optimizer, step, args.warmup)
+        # the whole step as a CUDA graph (coda.capture_step, which a peer can use as well), on
+        # batches without padding: transformers then keeps SDPA's fused kernels under capture
+        captured = coda.capture_step(train_step, optimizer, warmup=max(args.warmup, 1),
+                                     context=unpadded_batches, **inputs)
+        losses, step = captured.warmup_losses, functools.partial(captured, **inputs)
     else:
         losses = [step() for _ in range(args.warmup)]
     synchronize(device)
@@ -231,40 +241,6 @@ def measure(name: str, mode: str, args: argparse.Namespace, device: torch.device
 def utc(seconds: float) -> str:
     """A wall-clock time as run_all.sh's gpu_clocks.log (nvidia-smi dmon, UTC) writes it."""
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y%m%d %H:%M:%S")
-
-
-def capture(step_model, inputs: dict, optimizer, step, warmup: int):
-    """The "+graph" modes: the whole training step (forward, backward, optimizer) recorded once as
-    a CUDA graph and replayed, so no host time is spent per kernel (PyTorch's whole-network
-    capture recipe: warm-up steps on a side stream, gradients set to None before the capture so
-    that the backward writes them afresh at each replay, a `capturable` optimizer). Returns the
-    replaying step and the warm-up losses."""
-    from transformers import masking_utils
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        losses = [step() for _ in range(max(warmup, 1))]
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    optimizer.zero_grad(set_to_none=True)
-    # Under capture transformers 5.17 builds a [B, 1, T, T] mask even without padding (it takes a
-    # capture for tracing, where the mask's values cannot be read), and SDPA then loses its fused
-    # kernels: GPT-2's attention took 9.2 instead of 4.3 ms, BERT's ran as float32 math. Our
-    # batches have no padding and are not packed, so, for every mode alike, a missing padding mask
-    # is not "traced" (what later transformers releases do) and no packing is looked for.
-    traced = masking_utils.is_tracing
-    with mock.patch.multiple(masking_utils, find_packed_sequence_indices=lambda position_ids: None,
-                             is_tracing=lambda tensor=None: tensor is not None and traced(tensor)):
-        with torch.cuda.graph(graph):
-            loss = step_model(**inputs).loss
-            loss.backward()
-            optimizer.step()
-
-    def replay() -> torch.Tensor:
-        graph.replay()
-        return loss.detach().clone()
-    return replay, losses
 
 
 def classify(kernel: str) -> str:

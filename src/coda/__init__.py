@@ -57,9 +57,14 @@ __all__ = ["CodaError", "DslError", "LaunchError", "Program", "col", "compile", 
 
 
 def __getattr__(name: str) -> object:
-    """`coda.patch` (HuggingFace models, docs/integrations.md), imported on first use."""
+    """`coda.patch` (HuggingFace models) and `coda.capture_step` (a training step as a CUDA
+    graph), docs/integrations.md, imported on first use."""
     if name == "patch":
         from .integrations.hf import patch
 
         return patch
+    if name == "capture_step":
+        from .integrations.cuda_graphs import capture_step
+
+        return capture_step
     raise AttributeError(f"module 'coda' has no attribute {name!r}")

@@ -1,7 +1,8 @@
 """GPU checks of the cached launch path (`Plan.run` through `direct_launcher`) and of CUDA-graph
 capture: a cached launch on the default stream, on a side stream and replayed from a graph gives
 the bits of a first launch through Triton's JIT; dropout refuses to draw a seed under capture; a
-CODA-patched model's whole training step replays from a graph with the losses of eager steps.
+CODA-patched model's whole training step (`coda.capture_step`) replays from a graph with the losses of
+eager steps on the same batches.
 """
 
 from __future__ import annotations
@@ -82,35 +83,36 @@ def test_dropout_refuses_to_draw_a_seed_under_capture():
 
 
 def test_patched_gpt2_training_step_replays_from_a_cuda_graph():
+    """coda.capture_step: each replay trains on the batch it is given, as eager steps on the same
+    batches do (the warm-up step trains on the example batch, the first of them)."""
     transformers = pytest.importorskip("transformers")
+    from coda.integrations.hf import unpadded_batches
+
     config = transformers.GPT2Config(n_embd=256, n_layer=2, n_head=4, vocab_size=1000, n_positions=256,
                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
                                      attn_implementation="sdpa")
-    ids = torch.randint(1000, (4, 256), device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    generator = torch.Generator("cuda").manual_seed(0)
+    batches = [torch.randint(1000, (4, 256), device="cuda", generator=generator) for _ in range(4)]
 
     def trained(graph: bool) -> list[float]:
         torch.manual_seed(0)
         model = coda.patch(transformers.GPT2LMHeadModel(config).cuda().bfloat16().train())
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True, capturable=graph)
 
-        def step() -> torch.Tensor:
-            loss = model(input_ids=ids, labels=ids).loss
+        def train_step(input_ids: torch.Tensor) -> torch.Tensor:
+            loss = model(input_ids=input_ids, labels=input_ids).loss
             loss.backward()
             opt.step()
-            opt.zero_grad(set_to_none=True)
-            return loss.detach()
-        losses = [step()]
+            return loss
+
         if not graph:
-            return [x.item() for x in losses + [step() for _ in range(3)]]
-        cuda_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(cuda_graph):
-            loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
-            opt.step()
-        for _ in range(3):
-            cuda_graph.replay()
-            losses.append(loss.detach().clone())
-        return [x.item() for x in losses]
+            losses = []
+            for ids in batches:
+                losses.append(train_step(ids).item())
+                opt.zero_grad(set_to_none=True)
+            return losses
+        step = coda.capture_step(train_step, opt, warmup=1, context=unpadded_batches, input_ids=batches[0])
+        return [step.warmup_losses[0].item()] + [step(input_ids=ids).item() for ids in batches[1:]]
 
     eager, replayed = trained(False), trained(True)
     assert replayed == pytest.approx(eager, rel=1e-3), (replayed, eager)

@@ -8,6 +8,7 @@ from . import compile  # noqa: A004 - the submodule, named after what it integra
 
 __all__ = ["compile"]
 
+from .cuda_graphs import capture_step  # `coda.capture_step`: a training step as a CUDA graph
 from .hf import patch  # `coda.patch(model)`: HuggingFace models through coda.ops
 
-__all__ += ["patch"]
+__all__ += ["capture_step", "patch"]

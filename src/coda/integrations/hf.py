@@ -38,8 +38,9 @@ Configurations the ops cannot reproduce exactly raise `CodaError` naming the opt
 
 from __future__ import annotations
 
+import contextlib
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -302,3 +303,26 @@ def _head_loss(model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, red
     head = model.get_output_embeddings()
     return ops.linear_cross_entropy(hidden, head.weight, labels.to(hidden.device), bias=head.bias,
                                     ignore_index=IGNORE_INDEX, reduction=reduction)
+
+
+@contextlib.contextmanager
+def unpadded_batches() -> Iterator[None]:
+    """Within the block, transformers takes a missing attention mask for "no padding" also while a
+    CUDA graph is being captured, and looks for no packed sequences: the `context` of
+    `coda.capture_step` for a HuggingFace model trained on batches without padding and packing.
+
+    Under capture transformers 5.17 treats the capture like tracing, where a mask's values cannot
+    be read, and builds a full [B, 1, T, T] mask even without padding; SDPA then loses its fused
+    kernels (on the H200 GPT-2's attention took 9.2 instead of 4.3 ms, BERT's ran as float32
+    math). Later transformers releases make this distinction themselves. With padded or packed
+    batches do not use it: pass the attention mask and capture without it."""
+    from transformers import masking_utils
+
+    saved = masking_utils.is_tracing, masking_utils.find_packed_sequence_indices
+    traced = saved[0]
+    masking_utils.is_tracing = lambda tensor=None: tensor is not None and traced(tensor)
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.is_tracing, masking_utils.find_packed_sequence_indices = saved

@@ -1,0 +1,78 @@
+"""coda.capture_step's checks, which run before anything touches a GPU: a clear CodaError for a
+non-capturable optimizer, a bad warm-up count, a missing or CPU example batch, a step that returns
+no tensor, and a replayed batch of another shape, dtype or set of names; and
+`coda.integrations.hf.unpadded_batches`, which must put transformers back as it was.
+(The capture itself: tests/gpu/test_launch_gpu.py.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import coda
+from coda.integrations.cuda_graphs import CapturedStep, _loss_of
+
+
+def optimizer(**options) -> torch.optim.Optimizer:
+    return torch.optim.AdamW([torch.nn.Parameter(torch.zeros(3))], **options)
+
+
+def step(x: torch.Tensor) -> torch.Tensor:
+    return x.sum()
+
+
+@pytest.mark.parametrize(("args", "options", "message"), [
+    ((step, optimizer()), dict(x=torch.zeros(2)), "AdamW must be created with capturable=True"),
+    ((step, "sgd"), dict(x=torch.zeros(2)), "optimizer must be a torch.optim.Optimizer, got str"),
+    ((step, optimizer(capturable=True)), dict(warmup=0, x=torch.zeros(2)), "warmup must be an int >= 1"),
+    ((step, optimizer(capturable=True)), dict(warmup=True, x=torch.zeros(2)), "warmup must be an int >= 1"),
+    ((step, optimizer(capturable=True)), {}, "pass the example batch as keyword tensors"),
+    ((step, optimizer(capturable=True)), dict(x=torch.zeros(2)),
+     "CUDA graphs need CUDA tensors; input 'x' is on cpu"),
+    ((step, optimizer(capturable=True)), dict(x=[1, 2]), "input 'x' is a list"),
+])
+def test_bad_captures_are_refused_before_any_step_runs(args, options, message):
+    with pytest.raises(coda.CodaError, match=message):
+        coda.capture_step(*args, **options)
+
+
+def test_the_step_must_return_its_loss():
+    with pytest.raises(coda.CodaError, match="must return its loss as a tensor, got float"):
+        _loss_of(1.0)
+
+
+class Graph:
+    """Stands in for a captured CUDA graph: counts replays."""
+
+    def __init__(self):
+        self.replays = 0
+
+    def replay(self) -> None:
+        self.replays += 1
+
+
+def test_a_replay_takes_a_batch_like_the_example():
+    graph, ids = Graph(), torch.zeros(2, 8, dtype=torch.int64)
+    captured = CapturedStep(graph, {"input_ids": ids}, torch.tensor(3.0))
+    for batch, message in [({"labels": ids}, r"captured with inputs \['input_ids'\], got \['labels'\]"),
+                           ({"input_ids": ids[:1]}, r"shape \[2, 8\] and dtype torch.int64 .* got \[1, 8\]"),
+                           ({"input_ids": ids.int()}, r"got \[2, 8\] torch.int32"),
+                           ({"input_ids": 5}, "got int")]:
+        with pytest.raises(coda.CodaError, match=message):
+            captured(**batch)
+    assert graph.replays == 0
+    new = torch.arange(16).reshape(2, 8)
+    loss = captured(input_ids=new)
+    assert graph.replays == 1 and torch.equal(ids, new)        # copied into the captured input
+    assert loss.item() == 3.0 and loss.data_ptr() != captured.loss.data_ptr()   # a copy of the loss
+
+
+def test_unpadded_batches_puts_transformers_back():
+    masking_utils = pytest.importorskip("transformers.masking_utils")
+    from coda.integrations.hf import unpadded_batches
+
+    before = masking_utils.is_tracing, masking_utils.find_packed_sequence_indices
+    with unpadded_batches():
+        assert masking_utils.is_tracing(None) is False   # no mask: nothing to trace
+        assert masking_utils.find_packed_sequence_indices(torch.arange(8)[None]) is None
+    assert (masking_utils.is_tracing, masking_utils.find_packed_sequence_indices) == before
