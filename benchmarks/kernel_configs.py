@@ -51,7 +51,13 @@ GEMM_CONFIGS = [None, Config(128, 256, 64, 8, 4, split_epilogue=2),
                 Config(128, 128, 64, 8, 4), Config(128, 128, 64, 8, 4, split_epilogue=2),
                 Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True),
                 Config(128, 128, 64, 4, 3, split_epilogue=2, pingpong=True),
-                Config(128, 128, 64, 4, 5, split_epilogue=4, pingpong=True)]
+                Config(128, 128, 64, 4, 5, split_epilogue=4, pingpong=True),
+                # the ping-pong kernel with its epilogue loading the tile operands itself (in
+                # narrow slices: a whole tile's accumulator stays live while they load)
+                Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True, stage_tiles=False),
+                Config(128, 128, 64, 4, 4, split_epilogue=8, pingpong=True, stage_tiles=False),
+                Config(128, 128, 64, 4, 5, split_epilogue=8, pingpong=True, stage_tiles=False),
+                Config(128, 128, 64, 4, 3, split_epilogue=8, pingpong=True, stage_tiles=False)]
 
 
 class Setup:
@@ -192,7 +198,7 @@ def llama(setup: Setup) -> list[dict]:
             chosen = config or prog.triton.config(launch, prog.triton.kernel(launch))
             label = "heuristic" if config is None else (
                 f"{'pingpong' if config.pingpong else 'triton'}{config.block_m}x{config.block_n}"
-                f"s{config.num_stages}e{config.split_epilogue}")
+                f"s{config.num_stages}e{config.split_epilogue}{'' if config.stage_tiles else 'g'}")
             if config is None:
                 result["heuristic_is"] = str(chosen)
             try:
@@ -221,14 +227,16 @@ def sm90(setup: Setup) -> list[dict]:
     kernel_module._num_sms = lambda device: 132   # a Plan asks the GPU for its SM count
     results = []
     names = setup.cases or (["swiglu_grad", "gated_dx"] if setup.smoke else list(llama_launches(setup)))
-    configs = tuning.CANDIDATES["hopper"][:1] if setup.smoke else tuning.CANDIDATES["hopper"]
+    configs = tuning.CANDIDATES["hopper"][:1] if setup.smoke else list(dict.fromkeys(
+        tuning.CANDIDATES["hopper"] + GEMM_CONFIGS[1:]))
     for name, (prog, a, b, operands, out) in llama_launches(setup).items():
         if name not in names:
             continue
         launch = prog.bind(a, b, out=out, **operands)
         for config in configs:
             variant = config.mainloop("hopper")
-            built = prog.triton._build(kernel_module._signature(launch, variant), variant)
+            built = prog.triton._build(kernel_module._signature(launch, variant, config.stage_tiles),
+                                       variant)
             found = compile_sm90(kernel_module, built, config, launch)
             results.append(dict(case=name, config=str(config), shared=found["shared"],
                                 fits=found["shared"] <= SHARED_LIMIT, registers=found["registers"],

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,10 +76,16 @@ def compile_all() -> dict[str, dict]:
             configs |= {f"split{split}": Config(128, 256, 64, 8, 3, split_epilogue=split) for split in SPLITS}
             configs |= {f"pingpong_split{split}": Config(128, 128, 64, 4, 3, split_epilogue=split,
                                                          pingpong=True) for split in SPLITS}
+            # the epilogue loading its tile operands itself, in narrow slices
+            configs["pingpong_loads_split8"] = Config(128, 128, 64, 4, 4, split_epilogue=8, pingpong=True,
+                                                      stage_tiles=False)
         for label, config in configs.items():
             variant = config.mainloop("hopper")
-            built = prog.triton._build(kernel_module._signature(launch, variant), variant)
+            built = prog.triton._build(kernel_module._signature(launch, variant, config.stage_tiles),
+                                       variant)
             results[f"{name}/{label}"] = compile_sm90(kernel_module, built, config, launch)
+            # the tile operands given TMA descriptors (staged in shared memory)
+            results[f"{name}/{label}"]["staged"] = sorted(set(re.findall(r"(op_\w+)_desc = ", built.source)))
     return results
 
 
@@ -160,10 +167,14 @@ def test_hopper_kernels_compile_for_sm90():
     results = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(results) == ({f"{p}/{c}" for p in PROGRAMS for c in ("heuristic", "heuristic_k4096",
                                                                      "heuristic_m64", "hopper")}
-                            | {f"heavy/{kind}split{s}" for s in SPLITS for kind in ("", "pingpong_")})
+                            | {f"heavy/{kind}split{s}" for s in SPLITS for kind in ("", "pingpong_")}
+                            | {"heavy/pingpong_loads_split8"})
     for key, found in results.items():
         assert found["wgmma"] > 0, key   # the tensor-core path of sm_90
         assert found["tma"] > 0, key     # TMA loads of A and B
+        # a residual comes by TMA except where the ping-pong kernel's epilogue loads it
+        if "residual" in PROGRAMS[key.split("/")[0]]:
+            assert found["staged"] == ([] if key.endswith("pingpong_loads_split8") else ["op_residual"]), key
         # the K = 768 default is the ping-pong kernel
         assert found["warp_specialized"] == (key.endswith("/heuristic") or "pingpong" in key), key
         if "/heuristic" in key and not key.startswith("heavy"):

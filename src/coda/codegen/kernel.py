@@ -99,7 +99,7 @@ class TritonProgram:
         if variant == "pingpong" and not self.pingpong:
             raise LaunchError(f"{self.program.name} reads its prior output (`output += ...`), which "
                               f"the ping-pong kernel cannot: give a configuration without pingpong")
-        sig = _signature(launch, variant)
+        sig = _signature(launch, variant, config is None or config.stage_tiles)
         key = (sig, variant)
         kernel = self._kernels.get(key)
         if kernel is None:
@@ -337,13 +337,17 @@ def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callabl
     return launcher
 
 
-def _signature(launch: Launch, variant: str) -> Signature:
+def _signature(launch: Launch, variant: str, stage_tiles: bool = True) -> Signature:
+    """The launch's operand kinds and which tiles go through TMA: on Hopper every aligned
+    output, and every aligned tile operand unless the ping-pong kernel loads them itself
+    (`stage_tiles=False`)."""
     tensors = frozenset(name for name, kind in launch.kinds.items()
                         if kind == "scalar" and isinstance(launch.values[name], torch.Tensor))
     tma = set()
-    if variant in ("hopper", "pingpong"):
+    if variant == "hopper" or (variant == "pingpong" and stage_tiles):
         tma |= {f"op_{name}" for name, kind in launch.kinds.items()
                 if kind == "tile" and _tma_ok(launch.values[name], row_major=True)}
+    if variant in ("hopper", "pingpong"):
         for spec in launch.outputs:
             if spec.reduction is not None:
                 continue

@@ -31,6 +31,9 @@ class Config:
     flatten: bool = True           # hopper: flatten the tile loop with the K loop
     pingpong: bool = False         # hopper: the warp-specialized ping-pong kernel (Gluon), in
                                    # which num_stages is the depth of its shared-memory ring
+    stage_tiles: bool = True       # ping-pong: tile operands come by TMA into shared memory
+                                   # during the K loop; False: the epilogue loads them itself,
+                                   # under the other warpgroup's MMAs (operands too big to stage)
 
     def meta(self, variant: str) -> dict:
         """The kernel's compile-time arguments for this configuration."""
