@@ -158,28 +158,23 @@ def maps(setup: Setup) -> list[dict]:
 
 
 def llama_launches(setup: Setup) -> dict[str, tuple]:
-    """LLaMA-492M's heaviest CODA GEMMs (hidden 2048, ffn 5632, q/k/v 3072): name -> (program,
-    A, B, operands, out)."""
+    """LLaMA-492M's heaviest CODA GEMMs (hidden 2048, ffn 5632, q/k/v 3072), and the gated MLP's
+    weight gradient (cuBLAS's in training, CODA's plain GEMM beside it): name -> (program, A, B,
+    operands, out)."""
     m = setup.m
     h, f, qkv = (32, 48, 64) if setup.smoke else (2048, 5632, 3072)
     tile, row = setup.tile, setup.row
     norm = dict(ss=row() * h, inv_n=1.0 / h, eps=1e-5)
     x, dy, w_gate_up = tile(m, h), tile(m, h), tile(2 * f, h) / h**0.5
-    dgate = tile(m, f)
-    wide = torch.float32
     cases = {
         "swiglu_grad": (gated.grad_program("silu", "sumsq", True), dy, tile(h, f) / f**0.5,
                         dict(g=tile(m, f), u=tile(m, f), **norm), None),
-        "gated_dx": (gated.dx_program(True, True), tile(m, f), w_gate_up[1::2],
-                     dict(partial=torch.randn(m, h, device=setup.device), **norm,
-                          dr=torch.randn(m, device=setup.device), xin=x, dres=dy), None),
+        "gated_dx": (gated.dx_program(True, True), tile(m, 2 * f), w_gate_up,
+                     dict(**norm, dr=torch.randn(m, device=setup.device), xin=x, dres=dy), None),
         "swiglu_up": (gated.up_program("silu", "sumsq", True), x, w_gate_up.T, norm, None),
         "norm_dw": (norms.NORM_DW, tile(m, qkv).T, x, dict(g=tile(h), w=tile(qkv, h)), None),
         "rms_dxhat": (norms.RMS_DXHAT, tile(m, qkv), tile(qkv, h), dict(g=tile(h), xin=x), None),
-        "plain_dw_strided": (PLAIN, dgate.T, x, {}, torch.empty(2 * f, h, device=setup.device,
-                                                                dtype=setup.dtype)[0::2]),
-        "plain_partial_f32": (PLAIN, dgate, w_gate_up[0::2], {},
-                              torch.empty(m, h, device=setup.device, dtype=wide)),
+        "plain_dw_gate_up": (PLAIN, tile(m, 2 * f).T, x, {}, None),
     }
     return cases
 

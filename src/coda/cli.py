@@ -32,6 +32,7 @@ import torch
 
 from . import train
 from .errors import CodaError
+from .passes.widths import columns
 from .runtime.program import Program, interpreter_enabled
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -149,8 +150,7 @@ def make_inputs(prog: Program, shape: tuple[int, int, int], dtype: torch.dtype, 
             operands[name] = randn(m, cols)
     out = None
     if prog.ir.accumulates:
-        out_cols = n // 2 if prog.widths.outputs["output"] == "half" else n
-        out = randn(m, out_cols)
+        out = randn(m, columns(prog.widths.outputs["output"], n))
     return a, b, operands, out
 
 

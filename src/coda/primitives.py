@@ -26,7 +26,8 @@ class Primitive:
 
     form: "elementwise" (pure function of equally-broadcast arguments), "dropout" (needs the seed
     and element coordinates), "index" (an element's row or column), "rope" (rotates neighbouring
-    column pairs), "unpack" (splits a tile into its column pairs), or "reduction" (row/column
+    column pairs), "unpack" (splits a tile into its column pairs), "pack" (interleaves two tiles'
+    columns), or "reduction" (row/column
     reduction; only as an output).
     """
 
@@ -135,6 +136,10 @@ PRIMITIVES: dict[str, Primitive] = _rows(
                   "picks one column per row"),
     Primitive("unpack", 1, "unpack", None, "",
               doc="gate, up = unpack(x): the first and second column of each pair, [M, N/2] each"),
+    Primitive("pack", 2, "pack", None, "",
+              doc="pack(a, b): a and b interleaved, a in column 2j and b in 2j + 1 (the inverse of "
+                  "unpack): [M, N] from [M, N/2] values, or [M, 2N] from [M, N] ones, which can "
+                  "only be stored as an output"),
     _reduction("row_sum", "sum over columns: an [M] output"),
     _reduction("col_sum", "sum over rows: an [N] output"),
     _reduction("row_max", "maximum over columns: an [M] output"),

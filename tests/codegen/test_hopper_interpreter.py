@@ -23,6 +23,9 @@ PROGRAMS = {
     "residual": "EPILOGUE(residual: tile) { h = input + residual; save pre = input; output = gelu(h); }",
     "swiglu": "EPILOGUE(rstd: row) { gate, up = unpack(input * rstd); output = silu(gate) * up;"
               " s = row_sum(output); }",
+    # pack to [M, 2N] (stored through pointers) next to a TMA output and a row sum
+    "pack": "EPILOGUE(residual: tile) { d = input * residual; output = pack(d, input); save r = d;"
+            " s = row_sum(d); }",
 }
 
 

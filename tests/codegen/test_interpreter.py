@@ -149,6 +149,29 @@ def test_unpack_rope_and_accumulate():
     assert rel(target, oracle.np64(prior) + 0.5 * acc) < 1e-5
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_pack_to_twice_the_width_and_back(dtype):
+    """pack(a, b) of [M, N] values: an [M, 2N] output, written into a poisoned out=; of the pairs
+    from unpack: [M, N] again, usable in arithmetic."""
+    m, n, k = 67, 50, 33
+    torch.manual_seed(5)
+    a, b = torch.randn(m, k, dtype=dtype), (torch.randn(k, n) / k**0.5).to(dtype)
+    t = torch.randn(m, n, dtype=dtype)
+    acc = oracle.np64(a) @ oracle.np64(b)
+    wide = coda.compile("EPILOGUE(t: tile) { d = input * t; output = pack(d, input + 1.0);"
+                        " s = row_sum(d); }")
+    out = poisoned((m, 2 * n), dtype)
+    got = wide(a, b, backend="triton", t=t, out=out)
+    want = np.empty((m, 2 * n))
+    want[:, 0::2], want[:, 1::2] = acc * oracle.np64(t), acc + 1.0
+    assert got["output"] is out and rel(out, want) < TOL[dtype]
+    assert rel(got["s"], (acc * oracle.np64(t)).sum(1)) < TOL[dtype]
+    swap = coda.compile("g, u = unpack(input); output = pack(u, g) * 2.0;")
+    want = np.empty((m, n))
+    want[:, 0::2], want[:, 1::2] = 2 * acc[:, 1::2], 2 * acc[:, 0::2]
+    assert rel(swap(a, b, backend="triton")["output"], want) < TOL[dtype]
+
+
 def test_out_dtype_scalar_tensor_and_poisoned_out():
     m, n, k = 33, 34, 35
     a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)

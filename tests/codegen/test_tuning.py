@@ -91,6 +91,16 @@ def test_the_hopper_heuristic_weighs_the_last_wave():
     assert tuning.heuristic("hopper", 2304, 768, 16384).block_n == 128     # too few for 132 SMs
 
 
+def test_a_packed_output_takes_narrower_tiles():
+    """A program storing pack(...) [M, 2N] stores twice its tile's values: 128x128 tiles where
+    others take 128x256 (LLaMA's SwiGLU gradient); a tuning candidate, as every choice is."""
+    llama_swiglu_grad = (16384, 5632, 2048)
+    assert tuning.heuristic("hopper", *llama_swiglu_grad).block_n == 256
+    packed = tuning.heuristic("hopper", *llama_swiglu_grad, packs=True)
+    assert (packed.block_m, packed.block_n) == (128, 128) and packed in tuning.CANDIDATES["hopper"]
+    assert tuning.heuristic("hopper", 16384, 3072, 768, packs=True).pingpong   # short K: unchanged
+
+
 def test_a_pingpong_config_gives_the_gluon_kernel_its_ring_depth_and_register_split():
     config = tuning.Config(128, 128, 64, 4, 5, split_epilogue=4, pingpong=True)
     meta = config.meta("pingpong")

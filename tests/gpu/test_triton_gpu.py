@@ -30,6 +30,9 @@ PROGRAMS = {
                         " db = col_sum(output); }", {"preact": "tile"}),
     "rope": ("EPILOGUE(cos: head, sin: head) { output = rope(input, cos, sin); }",
              {"cos": "head", "sin": "head"}),
+    # LLaMA's SwiGLU gradient: two tile operands, an [M, 2N] packed output (pointer stores)
+    "swiglu_grad_pack": ("dg = input * u * silu_grad(g); du = input * silu(g); output = pack(dg, du);"
+                         " dr = row_sum(dg * g + du * u);", {"g": "tile", "u": "tile"}),
     "lse_max": ("rm = row_max(input); cm = col_max(input); lse = row_logsumexp(input);"
                 " output = input * 0.5;", {}),
 }

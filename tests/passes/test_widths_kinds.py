@@ -1,4 +1,5 @@
-"""Column domains (full [M, N] vs unpacked [M, N/2]), operand-kind inference and legality checks."""
+"""Column domains (full [M, N], unpacked [M, N/2], packed [M, 2N]), operand-kind inference and
+legality checks."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 import coda
 from coda.passes import check, infer_kinds, widths
 from coda.passes.kinds import expected_shape
-from coda.passes.widths import FULL, HALF
+from coda.passes.widths import DOUBLE, FULL, HALF
 from oracle import dsl_error, launch_inputs
 
 # widths --------------------------------------------------------------------------------------------
@@ -32,6 +33,18 @@ def test_adaptive_values_take_the_domain_of_their_users():
     assert w.outputs == {"output": HALF, "full": FULL, "alone": FULL, "one": FULL}
 
 
+def test_pack_moves_back_or_out_to_the_packed_domain():
+    prog = coda.compile("g, u = unpack(input);\noutput = pack(u * c, g) + r;\nsave wide = pack(input, k);\n"
+                        "s = row_sum(pack(g, u));")
+    w = prog.widths
+    assert w.outputs == {"output": FULL, "wide": DOUBLE, "s": FULL}
+    assert w.operands == {"c": frozenset({HALF}), "r": frozenset({FULL}), "k": frozenset({FULL})}
+    m, n = 3, 4
+    a, b = launch_inputs(m, n, 2, seed=1)
+    wide = prog.reference(a, b, c=torch.ones(n // 2, dtype=torch.float64), r=1.0, k=2.0)["wide"]
+    assert wide.shape == (m, 2 * n)
+
+
 def test_prior_output_adapts_to_the_new_output():
     prog = coda.compile("g, u = unpack(input);\noutput += g * u;")
     assert prog.widths.outputs["output"] == HALF
@@ -44,6 +57,11 @@ def test_prior_output_adapts_to_the_new_output():
     ("g, u = unpack(input);\nx, y = unpack(g);\noutput = x;", 2, 8, "already unpacked"),
     ("g, u = unpack(input);\nsave s = output + input;\noutput = g;", 2, 10,
      "prior `output` is used in another"),
+    ("w = pack(input, input);\noutput = w * 2;", 2, 12, "can only be stored as an output"),
+    ("s = row_sum(pack(input, 1.0));\noutput = input;", 1, 1, "only be stored as a tile output"),
+    ("g, u = unpack(input);\noutput = pack(g, input);", 2, 10, "pack's arguments mix"),
+    ("output = pack(pack(input, input), input);", 1, 10, "already packed"),
+    ("output += pack(input, input);", 1, 1, "can only be stored as an output"),
 ])
 def test_domain_errors_at_compile_time(source, line, col, fragment):
     err = dsl_error(source)

@@ -37,7 +37,7 @@ ARG_SOURCES = {
 
 def test_every_primitive_has_an_independent_formula():
     forms = {p.form for p in PRIMITIVES.values()}
-    assert forms <= {"elementwise", "dropout", "index", "rope", "unpack", "reduction"}
+    assert forms <= {"elementwise", "dropout", "index", "rope", "unpack", "pack", "reduction"}
     elementwise = {n for n, p in PRIMITIVES.items() if p.form == "elementwise"}
     assert elementwise == set(ELEMENTWISE), "a primitive without an independent formula in oracle.py"
     for name, (_, domains) in ELEMENTWISE.items():
@@ -46,7 +46,7 @@ def test_every_primitive_has_an_independent_formula():
     assert reductions == set(REDUCTIONS)
     # the special forms, each tested below
     assert {n for n, p in PRIMITIVES.items() if p.form not in ("elementwise", "reduction")} == {
-        "dropout", "rope", "unpack", "row_index", "col_index"}
+        "dropout", "rope", "unpack", "pack", "row_index", "col_index"}
 
 
 @pytest.mark.parametrize("shape", [(5, 7, 3), (1, 1, 1), (33, 16, 2)])
@@ -248,6 +248,22 @@ def test_unpack_pairs(m, n, k):
     assert_close64(got["sr"], gate.max(axis=1))
     for key in ("output", "g", "u"):
         assert got[key].shape == (m, n // 2)
+
+
+@pytest.mark.parametrize("m, n, k", [(5, 8, 3), (1, 1, 1), (7, 18, 9)])
+def test_pack_interleaves_columns(m, n, k):
+    prog = coda.compile("EPILOGUE (t: tile) { output = pack(input * t, input - 2.0); save t2 = t; }")
+    a, b = launch_inputs(m, n, k, seed=k)
+    t = random_values((m, n), "any", torch.Generator().manual_seed(n))
+    got = prog.reference(a, b, t=t)
+    x = np64(a) @ np64(b)
+    want = np.empty((m, 2 * n))
+    want[:, 0::2], want[:, 1::2] = x * np64(t), x - 2.0
+    assert got["output"].shape == (m, 2 * n)
+    assert_close64(got["output"], want)
+    if n % 2 == 0:   # pack undoes unpack
+        again = coda.compile("g, u = unpack(input); output = pack(g, u);").reference(a, b)["output"]
+        assert_close64(again, x)
 
 
 @pytest.mark.parametrize("m, n, k, h", [(3, 8, 2, 4), (5, 12, 1, 2), (1, 6, 7, 1), (4, 10, 3, 7),

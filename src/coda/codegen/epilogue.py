@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..ir import Node
-from ..passes.widths import HALF
+from ..passes.widths import DOUBLE, FULL, HALF
 from ..primitives import PRIMITIVES
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ class _Domain:
 _DOMAIN = {
     "full": _Domain("rows", "mask_m", "cols", "mask_n", "BLOCK_N", "N", "acc"),
     HALF: _Domain("hrows", "mask_hm", "hcols", "mask_h", "(BLOCK_N // 2)", "(N // 2)", "half_like"),
+    DOUBLE: _Domain("drows", "mask_dm", "dcols", "mask_d", "(BLOCK_N * 2)", "(N * 2)", "double_like"),
 }
 
 #: Gluon: a layout in which a thread holds whole dropout blocks (rows r and r + 8, columns 2j and
@@ -245,6 +246,16 @@ class _Emitter:
                 self.emit("mask_hm = mask_m")
             self.emit(f"hcols = tile_n * (BLOCK_N // 2) + {self.arange('BLOCK_N // 2', 1, 'half_like')}")
             self.emit("mask_h = hcols < col_end // 2")
+        if any(w == DOUBLE for w in self.domains.values()):
+            if self.gluon:  # the layout `pack` gives: a join of two accumulator-like tiles
+                self.emit("double_like = tl.reshape(tl.join(acc, acc), (BLOCK_M, BLOCK_N * 2))")
+                self.emit(f"drows = pid_m * BLOCK_M + {self.arange('BLOCK_M', 0, 'double_like')}")
+                self.emit("mask_dm = drows < M")
+            else:
+                self.emit("drows = rows")
+                self.emit("mask_dm = mask_m")
+            self.emit(f"dcols = tile_n * (BLOCK_N * 2) + {self.arange('BLOCK_N * 2', 1, 'double_like')}")
+            self.emit("mask_d = dcols < col_end * 2")
         for index, node in enumerate(self.program.ir.nodes()):
             if node.op == "operand" and self.kinds[node.arg] == "head":
                 self.names[node] = f"op_{node.arg}"  # read by rope, which knows its pair indices
@@ -280,6 +291,12 @@ class _Emitter:
             return self.load_tile("out_output", width)
         if op == "unpack":
             return self.unpack(node)
+        if op == "pack":
+            joined = ", ".join(self.broadcast(a) for a in node.args)
+            packed = f"tl.reshape(tl.join({joined}), {self.tile_shape(width)})"
+            if self.gluon and width == FULL:  # back in the accumulator's layout
+                return f"gl.convert_layout({packed}, acc.type.layout)"
+            return packed
         if op == "dropout":
             x = f"tl.broadcast_to({args[0]}, {self.tile_shape(width)})"
             return PRIMITIVES["dropout"].triton.format(x, args[1], keep=self.keep(node, x, args[1]))

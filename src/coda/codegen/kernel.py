@@ -24,6 +24,7 @@ from triton.runtime.errors import OutOfResources
 
 from ..errors import LaunchError
 from ..ir import format_epilogue
+from ..passes.widths import DOUBLE
 from ..runtime.binding import Launch
 from ..runtime.program import Program, interpreter_enabled
 from . import tuning
@@ -66,6 +67,7 @@ class TritonProgram:
         # runs in the Triton kernel. (Prefetching the prior tile would not fit for a float32
         # accumulator: two warpgroups' 128x128 fp32 tiles are 128 KiB next to the 128 KiB ring.)
         self.pingpong = not program.ir.accumulates
+        self.packs = DOUBLE in program.widths.outputs.values()   # stores a pack(...) [M, 2N]
 
     # public -----------------------------------------------------------------------------------
     def launch(self, launch: Launch, config: Config | None = None) -> dict[str, torch.Tensor]:
@@ -121,7 +123,7 @@ class TritonProgram:
         config = self._configs.get(bucket)
         if config is None:
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
-                config = tuning.heuristic(kernel.variant, m, n, k, self.pingpong)
+                config = tuning.heuristic(kernel.variant, m, n, k, self.pingpong, self.packs)
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))
@@ -339,8 +341,8 @@ def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callabl
 
 def _signature(launch: Launch, variant: str, stage_tiles: bool = True) -> Signature:
     """The launch's operand kinds and which tiles go through TMA: on Hopper every aligned
-    output, and every aligned tile operand unless the ping-pong kernel loads them itself
-    (`stage_tiles=False`)."""
+    output but a packed [M, 2N] one, and every aligned tile operand unless the ping-pong kernel
+    loads them itself (`stage_tiles=False`)."""
     tensors = frozenset(name for name, kind in launch.kinds.items()
                         if kind == "scalar" and isinstance(launch.values[name], torch.Tensor))
     tma = set()
@@ -349,7 +351,9 @@ def _signature(launch: Launch, variant: str, stage_tiles: bool = True) -> Signat
                 if kind == "tile" and _tma_ok(launch.values[name], row_major=True)}
     if variant in ("hopper", "pingpong"):
         for spec in launch.outputs:
-            if spec.reduction is not None:
+            # a pack(...) to [M, 2N] is stored through pointers: its tile is twice the width of
+            # the epilogue's, wider than a TMA box may be in the widest configurations
+            if spec.reduction is not None or launch.program.widths.outputs[spec.name] == DOUBLE:
                 continue
             out = launch.out if spec.name == "output" else None
             # an allocated output is contiguous: its row stride is its width; an `out=` tensor

@@ -118,7 +118,7 @@ def _wave_fill(tiles: int) -> float:
     return tiles / (math.ceil(tiles / SMS) * SMS)
 
 
-def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True) -> Config:
+def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True, packs: bool = False) -> Config:
     """A sound default without timing. On Hopper: the ping-pong kernel when K is short, where
     its epilogue overlapping the other tile's MMAs pays most (`pingpong=False` gives the Triton
     kernel's configuration there instead: benchmarks/gemm.py times both); else 128x256 tiles
@@ -127,15 +127,18 @@ def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True) -> Co
     the last wave of the persistent kernel so much better that it outweighs their 1.17x slower
     mainloop (LLaMA's q/k/v weight gradient, 3072x2048, K = 16384: 192 tiles of 128x256 fill
     2 waves 73%, 384 of 128x128 3 waves 97%; 340 against 293 us on the H200,
-    benchmarks/results/session10/llama_configs.json). Smaller tiles for small portable
-    launches. Measurements behind each choice: docs/performance.md."""
+    benchmarks/results/session10/llama_configs.json). A program that `packs` a [M, 2N] output
+    stores twice the values of its tile: it takes 128x128 tiles (LLaMA's SwiGLU gradient, K =
+    2048: 814 us against 836-863 in 128x256 tiles, benchmarks/results/session14/pack). Smaller
+    tiles for small portable launches. Measurements behind each choice: docs/performance.md."""
     if variant == "hopper":
         if m <= 64:
             return Config(64, 128, 64, 4, 4)
         if k <= 1024 and pingpong:
             return Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True)
         wide = math.ceil(m / 128) * math.ceil(n / 256)
-        if (m // 128) * (n // 256) >= SMS and 1.17 * _wave_fill(wide) >= _wave_fill(2 * wide):
+        if (not packs and (m // 128) * (n // 256) >= SMS
+                and 1.17 * _wave_fill(wide) >= _wave_fill(2 * wide)):
             return Config(128, 256, 64, 8, 3, split_epilogue=2)
         return Config(128, 128, 64, 8, 4)
     return Config(128, 128, 32, 4, 4) if m * n >= 2048 * 2048 else Config(64, 128, 32, 4, 4)

@@ -16,27 +16,25 @@ forward   h, gate, up    = up_program     GEMM x @ w_gate_up.T; epilogue: * r, u
                                           save gate and up (only when a backward can follow)
           y, ss          = down_program   GEMM h @ w_down.T; epilogue: + residual, ss = row_sum(y*y)
 backward  dy'            = dy + 2 dss ⊙_row y      (STATS_GRAD.map, only when ss carries a gradient)
-          dgate, dup, dr = grad_program   GEMM dy' @ w_down = dh; epilogue:
+          dpre, dr       = grad_program   GEMM dy' @ w_down = dh; epilogue:
                                           dgate = r dh up f'(gate),  dup = r dh f(gate),
+                                          dpre = pack(dgate, dup)   [M, 2F], interleaved as pre,
                                           dr = row_sum(dh up f'(gate) gate + dh f(gate) up)
-          dx             = dgate @ w_gate_up[0::2]  (float32 partial, PLAIN)
-                           + dup @ w_gate_up[1::2]  (ADD_PARTIAL: the second GEMM adds the partial)
-          dw_gate_up     = dgate.T @ x into rows 0::2, dup.T @ x into rows 1::2  (PLAIN, out= views)
+          dx             = dpre @ w_gate_up   (one GEMM over K = 2F; dx_program or cuBLAS)
+          dw_gate_up     = dpre.T @ x         (cuBLAS: weight_grad)
           dw_down        = dy'.T @ h  (h is the up GEMM's output, kept alive: no recompute)
           dresidual      = dy',   drstd = dr / r   (sum_c dpre * pre = r * d(loss)/dr)
 
 With `sumsq` (ss_x = Σ x² per row, as out_proj_residual(stats="rms") emits it) in place of rstd,
 the norm is the op's own: every epilogue computes r = rsqrt(ss_x / H + eps), and the gradient
-through r(x), −(dr r² / H) ⊙_row x, joins dx in its second GEMM's epilogue (dx_program, in
-place of ADD_PARTIAL). When the residual is x
-itself (a pre-norm block's `y = x + mlp(norm(x))`), its gradient dy' joins there too: dx then
-carries all of x's gradient in one kernel, where autograd would add three tensors.
+through r(x), −(dr r² / H) ⊙_row x, joins dx in its GEMM's epilogue (dx_program). When the
+residual is x itself (a pre-norm block's `y = x + mlp(norm(x))`), its gradient dy' joins there
+too: dx then carries all of x's gradient in one kernel, where autograd would add three tensors.
 
-dgate and dup stay two [M, F] tensors and the two backward GEMMs that would read them interleaved
-run as two GEMMs each, reading w_gate_up's gate rows and up rows through strided views: an
-epilogue writes only its primary output into a caller's buffer (`out=`), so an interleaved
-[M, 2F] gradient would cost a copy of 2MF elements, more than the dx partial (2MH in float32):
-docs/ops.md counts every alternative.
+`pack` writes dgate and dup in w_gate_up's interleaved row order, so the gradient of the
+pre-activation is one [M, 2F] tensor and each GEMM reading it is one GEMM over the whole fused
+weight (docs/ops.md counts the alternatives: before `pack` they were two GEMMs each, joined by
+a float32 partial of dx).
 """
 
 from __future__ import annotations
@@ -49,7 +47,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import ADD_PARTIAL, PLAIN, as_rows, present, weight_grad
+from .common import PLAIN, as_rows, matmul, present, weight_grad
 from .norms import FOLD, NORM_DW, RMS_ROW, RMS_ROW_PARAMS
 
 #: activation -> (f, f') by primitive name; the op names follow the activation.
@@ -97,43 +95,41 @@ def down_program(residual: bool, stats: bool) -> Program:
 @functools.cache
 def grad_program(activation: str, norm: str | None, rstd_grad: bool) -> Program:
     """GEMM dy @ w_down = dh; epilogue: the gradients at gate and up (times r when folded in),
-    and `dr = row_sum(dpre * pre)` when r needs a gradient.
+    interleaved as the up GEMM's output columns, and `dr = row_sum(dpre * pre)` when r needs a
+    gradient.
 
     For example ("silu", "rstd", True) is
         EPILOGUE swiglu_grad(g: tile, u: tile, rstd: row) {
           dg = input * u * silu_grad(g); du = input * silu(g);
-          output = dg * rstd; save dup = du * rstd; dr = row_sum(dg * g + du * u);
+          output = pack(dg * rstd, du * rstd); dr = row_sum(dg * g + du * u);
         }
     """
     f, df = ACTIVATIONS[activation]
     params, row = NORMS[norm]
     scale = " * rstd" if norm else ""
     body = [row, f"dg = input * u * {df}(g);", f"du = input * {f}(g);",
-            f"output = dg{scale};", f"save dup = du{scale};", "dr = row_sum(dg * g + du * u);" * rstd_grad]
+            f"output = pack(dg{scale}, du{scale});", "dr = row_sum(dg * g + du * u);" * rstd_grad]
     params = ", ".join(["g: tile, u: tile", *params])
     return compile_program(f"EPILOGUE {OP_NAMES[activation]}_grad({params}) {{ {' '.join(body)} }}")
 
 
 @functools.cache
 def dx_program(norm_grad: bool, residual_grad: bool) -> Program:
-    """GEMM dup @ w_up' plus the float32 partial dgate @ w_gate', and what else x's gradient
-    has: through r(x) (`sumsq=`) and the residual's gradient when the residual is x.
+    """GEMM dpre @ w_gate_up plus what else x's gradient has: through r(x) (`sumsq=`) and the
+    residual's gradient when the residual is x (one of the two at least: else dx is a plain
+    GEMM, cuBLAS's).
 
     For example (True, True) is
-        EPILOGUE gated_dx(partial: tile, ss: row, inv_n: scalar, eps: scalar, dr: row,
-                          xin: tile, dres: tile) {
+        EPILOGUE gated_dx(ss: row, inv_n: scalar, eps: scalar, dr: row, xin: tile, dres: tile) {
           rstd = rsqrt(ss * inv_n + eps);
-          output = input + partial - dr * rstd * rstd * inv_n * xin + dres;
+          output = input - dr * rstd * rstd * inv_n * xin + dres;
         }
     """
-    if not norm_grad and not residual_grad:
-        return ADD_PARTIAL
-    params = (["partial: tile"] + [RMS_ROW_PARAMS, "dr: row", "xin: tile"] * norm_grad
-              + ["dres: tile"] * residual_grad)
+    params = [RMS_ROW_PARAMS, "dr: row", "xin: tile"] * norm_grad + ["dres: tile"] * residual_grad
     row = RMS_ROW * norm_grad
     terms = " - dr * rstd * rstd * inv_n * xin" * norm_grad + " + dres" * residual_grad
     return compile_program(f"EPILOGUE gated_dx({', '.join(params)}) {{"
-                           f" {row} output = input + partial{terms}; }}")
+                           f" {row} output = input{terms}; }}")
 
 
 def interleave(w_gate: torch.Tensor, w_up: torch.Tensor, gain: torch.Tensor | None = None) -> torch.Tensor:
@@ -197,7 +193,7 @@ def deinterleave(w_gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class GatedMLPFunction(torch.autograd.Function):
     """y = f(gate) * up @ w_down.T + residual (and ss): two GEMMs forward; backward one GEMM for
-    dh with the gated derivative in its epilogue, two for dx, three for the weight gradients."""
+    dh with the gated derivative in its epilogue, one for dx, two for the weight gradients."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
@@ -238,18 +234,14 @@ class GatedMLPFunction(torch.autograd.Function):
         if need_x or need_wgu or need_r:
             prog = grad_program(ctx.activation, norm, need_r or norm_grad)
             outs = prog(dy, w_down, g=gate, u=up, **row)
-            dgate, dup = outs["output"], outs["dup"]
+            dpre = outs["output"]
             if need_x:
-                wide = torch.float64 if x.dtype == torch.float64 else torch.float32
-                partial = PLAIN(dgate, w_gate_up[0::2], out_dtype=wide)["output"]
                 terms = (dict(row, dr=outs["dr"], xin=rows) if norm_grad else {}) | (
                     dict(dres=dy) if residual_grad else {})
-                dx = dx_program(norm_grad, residual_grad)(dup, w_gate_up[1::2], partial=partial,
-                                                          **terms)["output"].reshape(x.shape)
+                dx = (dx_program(norm_grad, residual_grad)(dpre, w_gate_up, **terms)["output"]
+                      if terms else matmul(dpre, w_gate_up)).reshape(x.shape)
             if need_wgu:
-                dw_gate_up = w_gate_up.new_empty(w_gate_up.shape)
-                PLAIN(dgate.T, rows, out=dw_gate_up[0::2])
-                PLAIN(dup.T, rows, out=dw_gate_up[1::2])
+                dw_gate_up = weight_grad(dpre, rows, like=w_gate_up)
             if need_r:
                 shape, dtype = ctx.rstd
                 drstd = (outs["dr"] / scale).to(dtype).reshape(shape)

@@ -12,11 +12,11 @@ import torch
 
 from ..errors import DslError, LaunchError
 from ..ir import Epilogue
-from .widths import HALF, Widths
+from .widths import Widths, columns
 
 
 def expected_shape(kind: str, m: int, n: int, width: str) -> str:
-    cols = n // 2 if width == HALF else n
+    cols = columns(width, n)
     return {"tile": f"[{m}, {cols}]", "row": f"[{m}]", "col": f"[{cols}]",
             "head": f"[{m}, H]", "scalar": "a number or 0-d tensor"}[kind]
 
@@ -56,7 +56,7 @@ def _fits(kind: str, value, m: int, n: int, width: str) -> bool:
             isinstance(value, torch.Tensor) and value.dim() == 0)
     if not isinstance(value, torch.Tensor):
         return False
-    cols = n // 2 if width == HALF else n
+    cols = columns(width, n)
     shape = tuple(value.shape)
     return {"tile": shape == (m, cols), "row": shape == (m,), "col": shape == (cols,),
             "head": len(shape) == 2 and shape[0] == m and shape[1] >= 1}[kind]

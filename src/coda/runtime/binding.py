@@ -15,7 +15,7 @@ import torch
 
 from ..errors import LaunchError
 from ..passes import infer_kinds
-from ..passes.widths import HALF
+from ..passes.widths import columns
 from .rng import seed_word
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     if program.has_unpack and n % 2:
         raise LaunchError(f"the program unpacks column pairs, so N must be even; got N = {n}")
     for width in program.rope_domains:
-        if (n // 2 if width == HALF else n) % 2:
+        if columns(width, n) % 2:
             raise LaunchError(f"rope rotates column pairs: the rotated value needs an even number "
                               f"of columns; got N = {n}")
     values = _operand_values(epi, operands, a.device)
@@ -200,7 +200,7 @@ def _output_specs(program: Program, m: int, n: int, dtype) -> tuple[OutputSpec, 
     reduction_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     specs = []
     for out in program.ir.outputs:
-        cols = n // 2 if program.widths.outputs[out.name] == HALF else n
+        cols = columns(program.widths.outputs[out.name], n)
         if out.reduction is None:
             specs.append(OutputSpec(out.name, (m, cols), dtype, None))
         else:

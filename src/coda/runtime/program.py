@@ -9,6 +9,7 @@ import torch
 from ..errors import LaunchError
 from ..ir import Epilogue, format_epilogue
 from ..passes import optimize, widths
+from ..passes.widths import COLUMNS
 from .binding import Launch, bind, check_per_call, probability_operands
 from .reference import run_reference
 from .rng import seed_word
@@ -125,7 +126,7 @@ class Program:
         generated Triton kernel and the configuration it would launch with."""
         lines = ["# IR after passes", format_epilogue(self.ir), "", "# outputs"]
         for o in self.ir.outputs:
-            width = "N/2" if self.widths.outputs[o.name] == "half" else "N"
+            width = COLUMNS[self.widths.outputs[o.name]]
             shape = {None: f"[M, {width}]", "row": "[M]", "col": f"[{width}]"}[o.axis]
             lines.append(f"  {o.name}: {o.reduction or 'tile'} {shape}")
         if a is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..ir import Node
-from ..passes.widths import HALF
+from ..passes.widths import COLUMNS, columns
 from ..primitives import PRIMITIVES
 from . import rng
 from .binding import Launch
@@ -28,7 +28,7 @@ def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[s
     float64 when A is float64; tests pass A's own dtype to mimic eager PyTorch at that dtype)."""
     program, m, n = launch.program, launch.m, launch.n
     ct = compute_dtype or (torch.float64 if launch.a.dtype == torch.float64 else torch.float32)
-    cols = {w: n // 2 if w == HALF else n for w in ("full", HALF)}
+    cols = {w: columns(w, n) for w in COLUMNS}
     domains = program.widths.nodes
     env: dict[Node, torch.Tensor] = {}
 
@@ -47,6 +47,8 @@ def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[s
             value = launch.out.to(ct)
         elif op == "unpack":
             value = tile(node.args[0])[:, node.arg::2]
+        elif op == "pack":
+            value = torch.stack([tile(a) for a in node.args], dim=2).flatten(1)
         elif op == "dropout":
             x, p = tile(node.args[0]), args[1]
             keep = rng.dropout_mask(launch.seed, p.float(), m, x.shape[1], x.device)
