@@ -314,6 +314,44 @@ def test_block_inductor():
     assert_inductor_matches_eager(fn, args)
 
 
+def test_fake_kernels_give_inductor_explicit_fallbacks(monkeypatch):
+    """Running any coda op's fake kernel (as Dynamo does on meeting it) registers every coda op
+    with Inductor, so Inductor never takes its implicit-fallback path for them."""
+    from torch._inductor import lowering
+
+    coda_ops = [getattr(torch.ops.coda, name.split("::")[1]).default for name in cc.OP_NAMES]
+    for op in coda_ops:   # as in a fresh process (restored afterwards)
+        monkeypatch.delitem(lowering.lowerings, op, raising=False)
+    cc.inductor_fallbacks.cache_clear()
+    assert len(coda_ops) == 25 and not any(op in lowering.lowerings for op in coda_ops)
+    with FakeTensorMode(), cc.custom_ops():
+        ops.linear(torch.randn(4, 8), torch.randn(6, 8), activation="gelu")
+    assert all(op in lowering.lowerings for op in coda_ops)
+
+
+def test_inductor_formats_no_implicit_fallback_message_for_coda_ops(monkeypatch, caplog):
+    """PyTorch up to 2.11 formats the implicit-fallback message eagerly, printing the IR of every
+    argument (for a patched BERT on the GPU: minutes, never finishing); with INFO logged, later
+    versions format it too. No coda op may reach that message."""
+    import logging
+
+    from torch._inductor import exc
+
+    printed = []
+    original = exc.OperatorIssue.operator_str
+    monkeypatch.setattr(exc.OperatorIssue, "operator_str", staticmethod(
+        lambda target, args, kwargs: printed.append(str(target)) or original(target, args, kwargs)))
+    caplog.set_level(logging.INFO, logger="torch._inductor.graph")
+
+    def fn(x, w_in, w1, b1, w2, b2):
+        h = ops.linear(x, w_in, activation="silu")
+        return ops.mlp(h, w1, b1, w2, b2, residual=h)
+
+    args = block_args(F64)[:6]
+    assert_inductor_matches_eager(fn, args)
+    assert not [target for target in printed if "coda" in target]
+
+
 def test_transposed_weights_inductor():
     """HF's Conv1D layout ([in, out] weights passed as `w.T`): the backward ops hand Inductor the
     contiguous gradients their fakes declare (eager autograd gets them transposed, uncopied)."""

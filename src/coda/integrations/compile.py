@@ -99,6 +99,48 @@ def custom_ops(enabled: bool = True) -> Iterator[None]:
         _FORCED.reset(token)
 
 
+#: The qualified names of coda's custom ops ("coda::linear", ...), in definition order.
+OP_NAMES: list[str] = []
+
+
+def _custom_op(name: str) -> Callable:
+    """`torch.library.custom_op(name)`, recorded in OP_NAMES (none of the ops mutates its inputs)."""
+    OP_NAMES.append(name)
+    return torch.library.custom_op(name, mutates_args=())
+
+
+def _register_fake(op) -> Callable:
+    """`op.register_fake`, the fake kernel first giving Inductor its fallbacks (below)."""
+    def register(fake: Callable) -> Callable:
+        @functools.wraps(fake)
+        def with_fallbacks(*args, **kwargs):
+            inductor_fallbacks()
+            return fake(*args, **kwargs)
+        return op.register_fake(with_fallbacks)
+    return register
+
+
+@functools.cache
+def inductor_fallbacks() -> None:
+    """Register every coda op with Inductor as a fallback kernel, the one it would make itself on
+    meeting the op ("implicit fallback"), with the same layout constraint.
+
+    Why: PyTorch up to 2.11 formats the INFO message of each implicit fallback whether or not
+    INFO is logged, printing every argument's IR, and the printing recurses through the whole
+    unrealized graph behind it: for a CODA-patched BERT on the H200 it never finished (over
+    300 s in `OperatorIssue.operator_str`, `benchmarks/results/session14/last/cc_diag.log`;
+    later PyTorch formats it lazily). It runs from the fake kernels: after Dynamo has met a coda
+    op, before Inductor lowers it."""
+    from torch._inductor import lowering
+    from torch._library.utils import get_layout_constraint_tag
+
+    for name in OP_NAMES:
+        op = getattr(torch.ops.coda, name.split("::")[1]).default
+        if op not in lowering.lowerings:
+            constraint = lowering.tag_to_layout_constraint(get_layout_constraint_tag(op, with_default=True))
+            lowering.make_fallback(op, layout_constraint=constraint, warn=False)
+
+
 class _Ctx:
     """Stands in for autograd's ctx when an op's autograd.Function runs inside a custom op: its
     forward records what it saves; its backward finds the saved tensors, the gradients wanted and
@@ -166,7 +208,7 @@ def _saves_pre(activation: str | None, grad: bool) -> bool:
 
 
 # linear ------------------------------------------------------------------------------------------
-@torch.library.custom_op("coda::linear", mutates_args=())
+@_custom_op("coda::linear")
 def _linear(x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None, p: float,
             seed: Tensor | None, grad: bool) -> tuple[Tensor, Tensor]:
     """(y, pre): LinearFunction.forward; pre is empty unless the backward needs it."""
@@ -175,7 +217,7 @@ def _linear(x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None, p
     return y, _or_empty(ctx.saved_tensors[2], x)
 
 
-@_linear.register_fake
+@_register_fake(_linear)
 def _linear_fake(x, w, bias, activation, p, seed, grad):
     pre = x.new_empty(_rows(x), w.shape[0]) if _saves_pre(activation, grad) else x.new_empty(0)
     return x.new_empty(*x.shape[:-1], w.shape[0]), pre
@@ -201,7 +243,7 @@ def _linear_grad(ctx, dy, _):
 _linear.register_autograd(_linear_grad, setup_context=_linear_setup)
 
 
-@torch.library.custom_op("coda::linear_backward", mutates_args=())
+@_custom_op("coda::linear_backward")
 def _linear_backward(dy: Tensor, x: Tensor, w: Tensor, pre: Tensor, activation: str | None,
                      p: float, seed: Tensor | None, needs: list[bool], bias_dtype: torch.dtype | None
                      ) -> tuple[Tensor, Tensor, Tensor]:
@@ -211,7 +253,7 @@ def _linear_backward(dy: Tensor, x: Tensor, w: Tensor, pre: Tensor, activation: 
     return _gradients(LinearFunction.backward(ctx, dy)[:3], x)
 
 
-@_linear_backward.register_fake
+@_register_fake(_linear_backward)
 def _linear_backward_fake(dy, x, w, pre, activation, p, seed, needs, bias_dtype):
     need_x, need_w, need_b = needs
     return (x.new_empty(x.shape) if need_x else x.new_empty(0),
@@ -226,7 +268,7 @@ def linear_op(x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None,
 
 
 # mlp ---------------------------------------------------------------------------------------------
-@torch.library.custom_op("coda::mlp", mutates_args=())
+@_custom_op("coda::mlp")
 def _mlp(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | None,
          activation: str | None, p: float, seed: Tensor | None, residual: Tensor | None, grad: bool
          ) -> tuple[Tensor, Tensor, Tensor]:
@@ -237,7 +279,7 @@ def _mlp(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | None
     return y, _or_empty(pre, x), h
 
 
-@_mlp.register_fake
+@_register_fake(_mlp)
 def _mlp_fake(x, w1, b1, w2, b2, activation, p, seed, residual, grad):
     h = x.new_empty(_rows(x), w1.shape[0])
     pre = x.new_empty(h.shape) if _saves_pre(activation, grad) else x.new_empty(0)
@@ -265,7 +307,7 @@ def _mlp_grad(ctx, dy, _pre, _h):
 _mlp.register_autograd(_mlp_grad, setup_context=_mlp_setup)
 
 
-@torch.library.custom_op("coda::mlp_backward", mutates_args=())
+@_custom_op("coda::mlp_backward")
 def _mlp_backward(dy: Tensor, x: Tensor, w1: Tensor, w2: Tensor, pre: Tensor, h: Tensor,
                   activation: str | None, p: float, seed: Tensor | None, needs: list[bool],
                   b1_dtype: torch.dtype | None, b2_dtype: torch.dtype | None
@@ -276,7 +318,7 @@ def _mlp_backward(dy: Tensor, x: Tensor, w1: Tensor, w2: Tensor, pre: Tensor, h:
     return _gradients(MLPFunction.backward(ctx, dy)[:5], x)
 
 
-@_mlp_backward.register_fake
+@_register_fake(_mlp_backward)
 def _mlp_backward_fake(dy, x, w1, w2, pre, h, activation, p, seed, needs, b1_dtype, b2_dtype):
     shapes = (x.shape, w1.shape, w1.shape[:1], w2.shape, w2.shape[:1])
     dtypes = (x.dtype, w1.dtype, b1_dtype, w2.dtype, b2_dtype)
@@ -292,13 +334,13 @@ def mlp_op(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | No
 
 
 # dropout -----------------------------------------------------------------------------------------
-@torch.library.custom_op("coda::dropout", mutates_args=())
+@_custom_op("coda::dropout")
 def _dropout(x: Tensor, p: float, seed: Tensor) -> Tensor:
     """DropoutFunction.forward. Its backward, the same map with the same seed, is this op too."""
     return DropoutFunction.forward(_Ctx(), x, p, _int(seed))
 
 
-@_dropout.register_fake
+@_register_fake(_dropout)
 def _dropout_fake(x, p, seed):
     return x.new_empty(x.shape)
 
@@ -320,7 +362,7 @@ def dropout_op(x: Tensor, p: float, seed: int | None) -> Tensor:
 
 
 # gated MLPs --------------------------------------------------------------------------------------
-@torch.library.custom_op("coda::gated_mlp", mutates_args=())
+@_custom_op("coda::gated_mlp")
 def _gated_mlp(x: Tensor, w_gate_up: Tensor, w_down: Tensor, residual: Tensor | None,
                rstd: Tensor | None, activation: str, stats: bool, grad: bool, sumsq: Tensor | None,
                eps: float, residual_is_x: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -334,7 +376,7 @@ def _gated_mlp(x: Tensor, w_gate_up: Tensor, w_down: Tensor, residual: Tensor | 
     return y, _or_empty(ss, x), _or_empty(gate, x), _or_empty(up, x), h
 
 
-@_gated_mlp.register_fake
+@_register_fake(_gated_mlp)
 def _gated_mlp_fake(x, w_gate_up, w_down, residual, rstd, activation, stats, grad, sumsq, eps,
                     residual_is_x):
     lead, width = x.shape[:-1], w_gate_up.shape[0] // 2
@@ -371,7 +413,7 @@ def _gated_mlp_grad(ctx, dy, dss, _gate, _up, _h):
 _gated_mlp.register_autograd(_gated_mlp_grad, setup_context=_gated_mlp_setup)
 
 
-@torch.library.custom_op("coda::gated_mlp_backward", mutates_args=())
+@_custom_op("coda::gated_mlp_backward")
 def _gated_mlp_backward(dy: Tensor | None, dss: Tensor | None, x: Tensor, w_gate_up: Tensor,
                         w_down: Tensor, rstd: Tensor | None, sumsq: Tensor | None, gate: Tensor,
                         up: Tensor, h: Tensor, y: Tensor | None, activation: str, needs: list[bool],
@@ -386,7 +428,7 @@ def _gated_mlp_backward(dy: Tensor | None, dss: Tensor | None, x: Tensor, w_gate
     return _gradients(GatedMLPFunction.backward(ctx, dy, dss)[:5], x)
 
 
-@_gated_mlp_backward.register_fake
+@_register_fake(_gated_mlp_backward)
 def _gated_mlp_backward_fake(dy, dss, x, w_gate_up, w_down, rstd, sumsq, gate, up, h, y, activation,
                              needs, residual_dtype, eps, residual_is_x):
     shapes = (x.shape, w_gate_up.shape, w_down.shape, (*x.shape[:-1], w_down.shape[0]),
@@ -406,7 +448,7 @@ def gated_mlp_op(x: Tensor, w_gate_up: Tensor, w_down: Tensor, residual: Tensor 
 
 
 # qkv_rope ----------------------------------------------------------------------------------------
-@torch.library.custom_op("coda::qkv_rope", mutates_args=())
+@_custom_op("coda::qkv_rope")
 def _qkv_rope(x: Tensor, w_qkv: Tensor, bias: Tensor | None, cos: Tensor, sin: Tensor,
               n_heads: int, n_kv_heads: int, head_dim: int) -> Tensor:
     """QKVRopeFunction.forward's one buffer [..., N], whose views are q, k and v."""
@@ -416,7 +458,7 @@ def _qkv_rope(x: Tensor, w_qkv: Tensor, bias: Tensor | None, cos: Tensor, sin: T
     return q.as_strided((_rows(x), n), (n, 1)).view(*x.shape[:-1], n)
 
 
-@_qkv_rope.register_fake
+@_register_fake(_qkv_rope)
 def _qkv_rope_fake(x, w_qkv, bias, cos, sin, n_heads, n_kv_heads, head_dim):
     return x.new_empty(*x.shape[:-1], w_qkv.shape[0])
 
@@ -438,7 +480,7 @@ def _qkv_rope_grad(ctx, dout):
 _qkv_rope.register_autograd(_qkv_rope_grad, setup_context=_qkv_rope_setup)
 
 
-@torch.library.custom_op("coda::qkv_rope_backward", mutates_args=())
+@_custom_op("coda::qkv_rope_backward")
 def _qkv_rope_backward(dout: Tensor, x: Tensor, w_qkv: Tensor, cos: Tensor, sin: Tensor,
                        n_heads: int, n_kv_heads: int, head_dim: int, needs: list[bool],
                        bias_dtype: torch.dtype | None) -> tuple[Tensor, Tensor, Tensor]:
@@ -451,7 +493,7 @@ def _qkv_rope_backward(dout: Tensor, x: Tensor, w_qkv: Tensor, cos: Tensor, sin:
     return _gradients(grads[:3], x)
 
 
-@_qkv_rope_backward.register_fake
+@_register_fake(_qkv_rope_backward)
 def _qkv_rope_backward_fake(dout, x, w_qkv, cos, sin, n_heads, n_kv_heads, head_dim, needs,
                             bias_dtype):
     need_x, need_w, need_b = needs
@@ -473,13 +515,13 @@ def qkv_rope_op(x: Tensor, w_qkv: Tensor, bias: Tensor | None, cos: Tensor, sin:
 
 
 # rope --------------------------------------------------------------------------------------------
-@torch.library.custom_op("coda::rope", mutates_args=())
+@_custom_op("coda::rope")
 def _rope(x: Tensor, cos: Tensor, sin: Tensor, n_rot: int) -> Tensor:
     """coda.ops.rope's map. Its backward, the inverse rotation, is this op with -sin."""
     return rotate(x, cos, sin, n_rot)
 
 
-@_rope.register_fake
+@_register_fake(_rope)
 def _rope_fake(x, cos, sin, n_rot):
     return x.new_empty(x.shape)
 
@@ -503,7 +545,7 @@ def rope_op(x: Tensor, cos: Tensor, sin: Tensor, n_rot: int) -> Tensor:
 
 
 # linear_cross_entropy ----------------------------------------------------------------------------
-@torch.library.custom_op("coda::linear_cross_entropy", mutates_args=())
+@_custom_op("coda::linear_cross_entropy")
 def _linear_cross_entropy(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | None,
                           norm_weight: Tensor | None, ignore_index: int, reduction: str,
                           label_smoothing: float, softcap: float | None, chunk_size: int | None,
@@ -520,7 +562,7 @@ def _linear_cross_entropy(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | N
     return loss, a if norm else x.new_empty(0), target_f, lse, _or_empty(rstd, lse), weight
 
 
-@_linear_cross_entropy.register_fake
+@_register_fake(_linear_cross_entropy)
 def _linear_cross_entropy_fake(x, w, target, bias, norm_weight, ignore_index, reduction,
                                label_smoothing, softcap, chunk_size, low_memory, norm_eps):
     rows, stat, norm = _rows(x), _stat_dtype(x), norm_weight is not None
@@ -551,7 +593,7 @@ _linear_cross_entropy.register_autograd(_linear_cross_entropy_grad,
                                         setup_context=_linear_cross_entropy_setup)
 
 
-@torch.library.custom_op("coda::linear_cross_entropy_backward", mutates_args=())
+@_custom_op("coda::linear_cross_entropy_backward")
 def _linear_cross_entropy_backward(grad: Tensor, x: Tensor, w: Tensor, bias: Tensor | None,
                                    norm_weight: Tensor | None, a: Tensor, target_f: Tensor,
                                    lse: Tensor, rstd: Tensor, weight: Tensor, label_smoothing: float,
@@ -571,7 +613,7 @@ def _linear_cross_entropy_backward(grad: Tensor, x: Tensor, w: Tensor, bias: Ten
     return _gradients((dx, dw, db, dg), x)
 
 
-@_linear_cross_entropy_backward.register_fake
+@_register_fake(_linear_cross_entropy_backward)
 def _linear_cross_entropy_backward_fake(grad, x, w, bias, norm_weight, a, target_f, lse, rstd,
                                         weight, label_smoothing, softcap, chunk_size, low_memory,
                                         needs):
@@ -582,7 +624,7 @@ def _linear_cross_entropy_backward_fake(grad, x, w, bias, norm_weight, a, target
             norm_weight.new_empty(norm_weight.shape) if need_g else x.new_empty(0))
 
 
-@torch.library.custom_op("coda::linear_cross_entropy_with_grads", mutates_args=())
+@_custom_op("coda::linear_cross_entropy_with_grads")
 def _linear_cross_entropy_with_grads(x: Tensor, w: Tensor, target: Tensor, bias: Tensor | None,
                                      norm_weight: Tensor | None, ignore_index: int, reduction: str,
                                      label_smoothing: float, softcap: float | None,
@@ -601,7 +643,7 @@ def _linear_cross_entropy_with_grads(x: Tensor, w: Tensor, target: Tensor, bias:
     return loss, *(_or_empty(g, x) for g in (dx, dw, db, dg))
 
 
-@_linear_cross_entropy_with_grads.register_fake
+@_register_fake(_linear_cross_entropy_with_grads)
 def _linear_cross_entropy_with_grads_fake(x, w, target, bias, norm_weight, ignore_index, reduction,
                                           label_smoothing, softcap, chunk_size, norm_eps, needs):
     stat = _stat_dtype(x)
@@ -650,7 +692,7 @@ def linear_cross_entropy_op(x: Tensor, w: Tensor, target: Tensor, bias: Tensor |
 
 
 # rms_norm_linear ---------------------------------------------------------------------------------
-@torch.library.custom_op("coda::rms_norm_linear", mutates_args=())
+@_custom_op("coda::rms_norm_linear")
 def _rms_norm_linear(x: Tensor, g: Tensor, w: Tensor, bias: Tensor | None, sumsq: Tensor | None,
                      eps: float) -> tuple[Tensor, Tensor]:
     """(y, ss): RMSNormLinearFunction.forward; ss, the row sums of squares it computed, is empty
@@ -660,7 +702,7 @@ def _rms_norm_linear(x: Tensor, g: Tensor, w: Tensor, bias: Tensor | None, sumsq
     return y, ctx.saved_tensors[3] if sumsq is None else x.new_empty(0)
 
 
-@_rms_norm_linear.register_fake
+@_register_fake(_rms_norm_linear)
 def _rms_norm_linear_fake(x, g, w, bias, sumsq, eps):
     ss = x.new_empty(_rows(x), dtype=_stat_dtype(x)) if sumsq is None else x.new_empty(0)
     return x.new_empty(*x.shape[:-1], w.shape[0]), ss
@@ -684,7 +726,7 @@ def _rms_norm_linear_grad(ctx, dy, _ss):
 _rms_norm_linear.register_autograd(_rms_norm_linear_grad, setup_context=_rms_norm_linear_setup)
 
 
-@torch.library.custom_op("coda::rms_norm_linear_backward", mutates_args=())
+@_custom_op("coda::rms_norm_linear_backward")
 def _rms_norm_linear_backward(dy: Tensor, x: Tensor, g: Tensor, w: Tensor, ss: Tensor, eps: float,
                               needs: list[bool], bias_dtype: torch.dtype | None
                               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -693,7 +735,7 @@ def _rms_norm_linear_backward(dy: Tensor, x: Tensor, g: Tensor, w: Tensor, ss: T
     return _gradients(RMSNormLinearFunction.backward(ctx, dy)[:4], x)
 
 
-@_rms_norm_linear_backward.register_fake
+@_register_fake(_rms_norm_linear_backward)
 def _rms_norm_linear_backward_fake(dy, x, g, w, ss, eps, needs, bias_dtype):
     shapes = (x.shape, g.shape, w.shape, w.shape[:1])
     dtypes = (x.dtype, g.dtype, w.dtype, bias_dtype)
@@ -708,7 +750,7 @@ def rms_norm_linear_op(x: Tensor, g: Tensor, w: Tensor, bias: Tensor | None, sum
 
 
 # layer_norm_linear -------------------------------------------------------------------------------
-@torch.library.custom_op("coda::layer_norm_linear", mutates_args=())
+@_custom_op("coda::layer_norm_linear")
 def _layer_norm_linear(x: Tensor, g: Tensor, beta: Tensor, w: Tensor, bias: Tensor | None,
                        eps: float, rowsum: Tensor | None, sumsq: Tensor | None
                        ) -> tuple[Tensor, Tensor, Tensor]:
@@ -721,7 +763,7 @@ def _layer_norm_linear(x: Tensor, g: Tensor, beta: Tensor, w: Tensor, bias: Tens
     return y, *ctx.saved_tensors[4:6]
 
 
-@_layer_norm_linear.register_fake
+@_register_fake(_layer_norm_linear)
 def _layer_norm_linear_fake(x, g, beta, w, bias, eps, rowsum, sumsq):
     sums = (x.new_empty(0) if rowsum is not None else x.new_empty(_rows(x), dtype=_stat_dtype(x))
             for _ in range(2))
@@ -749,7 +791,7 @@ def _layer_norm_linear_grad(ctx, dy, _s, _ss):
 _layer_norm_linear.register_autograd(_layer_norm_linear_grad, setup_context=_layer_norm_linear_setup)
 
 
-@torch.library.custom_op("coda::layer_norm_linear_backward", mutates_args=())
+@_custom_op("coda::layer_norm_linear_backward")
 def _layer_norm_linear_backward(dy: Tensor, x: Tensor, g: Tensor, beta: Tensor, w: Tensor, s: Tensor,
                                 ss: Tensor, eps: float, shifted: bool, needs: list[bool],
                                 bias_dtype: torch.dtype | None
@@ -761,7 +803,7 @@ def _layer_norm_linear_backward(dy: Tensor, x: Tensor, g: Tensor, beta: Tensor, 
     return _gradients(LayerNormLinearFunction.backward(ctx, dy)[:5], x)
 
 
-@_layer_norm_linear_backward.register_fake
+@_register_fake(_layer_norm_linear_backward)
 def _layer_norm_linear_backward_fake(dy, x, g, beta, w, s, ss, eps, shifted, needs, bias_dtype):
     shapes = (x.shape, g.shape, beta.shape, w.shape, w.shape[:1])
     dtypes = (x.dtype, g.dtype, beta.dtype, w.dtype, bias_dtype)
@@ -776,7 +818,7 @@ def layer_norm_linear_op(x: Tensor, g: Tensor, beta: Tensor, w: Tensor, bias: Te
 
 
 # out_proj_residual -------------------------------------------------------------------------------
-@torch.library.custom_op("coda::out_proj_residual", mutates_args=())
+@_custom_op("coda::out_proj_residual")
 def _out_proj_residual(x: Tensor, w: Tensor, residual: Tensor, bias: Tensor | None, p: float,
                        seed: Tensor | None, stats: str | None) -> tuple[Tensor, Tensor, Tensor]:
     """(y, ss, s): OutProjResidualFunction.forward; ss is empty for stats=None, s unless "layer"."""
@@ -785,7 +827,7 @@ def _out_proj_residual(x: Tensor, w: Tensor, residual: Tensor, bias: Tensor | No
     return y, *sums, *(x.new_empty(0) for _ in range(2 - len(sums)))   # distinct empties
 
 
-@_out_proj_residual.register_fake
+@_register_fake(_out_proj_residual)
 def _out_proj_residual_fake(x, w, residual, bias, p, seed, stats):
     wanted = {None: 0, "rms": 1, "layer": 2}[stats]
     sums = (x.new_empty(x.shape[:-1], dtype=_stat_dtype(x)) if i < wanted else x.new_empty(0)
@@ -817,7 +859,7 @@ def _out_proj_residual_grad(ctx, dy, _ss, _s):
 _out_proj_residual.register_autograd(_out_proj_residual_grad, setup_context=_out_proj_residual_setup)
 
 
-@torch.library.custom_op("coda::out_proj_residual_backward", mutates_args=())
+@_custom_op("coda::out_proj_residual_backward")
 def _out_proj_residual_backward(dy: Tensor, x: Tensor, w: Tensor, p: float, seed: Tensor | None,
                                 needs: list[bool], bias_dtype: torch.dtype | None
                                 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -830,7 +872,7 @@ def _out_proj_residual_backward(dy: Tensor, x: Tensor, w: Tensor, p: float, seed
     return _gradients((dx, dw, db), x)
 
 
-@_out_proj_residual_backward.register_fake
+@_register_fake(_out_proj_residual_backward)
 def _out_proj_residual_backward_fake(dy, x, w, p, seed, needs, bias_dtype):
     need_x, need_w, need_b = needs
     return (x.new_empty(x.shape) if need_x else x.new_empty(0),
@@ -847,13 +889,13 @@ def out_proj_residual_op(x: Tensor, w: Tensor, residual: Tensor, bias: Tensor | 
 
 
 # interleave with a gain ----------------------------------------------------------------------------
-@torch.library.custom_op("coda::interleave_gain", mutates_args=())
+@_custom_op("coda::interleave_gain")
 def _interleave_gain(w_gate: Tensor, w_up: Tensor, gain: Tensor) -> Tensor:
     """InterleaveGain.forward: interleave(w_gate, w_up) * gain, [2F, H]."""
     return InterleaveGain.forward(_Ctx(), w_gate, w_up, gain)
 
 
-@_interleave_gain.register_fake
+@_register_fake(_interleave_gain)
 def _interleave_gain_fake(w_gate, w_up, gain):
     return w_gate.new_empty(2 * w_gate.shape[0], w_gate.shape[1])
 
@@ -869,14 +911,14 @@ def _interleave_gain_grad(ctx, d):
 _interleave_gain.register_autograd(_interleave_gain_grad, setup_context=_interleave_gain_setup)
 
 
-@torch.library.custom_op("coda::interleave_gain_backward", mutates_args=())
+@_custom_op("coda::interleave_gain_backward")
 def _interleave_gain_backward(d: Tensor, w_gate: Tensor, w_up: Tensor, gain: Tensor
                               ) -> tuple[Tensor, Tensor, Tensor]:
     """(d w_gate, d w_up, d gain): InterleaveGain.backward."""
     return InterleaveGain.backward(_Ctx((w_gate, w_up, gain)), d)
 
 
-@_interleave_gain_backward.register_fake
+@_register_fake(_interleave_gain_backward)
 def _interleave_gain_backward_fake(d, w_gate, w_up, gain):
     return w_gate.new_empty(w_gate.shape), w_up.new_empty(w_up.shape), gain.new_empty(gain.shape)
 
@@ -887,13 +929,13 @@ def interleave_gain_op(w_gate: Tensor, w_up: Tensor, gain: Tensor) -> Tensor:
 
 
 # rms_rstd ----------------------------------------------------------------------------------------
-@torch.library.custom_op("coda::rms_rstd", mutates_args=())
+@_custom_op("coda::rms_rstd")
 def _rms_rstd(h: Tensor, ss: Tensor, eps: float) -> Tensor:
     """RmsRstd.forward: rstd in h's dtype."""
     return RmsRstd.forward(_Ctx(), h, ss, eps)
 
 
-@_rms_rstd.register_fake
+@_register_fake(_rms_rstd)
 def _rms_rstd_fake(h, ss, eps):
     return ss.new_empty(ss.shape, dtype=h.dtype)
 
@@ -913,7 +955,7 @@ def _rms_rstd_grad(ctx, drstd):
 _rms_rstd.register_autograd(_rms_rstd_grad, setup_context=_rms_rstd_setup)
 
 
-@torch.library.custom_op("coda::rms_rstd_backward", mutates_args=())
+@_custom_op("coda::rms_rstd_backward")
 def _rms_rstd_backward(drstd: Tensor, h: Tensor, ss: Tensor, eps: float) -> Tensor:
     """dh: RmsRstd.backward, its saved float rstd recomputed by RmsRstd.forward from ss (a few
     flops per row, instead of a second output that may alias the first)."""
@@ -922,7 +964,7 @@ def _rms_rstd_backward(drstd: Tensor, h: Tensor, ss: Tensor, eps: float) -> Tens
     return RmsRstd.backward(ctx, drstd)[0]
 
 
-@_rms_rstd_backward.register_fake
+@_register_fake(_rms_rstd_backward)
 def _rms_rstd_backward_fake(drstd, h, ss, eps):
     return h.new_empty(h.shape)
 
@@ -933,7 +975,7 @@ def rms_rstd_op(h: Tensor, ss: Tensor, eps: float) -> Tensor:
 
 
 # coda.nn.layer_norm ------------------------------------------------------------------------------
-@torch.library.custom_op("coda::layer_norm", mutates_args=())
+@_custom_op("coda::layer_norm")
 def _layer_norm(x: Tensor, g: Tensor, beta: Tensor, eps: float, rowsum: Tensor | None,
                 sumsq: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
     """(y, s, ss): coda.nn.layer_norm's LayerNormFunction.forward; s and ss, the shifted row
@@ -945,7 +987,7 @@ def _layer_norm(x: Tensor, g: Tensor, beta: Tensor, eps: float, rowsum: Tensor |
     return y, *ctx.saved_tensors[3:5]
 
 
-@_layer_norm.register_fake
+@_register_fake(_layer_norm)
 def _layer_norm_fake(x, g, beta, eps, rowsum, sumsq):
     sums = (x.new_empty(0) if rowsum is not None else x.new_empty(_rows(x), dtype=_stat_dtype(x))
             for _ in range(2))
@@ -972,7 +1014,7 @@ def _layer_norm_grad(ctx, dy, _s, _ss):
 _layer_norm.register_autograd(_layer_norm_grad, setup_context=_layer_norm_setup)
 
 
-@torch.library.custom_op("coda::layer_norm_backward", mutates_args=())
+@_custom_op("coda::layer_norm_backward")
 def _layer_norm_backward(dy: Tensor, x: Tensor, g: Tensor, s: Tensor, ss: Tensor, eps: float,
                          shifted: bool, needs: list[bool], beta_dtype: torch.dtype
                          ) -> tuple[Tensor, Tensor, Tensor]:
@@ -983,7 +1025,7 @@ def _layer_norm_backward(dy: Tensor, x: Tensor, g: Tensor, s: Tensor, ss: Tensor
     return _gradients(LayerNormFunction.backward(ctx, dy)[:3], x)
 
 
-@_layer_norm_backward.register_fake
+@_register_fake(_layer_norm_backward)
 def _layer_norm_backward_fake(dy, x, g, s, ss, eps, shifted, needs, beta_dtype):
     shapes, dtypes = (x.shape, g.shape, g.shape), (x.dtype, g.dtype, beta_dtype)
     return tuple(x.new_empty(shape, dtype=dtype) if need else x.new_empty(0)
