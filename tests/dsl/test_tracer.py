@@ -90,6 +90,19 @@ EPILOGUE accumulate_pairs {
 }"""
 
 
+def packed_pairs(acc, t: coda.tile):
+    gate, up = coda.unpack(acc)
+    return {"output": coda.pack(up, gate * 2), "wide": coda.pack(acc * t, acc)}
+
+
+PACKED_PAIRS = """
+EPILOGUE packed_pairs(t: tile) {
+  g, u = unpack(input);
+  output = pack(u, g * 2);
+  save wide = pack(input * t, input);
+}"""
+
+
 def leaky_and_friends(acc, r: coda.row, c: coda.col):
     y = coda.where(acc > 0, acc, 0.01 * acc)
     z = coda.max(coda.min(y, c), -c) / (1 + coda.abs(r))
@@ -133,6 +146,7 @@ EQUIVALENT = [
     (ROPE, rope_qk),
     (ACCUMULATE, accumulate),
     (ACCUMULATE_PAIRS, accumulate_pairs),
+    (PACKED_PAIRS, packed_pairs),
     (LEAKY, leaky_and_friends),
     (DGELU, dgelu),
     (IDENTITY, identity),
@@ -159,6 +173,7 @@ def _operands(name: str, m: int, n: int, g: torch.Generator):
                             "bias": torch.randn(n, generator=g, dtype=torch.float64)},
         "accumulate": lambda: {"alpha": -1.5},
         "accumulate_pairs": dict,
+        "packed_pairs": lambda: {"t": torch.randn(m, n, generator=g, dtype=torch.float64)},
         "leaky_and_friends": lambda: {"r": torch.randn(m, generator=g, dtype=torch.float64),
                                       "c": torch.randn(n, generator=g, dtype=torch.float64)},
         "dgelu": lambda: {"preact": torch.randn(m, n, generator=g, dtype=torch.float64), "p": 0.25},
