@@ -130,15 +130,18 @@ def inductor_fallbacks() -> None:
     unrealized graph behind it: for a CODA-patched BERT on the H200 it never finished (over
     300 s in `OperatorIssue.operator_str`, `benchmarks/results/session14/last/cc_diag.log`;
     later PyTorch formats it lazily). It runs from the fake kernels: after Dynamo has met a coda
-    op, before Inductor lowers it."""
-    from torch._inductor import lowering
-    from torch._library.utils import get_layout_constraint_tag
-
+    op, before Inductor lowers it. These are Inductor internals: where a PyTorch lacks them, it
+    leaves the ops to the implicit path."""
+    try:
+        from torch._inductor.lowering import lowerings, make_fallback, tag_to_layout_constraint
+        from torch._library.utils import get_layout_constraint_tag
+    except ImportError:
+        return
     for name in OP_NAMES:
         op = getattr(torch.ops.coda, name.split("::")[1]).default
-        if op not in lowering.lowerings:
-            constraint = lowering.tag_to_layout_constraint(get_layout_constraint_tag(op, with_default=True))
-            lowering.make_fallback(op, layout_constraint=constraint, warn=False)
+        if op not in lowerings:
+            constraint = tag_to_layout_constraint(get_layout_constraint_tag(op, with_default=True))
+            make_fallback(op, layout_constraint=constraint, warn=False)
 
 
 class _Ctx:
