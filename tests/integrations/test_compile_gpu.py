@@ -120,5 +120,8 @@ def test_patched_bert_compiles_under_inductor():
                           timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     eager, compiled, seconds = map(float, done.stdout.split()[-3:])
+    # Both run CODA's kernels on the same bf16 weights; only HF's glue (embeddings, attention) is
+    # compiled differently, which moves a loss of about 10.3 by bf16 roundings (~1e-3 relative).
+    # A graph that computes something else moves it by far more than 2%.
     assert abs(compiled - eager) <= 2e-2 * abs(eager), (eager, compiled)
     print(f"patched 12-layer BERT compiled in {seconds:.0f} s")
