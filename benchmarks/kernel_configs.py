@@ -57,25 +57,45 @@ GEMM_CONFIGS = [None, Config(128, 256, 64, 8, 4, split_epilogue=2),
                 Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True, stage_tiles=False),
                 Config(128, 128, 64, 4, 4, split_epilogue=8, pingpong=True, stage_tiles=False),
                 Config(128, 128, 64, 4, 5, split_epilogue=8, pingpong=True, stage_tiles=False),
-                Config(128, 128, 64, 4, 3, split_epilogue=8, pingpong=True, stage_tiles=False)]
+                Config(128, 128, 64, 4, 3, split_epilogue=8, pingpong=True, stage_tiles=False),
+                # two persistent programs per SM (`…p2`): each one's epilogue under the other's MMAs
+                Config(128, 128, 64, 4, 3, programs_per_sm=2),
+                Config(128, 128, 64, 4, 3, split_epilogue=2, programs_per_sm=2),
+                Config(128, 128, 64, 4, 2, split_epilogue=2, programs_per_sm=2),
+                Config(128, 128, 32, 4, 4, split_epilogue=2, programs_per_sm=2),
+                Config(128, 128, 64, 8, 3, split_epilogue=2, programs_per_sm=2)]
 
 
 class Setup:
     """Shapes and tensors: the real ones on the GPU, tiny float32 ones for `--smoke`."""
 
-    def __init__(self, smoke: bool, bf16: bool = False, cases: str | None = None):
+    def __init__(self, smoke: bool, bf16: bool = False, cases: str | None = None,
+                 configs: str | None = None):
         """bf16: bfloat16 tensors at the real shapes on the CPU, only to be compiled (`sm90`);
-        cases: the llama_launches to run (default all)."""
+        cases: the llama_launches to run (default all); configs: only the configurations whose
+        label contains this (the heuristic's always runs)."""
         self.smoke, self.cases = smoke, None if cases is None else cases.split(",")
+        self.configs = configs
         self.device = "cpu" if smoke or bf16 else "cuda"
         self.dtype = torch.float32 if smoke and not bf16 else torch.bfloat16
         self.m = 64 if smoke else 16384
+
+    def chosen(self, configs: list) -> list:
+        return [c for c in configs if c is None or self.configs is None or self.configs in config_label(c)]
 
     def tile(self, *shape: int) -> torch.Tensor:
         return torch.randn(*shape, device=self.device, dtype=self.dtype)
 
     def row(self) -> torch.Tensor:
         return torch.rand(self.m, device=self.device) + 0.5
+
+
+def config_label(config: Config) -> str:
+    """e.g. `triton128x128s4e2`: mainloop, tile, ring depth, epilogue slices; `g`: the
+    ping-pong epilogue loads its tile operands itself; `p2`: two programs per SM."""
+    return (f"{'pingpong' if config.pingpong else 'triton'}{config.block_m}x{config.block_n}"
+            f"s{config.num_stages}e{config.split_epilogue}{'' if config.stage_tiles else 'g'}"
+            f"{'' if config.programs_per_sm == 1 else f'p{config.programs_per_sm}'}")
 
 
 def graph_time(fn: Callable[[], object], setup: Setup, reps: int) -> float:
@@ -189,11 +209,9 @@ def llama(setup: Setup) -> list[dict]:
             continue
         launch = prog.bind(a, b, out=out, **operands)
         result = dict(case=name, m=launch.m, n=launch.n, k=launch.k)
-        for config in ([None] if setup.smoke else GEMM_CONFIGS):
+        for config in ([None] if setup.smoke else setup.chosen(GEMM_CONFIGS)):
             chosen = config or prog.triton.config(launch, prog.triton.kernel(launch))
-            label = "heuristic" if config is None else (
-                f"{'pingpong' if config.pingpong else 'triton'}{config.block_m}x{config.block_n}"
-                f"s{config.num_stages}e{config.split_epilogue}{'' if config.stage_tiles else 'g'}")
+            label = "heuristic" if config is None else config_label(config)
             if config is None:
                 result["heuristic_is"] = str(chosen)
             try:
@@ -214,7 +232,7 @@ def sm90(setup: Setup) -> list[dict]:
     """Each of llama_launches compiled for sm_90 (no GPU) in every Hopper candidate: shared memory,
     registers, spills; with the compile helpers of tests/codegen/test_hopper_compiles.py."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "codegen"))
-    from test_hopper_compiles import SHARED_LIMIT, compile_sm90
+    from test_hopper_compiles import SHARED_LIMIT, SM_SHARED, compile_sm90
 
     from coda.codegen import kernel as kernel_module
     from coda.codegen import tuning
@@ -222,8 +240,8 @@ def sm90(setup: Setup) -> list[dict]:
     kernel_module._num_sms = lambda device: 132   # a Plan asks the GPU for its SM count
     results = []
     names = setup.cases or (["swiglu_grad", "gated_dx"] if setup.smoke else list(llama_launches(setup)))
-    configs = tuning.CANDIDATES["hopper"][:1] if setup.smoke else list(dict.fromkeys(
-        tuning.CANDIDATES["hopper"] + GEMM_CONFIGS[1:]))
+    configs = tuning.CANDIDATES["hopper"][:1] if setup.smoke else setup.chosen(list(dict.fromkeys(
+        tuning.CANDIDATES["hopper"] + GEMM_CONFIGS[1:])))
     for name, (prog, a, b, operands, out) in llama_launches(setup).items():
         if name not in names:
             continue
@@ -233,9 +251,14 @@ def sm90(setup: Setup) -> list[dict]:
             built = prog.triton._build(kernel_module._signature(launch, variant, config.stage_tiles),
                                        variant)
             found = compile_sm90(kernel_module, built, config, launch)
+            # programs_per_sm programs resident at once: each takes its shared memory plus 1 KiB
+            # the hardware reserves, and its threads' registers, of an SM's 228 KiB and 64K
+            per_sm = config.programs_per_sm
+            resident = (per_sm * (found["shared"] + 1024) <= SM_SHARED
+                        and per_sm * found["registers"] * config.num_warps * 32 <= 65536)
             results.append(dict(case=name, config=str(config), shared=found["shared"],
                                 fits=found["shared"] <= SHARED_LIMIT, registers=found["registers"],
-                                spilled=found["spilled"]))
+                                spilled=found["spilled"], resident=resident))
             print(results[-1], flush=True)
     return results
 
@@ -246,8 +269,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--smoke", action="store_true", help="tiny float32 shapes on the CPU, untimed")
     parser.add_argument("--cases", help="llama / sm90: only these launches (comma-separated names)")
+    parser.add_argument("--configs", help="llama / sm90: only configurations whose label has this")
     args = parser.parse_args(argv)
-    setup = Setup(args.smoke, bf16=args.suite == "sm90", cases=args.cases)
+    setup = Setup(args.smoke, bf16=args.suite == "sm90", cases=args.cases, configs=args.configs)
     torch.manual_seed(0)
     rows = {"maps": maps, "llama": llama, "sm90": sm90}[args.suite](setup)
     if args.json:
