@@ -8,9 +8,8 @@ nn.Linear weight (W [N, K], B = W.T). Times are medians of `triton.testing.do_be
 
 On Hopper, CODA's two sm_90 mainloops are also timed one by one, launched through a ready
 `Plan` (no per-call binding): `coda_hopper` (the persistent Triton kernel in its heuristic
-configuration), `coda_pingpong` (the warp-specialized Gluon kernel, best of its candidate
-configurations, each recorded as `coda_pingpong/<config>`) and `coda_p2` (the persistent Triton
-kernel with two programs per SM, best of TWO_PER_SM, each recorded as `coda_p2/<config>`).
+configuration) and `coda_pingpong` (the warp-specialized Gluon kernel, best of its candidate
+configurations, each recorded as `coda_pingpong/<config>`).
 """
 
 from __future__ import annotations
@@ -34,11 +33,6 @@ import coda
 SHAPES = [(16384, 3072, 768), (16384, 768, 3072), (8192, 11008, 4096), (8192, 4096, 11008),
           (16384, 8192, 2048), (4096, 4096, 4096), (8192, 8192, 8192)]
 P = 0.1
-#: The persistent Triton kernel with two programs per SM, in configurations where two can be
-#: resident for some of the cases (128x128 tiles, shared memory <= 113 KiB: a 2-deep ring of
-#: 64-deep K blocks or a 4-deep ring of 32-deep ones).
-TWO_PER_SM = [dict(num_warps=4, num_stages=2, block_k=64), dict(num_warps=4, num_stages=4, block_k=32),
-              dict(num_warps=8, num_stages=3, block_k=64), dict(num_warps=8, num_stages=2, block_k=64)]
 
 CASES = {
     "plain": dict(
@@ -124,16 +118,13 @@ def mainloop_timings(prog, a, b, used: dict) -> dict[str, float]:
 
     m, n, k = launch.m, launch.n, launch.k
     timings = {"coda_hopper": time_plan(tuning.heuristic("hopper", m, n, k, pingpong=False))}
-    two_per_sm = [tuning.Config(128, 128, c["block_k"], c["num_warps"], c["num_stages"], split_epilogue=2,
-                                programs_per_sm=2) for c in TWO_PER_SM]
-    for config in [c for c in tuning.CANDIDATES["hopper"] if c.pingpong] + two_per_sm:
-        kind = "pingpong" if config.pingpong else "p2"
-        label = f"coda_{kind}/{config.block_m}x{config.block_n}x{config.block_k}" \
-                f"s{config.num_stages}e{config.split_epilogue}" + f"w{config.num_warps}" * (kind == "p2")
-        timings[label] = time_plan(config)
+    for config in tuning.CANDIDATES["hopper"]:
+        if config.pingpong:
+            label = f"coda_pingpong/{config.block_m}x{config.block_n}x{config.block_k}" \
+                    f"s{config.num_stages}e{config.split_epilogue}"
+            timings[label] = time_plan(config)
     timings = {key: ms for key, ms in timings.items() if ms < float("inf")}
-    for kind in ("pingpong", "p2"):
-        timings[f"coda_{kind}"] = min(ms for key, ms in timings.items() if key.startswith(f"coda_{kind}/"))
+    timings["coda_pingpong"] = min(ms for key, ms in timings.items() if key.startswith("coda_pingpong/"))
     return timings
 
 

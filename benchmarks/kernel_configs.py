@@ -57,13 +57,7 @@ GEMM_CONFIGS = [None, Config(128, 256, 64, 8, 4, split_epilogue=2),
                 Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True, stage_tiles=False),
                 Config(128, 128, 64, 4, 4, split_epilogue=8, pingpong=True, stage_tiles=False),
                 Config(128, 128, 64, 4, 5, split_epilogue=8, pingpong=True, stage_tiles=False),
-                Config(128, 128, 64, 4, 3, split_epilogue=8, pingpong=True, stage_tiles=False),
-                # two persistent programs per SM (`…p2`): each one's epilogue under the other's MMAs
-                Config(128, 128, 64, 4, 3, programs_per_sm=2),
-                Config(128, 128, 64, 4, 3, split_epilogue=2, programs_per_sm=2),
-                Config(128, 128, 64, 4, 2, split_epilogue=2, programs_per_sm=2),
-                Config(128, 128, 32, 4, 4, split_epilogue=2, programs_per_sm=2),
-                Config(128, 128, 64, 8, 3, split_epilogue=2, programs_per_sm=2)]
+                Config(128, 128, 64, 4, 3, split_epilogue=8, pingpong=True, stage_tiles=False)]
 
 
 class Setup:
@@ -92,10 +86,9 @@ class Setup:
 
 def config_label(config: Config) -> str:
     """e.g. `triton128x128s4e2`: mainloop, tile, ring depth, epilogue slices; `g`: the
-    ping-pong epilogue loads its tile operands itself; `p2`: two programs per SM."""
+    ping-pong epilogue loads its tile operands itself."""
     return (f"{'pingpong' if config.pingpong else 'triton'}{config.block_m}x{config.block_n}"
-            f"s{config.num_stages}e{config.split_epilogue}{'' if config.stage_tiles else 'g'}"
-            f"{'' if config.programs_per_sm == 1 else f'p{config.programs_per_sm}'}")
+            f"s{config.num_stages}e{config.split_epilogue}{'' if config.stage_tiles else 'g'}")
 
 
 def graph_time(fn: Callable[[], object], setup: Setup, reps: int) -> float:
@@ -232,7 +225,7 @@ def sm90(setup: Setup) -> list[dict]:
     """Each of llama_launches compiled for sm_90 (no GPU) in every Hopper candidate: shared memory,
     registers, spills; with the compile helpers of tests/codegen/test_hopper_compiles.py."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "codegen"))
-    from test_hopper_compiles import SHARED_LIMIT, SM_SHARED, compile_sm90
+    from test_hopper_compiles import SHARED_LIMIT, compile_sm90
 
     from coda.codegen import kernel as kernel_module
     from coda.codegen import tuning
@@ -251,14 +244,9 @@ def sm90(setup: Setup) -> list[dict]:
             built = prog.triton._build(kernel_module._signature(launch, variant, config.stage_tiles),
                                        variant)
             found = compile_sm90(kernel_module, built, config, launch)
-            # programs_per_sm programs resident at once: each takes its shared memory plus 1 KiB
-            # the hardware reserves, and its threads' registers, of an SM's 228 KiB and 64K
-            per_sm = config.programs_per_sm
-            resident = (per_sm * (found["shared"] + 1024) <= SM_SHARED
-                        and per_sm * found["registers"] * config.num_warps * 32 <= 65536)
             results.append(dict(case=name, config=str(config), shared=found["shared"],
                                 fits=found["shared"] <= SHARED_LIMIT, registers=found["registers"],
-                                spilled=found["spilled"], resident=resident))
+                                spilled=found["spilled"]))
             print(results[-1], flush=True)
     return results
 

@@ -44,8 +44,7 @@ SPLITS = (1, 2, 4)
 #: ptxas may spill this much in the default configuration (measured: none).
 SPILL_LIMIT = 0
 #: Shared memory of an H100/H200 block (bytes): a default that needs more cannot launch.
-SHARED_LIMIT = 232448   # bytes of shared memory one block may have (sm_90)
-SM_SHARED = 233472      # an SM's: 228 KiB
+SHARED_LIMIT = 232448
 
 
 def compile_all() -> dict[str, dict]:

@@ -67,28 +67,6 @@ def test_hopper_mainloop_matches_float64(name, split):
         assert rel(value, exact[key]) < 2e-3, key   # fp16 outputs: ~5e-4; float32 sums: ~1e-7
 
 
-@pytest.mark.parametrize("num_warps", [4, 8])
-def test_two_programs_per_sm_walk_every_tile_once(num_warps):
-    """`programs_per_sm=2`: twice the persistent programs (6 on 3 "SMs"), each striding by the
-    grid over 128x128 tiles; the register cap splits an SM's 64K registers between two."""
-    prog = coda.compile(PROGRAMS["stats"])
-    m, n, k = 520, 300, 72          # 5 x 3 = 15 tiles: programs take 2 or 3, the last ragged
-    torch.manual_seed(num_warps)
-    a = torch.randn(m, k, dtype=torch.float16)
-    w = (torch.randn(n, k) / k**0.5).to(torch.float16)
-    bias = torch.randn(n, dtype=torch.float16)
-    config = Config(128, 128, 64, num_warps, 2, split_epilogue=2, programs_per_sm=2)
-    launch = prog.bind(a, w.T, bias=bias)
-    plan = kernel_module.Plan(prog.triton._build(kernel_module._signature(launch, "hopper"), "hopper"),
-                              config, launch)
-    assert plan.grid == (6,) and plan.meta["NUM_SMS"] == 6
-    assert plan.meta["maxnreg"] == {4: 255, 8: 128}[num_warps]
-    got = plan.run(launch.a, launch.b, launch.values, None, launch.seed)
-    exact = evaluate(prog.bind(a.double(), w.T.double(), bias=bias.double()))
-    for key, value in got.items():
-        assert rel(value, exact[key]) < 2e-3, key
-
-
 @pytest.mark.parametrize("a_layout", ["k_contiguous", "m_contiguous"])
 @pytest.mark.parametrize("b_layout", ["linear_weight", "conv1d_weight"])
 def test_hopper_mainloop_layouts_and_accumulation(a_layout, b_layout):

@@ -41,10 +41,7 @@ SHAPES = [(4096, 3072, 768), (1000, 1030, 520), (2048, 4096, 2048)]
 PINGPONG = Config(128, 128, 64, 4, 3, split_epilogue=4, pingpong=True)   # fits every program here
 #: The ping-pong kernel whose epilogue loads its tile operands itself (no TMA staging).
 PINGPONG_LOADS = Config(128, 128, 64, 4, 4, split_epilogue=8, pingpong=True, stage_tiles=False)
-#: The persistent Triton kernel with two programs per SM (both resident where they fit).
-TWO_PER_SM = Config(128, 128, 64, 4, 2, split_epilogue=2, programs_per_sm=2)
-MAINLOOPS = {"default": None, "pingpong": PINGPONG, "pingpong_loads": PINGPONG_LOADS,
-             "two_per_sm": TWO_PER_SM}
+MAINLOOPS = {"default": None, "pingpong": PINGPONG, "pingpong_loads": PINGPONG_LOADS}
 
 
 def make_operands(spec: dict, m: int, n: int, dtype, half: bool) -> dict:

@@ -190,14 +190,13 @@ class Plan:
             self.sizes = (m, n, a.stride(0), a.stride(1))
         else:
             self.sizes = (m, n, launch.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
-        # persistent Hopper kernels: one program per SM (or `programs_per_sm`), TMA descriptors
-        # made on the device
+        # persistent Hopper kernels: one program per SM, TMA descriptors made on the device
         self.persistent = persistent = kernel.variant in ("hopper", "pingpong")
         epilogue_n = config.epilogue_block_n if persistent else config.block_n
         self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": math.ceil(m / config.block_m)}
         tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
         if persistent:
-            self.grid = (min(tiles, config.programs_per_sm * _num_sms(a.device)),)
+            self.grid = (min(tiles, _num_sms(a.device)),)
             self.meta = config.meta(kernel.variant) | dict(
                 A_K_CONTIGUOUS=a.stride(1) == 1, B_N_CONTIGUOUS=b.stride(1) == 1)
             if kernel.variant == "hopper":

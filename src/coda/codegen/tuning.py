@@ -34,9 +34,6 @@ class Config:
     stage_tiles: bool = True       # ping-pong: tile operands come by TMA into shared memory
                                    # during the K loop; False: the epilogue loads them itself,
                                    # under the other warpgroup's MMAs (operands too big to stage)
-    programs_per_sm: int = 1       # hopper: persistent programs per SM; with 2 (when two fit one
-                                   # SM's registers and shared memory) one program's epilogue
-                                   # runs while the other's MMAs do, with no warp specialization
 
     def meta(self, variant: str) -> dict:
         """The kernel's compile-time arguments for this configuration."""
@@ -47,8 +44,6 @@ class Config:
         if variant == "hopper":
             meta.update(EPILOGUE_SPLIT=self.split_epilogue, FLATTEN=self.flatten,
                         EPILOGUE_N=self.epilogue_block_n)
-            if self.programs_per_sm > 1:   # an SM's 64K registers shared by its programs' threads
-                meta["maxnreg"] = min(255, 65536 // (self.programs_per_sm * self.num_warps * 32))
         if variant == "pingpong":
             # two MMA warpgroups of 4 warps and a 1-warp loader share 168 registers a thread
             # on average: the loader gives all but 40 of its share to the MMA warpgroups
