@@ -11,8 +11,8 @@
 # which stages finished. On a fresh machine much of the time is compilation (torch.compile,
 # Liger's and CODA's Triton kernels): every benchmark runs its cases in processes that compile
 # side by side on the host's cores and, once all are warm, are timed one at a time
-# (benchmarks/side_by_side.py). The training matrix leaves out the diagnostic modes eager+graph
-# and coda+compile (`python benchmarks/train.py` runs them).
+# (benchmarks/side_by_side.py). The training matrix leaves out the diagnostic mode eager+graph
+# (`python benchmarks/train.py` runs it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # CODA takes its heuristic kernel configurations (autotuning every shape would not fit the budget)
@@ -41,11 +41,11 @@ for group in $groups; do
         ops)
             stage launch_counts 55 python benchmarks/launch_counts.py
             stage cross_entropy 70 python benchmarks/cross_entropy_memory.py
-            stage micro 205 python benchmarks/micro.py --max-autotune '' ;;
+            stage micro 200 python benchmarks/micro.py --max-autotune '' ;;
         train)
-            stage train 250 python benchmarks/train.py --models gpt2,llama+bert \
-                --modes eager,compile,liger,coda,coda+graph --steps 8 --warmup 2 --curve gpt2 \
-                --profile eager,coda+graph --timeout 200 ;;
+            stage train 260 python benchmarks/train.py --models gpt2,llama+bert \
+                --modes eager,compile,liger,coda,coda+compile,coda+graph --steps 8 --warmup 2 \
+                --curve gpt2 --profile eager,coda+graph --timeout 200 ;;
     esac
 done
-stage report 15 python benchmarks/report.py
+stage report 10 python benchmarks/report.py
