@@ -91,7 +91,9 @@ def qkv_eager(x, w, bias, cos, sin, heads):
     return rope(q, n_heads), rope(k, n_kv), v.unflatten(-1, (n_kv, d))
 
 
-def qkv_case(tokens: int, hidden: int, heads: tuple[int, int, int], bias: bool):
+def qkv_case(tokens: int, hidden: int, heads: tuple[int, int, int], bias: bool, norm: bool = False):
+    """qkv_rope against its unfused formula; `norm`: of RMSNorm(x; g) (norm_weight=g), eager's
+    norm torch's rms_norm."""
     torch.manual_seed(tokens + hidden)
     dev, bf = "cuda", torch.bfloat16
     n_heads, n_kv, d = heads
@@ -99,17 +101,22 @@ def qkv_case(tokens: int, hidden: int, heads: tuple[int, int, int], bias: bool):
     x = torch.randn(2, tokens // 2, hidden, device=dev, dtype=bf)
     w = torch.randn(n, hidden, device=dev, dtype=bf) / hidden**0.5
     b = torch.randn(n, device=dev, dtype=bf) if bias else None
+    g = (torch.rand(hidden, device=dev) + 0.5).to(bf) if norm else None
     freq = 10000.0 ** (-torch.arange(0, d, 2, device=dev, dtype=torch.float64) / d)
     angle = torch.arange(tokens // 2, device=dev, dtype=torch.float64)[:, None] * freq
     cos, sin = angle.cos().float(), angle.sin().float()   # [seq, d/2], float32 tables
-    inputs = [t for t in (x, w, b) if t is not None]
+    inputs = [t for t in (x, w, b, g) if t is not None]
 
-    def args(a):
-        return a[0], a[1], a[2] if bias else None
+    def args(a):   # x (normalized when norm), w, bias
+        x = torch.nn.functional.rms_norm(a[0], (hidden,), a[-1], eps=1e-6) if norm else a[0]
+        return x, a[1], a[2] if bias else None
+
+    def fused(*a):
+        return qkv_rope(a[0], a[1], cos, sin, *heads, bias=a[2] if bias else None,
+                        norm_weight=a[-1] if norm else None)
 
     cot = tuple(torch.randn(2, tokens // 2, h, d, device=dev, dtype=bf) for h in (n_heads, n_kv, n_kv))
-    return ((lambda *a: qkv_rope(a[0], a[1], cos, sin, *heads, bias=args(a)[2])),
-            (lambda *a: qkv_eager(*args(a), cos, sin, heads)),
+    return (fused, (lambda *a: qkv_eager(*args(a), cos, sin, heads)),
             (lambda *a: qkv_eager(*args(a), cos.double(), sin.double(), heads)), inputs, cot)
 
 
@@ -128,6 +135,7 @@ CASES = {
     "qkv_rope_h4096_gqa": lambda: qkv_case(2048, 4096, (32, 8, 128), bias=False),
     "qkv_rope_h768_bias": lambda: qkv_case(4096, 768, (12, 12, 64), bias=True),
     "qkv_rope_h2048_gqa_bias": lambda: qkv_case(4096, 2048, (16, 4, 128), bias=True),
+    "qkv_rope_h2048_gqa_norm": lambda: qkv_case(4096, 2048, (16, 4, 128), bias=False, norm=True),
 }
 
 

@@ -119,6 +119,23 @@ def test_qkv_rope(bias):
     assert_compiles(qkv, *((x, w, rand(w.shape[0])) if bias else (x, w)))
 
 
+@pytest.mark.parametrize("sumsq", [False, True])
+def test_qkv_rope_with_the_norm_folded_in(sumsq):
+    """norm_weight: in the graph the norm-folded GEMM (coda::rms_norm_linear) and the rotation
+    (coda::rope), the same math as the eager op's one fused GEMM; x passed through."""
+    torch.manual_seed(0)
+    x, g, w = rand(2, 5, 8), (torch.rand(8, dtype=F64) + 0.5).requires_grad_(), rand(16, 8)
+    angles = torch.randn(5, 2, dtype=F64)
+    ss = x.detach().square().sum(-1) if sumsq else None
+
+    def qkv(x, g, w):
+        q, k, v, x = ops.qkv_rope(x, w, angles.cos(), angles.sin(), 2, 1, 4, norm_weight=g, sumsq=ss,
+                                  passthrough=True)
+        return q, k, v, x * 3.0
+
+    assert_compiles(qkv, x, g, w)
+
+
 def test_rope():
     torch.manual_seed(0)
     angles = torch.randn(5, 2, dtype=F64)

@@ -332,6 +332,61 @@ def test_qkv_rope_triton_float32(lead, hidden, heads, bias):
     check_qkv(lead, hidden, heads, torch.float32, bias, TOL32)
 
 
+def rms_norm(x, g, eps=1e-6):
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * g
+
+
+@pytest.mark.parametrize(("lead", "hidden", "heads", "bias", "dtype", "tol"), [
+    ((2, 5), 9, (4, 2, 6), True, torch.float64, 1e-12),     # reference backend
+    ((2, 13), 40, (4, 2, 8), False, torch.float32, TOL32),  # Triton interpreter, GQA
+    ((31,), 17, (3, 1, 10), True, torch.float32, TOL32),    # odd M and hidden
+])
+@pytest.mark.parametrize("given_sumsq", [False, True])
+def test_qkv_rope_with_the_norm_folded_in(lead, hidden, heads, bias, dtype, tol, given_sumsq):
+    """norm_weight: q, k, v of RMSNorm(x) (x's statistics given or computed), passthrough x whose
+    residual gradient joins dx; every gradient (x, g, w, bias) against float64 autograd."""
+    x, w, b, cos, sin = qkv_inputs(lead, hidden, heads, dtype, bias)
+    g = torch.rand(hidden, dtype=dtype) + 0.5
+    sumsq = x.double().square().sum(-1).to(torch.promote_types(dtype, torch.float32)) if given_sumsq else None
+    inputs = [t if t is None else t.requires_grad_() for t in (x, g, w, b)]
+    *got, passed = qkv_rope(inputs[0], inputs[2], cos, sin, *heads, bias=inputs[3], norm_weight=inputs[1],
+                            eps=1e-6, sumsq=sumsq, passthrough=True)
+    ref_in = leaves(x, g, w, b)
+    ref = qkv_reference(rms_norm(ref_in[0], ref_in[1]), ref_in[2], ref_in[3], cos.double(), sin.double(),
+                        heads)
+    for a, r in zip(got, ref, strict=True):
+        assert a.shape == r.shape and a.dtype == dtype and rel(a, r) < tol, rel(a, r)
+    cot = [torch.randn_like(r) for r in ref]
+    dres = torch.randn_like(ref_in[0])
+    outs = (*got, passed), (*ref, ref_in[0])
+    for a, r in zip(grads_of(outs[0], [*cot, dres.to(dtype)], inputs),
+                    grads_of(outs[1], [*cot, dres], ref_in), strict=True):
+        assert (a is None) == (r is None)
+        if a is not None:
+            assert a.shape == r.shape and a.dtype == dtype and rel(a, r) < tol, rel(a, r)
+
+
+def test_qkv_rope_with_the_norm_gradcheck_float64():
+    x, w, b, cos, sin = qkv_inputs((2, 3), 5, (2, 1, 4), torch.float64, True)
+    g = torch.rand(5, dtype=torch.float64) + 0.5
+    args = [t.requires_grad_() for t in (x, g, w, b)]
+    assert torch.autograd.gradcheck(
+        lambda x, g, w, b: qkv_rope(x, w, cos, sin, 2, 1, 4, bias=b, norm_weight=g), args)
+
+
+def test_qkv_rope_with_the_norm_and_only_v_used():
+    """Only v reaches the loss: dq and dk are None, their blocks of the gradient zero."""
+    x, w, _, cos, sin = qkv_inputs((2, 4), 8, (2, 1, 4), torch.float64, False)
+    g = torch.rand(8, dtype=torch.float64) + 0.5
+    inputs = [t.requires_grad_() for t in (x, g, w)]
+    v = qkv_rope(inputs[0], inputs[2], cos, sin, 2, 1, 4, norm_weight=inputs[1])[2]
+    ref_in = leaves(x, g, w)
+    ref_v = qkv_reference(rms_norm(ref_in[0], ref_in[1]), ref_in[2], None, cos, sin, (2, 1, 4))[2]
+    cot = torch.randn_like(ref_v)
+    for a, r in zip(grads_of([v], [cot], inputs), grads_of([ref_v], [cot], ref_in), strict=True):
+        assert rel(a, r) < 1e-12
+
+
 def test_rotate_half_checkpoints_give_the_same_attention():
     """HF's rotate_half rope on the original weights and CODA's interleaved rope on weights with
     permuted q and k rows give the same attention probabilities (and q, k up to that permutation)."""
@@ -411,6 +466,11 @@ def test_rope_errors_name_the_argument(kwargs, match):
     ({"cos": torch.randn(3, 8)}, "cos must be .*take cos\\[..., :4\\]"),
     ({"sin": torch.randn(5, 4)}, "sin is \\[5, 4\\]: it must broadcast"),
     ({"cos": torch.randn(3, 4, requires_grad=True)}, "cos requires grad"),
+    ({"sumsq": torch.rand(3)}, "sumsq is the RMSNorm's statistics; it needs norm_weight"),
+    ({"norm_weight": torch.rand(7)}, "qkv_rope: norm_weight must have shape \\[8\\]"),
+    ({"norm_weight": torch.rand(8), "sumsq": torch.rand(4)}, "sumsq must have one value per row"),
+    ({"norm_weight": torch.rand(8), "eps": -1.0}, "eps"),
+    ({"passthrough": 1}, "passthrough"),
 ])
 def test_qkv_rope_errors_name_the_argument(kwargs, match):
     args = {"x": torch.randn(3, 8), "w_qkv": torch.randn(32, 8), "cos": torch.randn(3, 4),

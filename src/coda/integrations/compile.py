@@ -78,7 +78,7 @@ from ..ops.norms import (
     RmsRstd,
     row_shift,
 )
-from ..ops.rope import QKVRopeFunction, rotate
+from ..ops.rope import QKVRopeFunction, rotate, split_heads
 
 _FORCED = contextvars.ContextVar("coda_custom_ops", default=False)
 
@@ -509,12 +509,8 @@ def qkv_rope_op(x: Tensor, w_qkv: Tensor, bias: Tensor | None, cos: Tensor, sin:
                 heads: tuple[int, int, int]) -> tuple[Tensor, Tensor, Tensor]:
     """qkv_rope's launch (checked arguments, [M, head_dim / 2] tables) through coda::qkv_rope:
     q, k and v are views of its output, as in coda.ops."""
-    n_heads, n_kv_heads, head_dim = heads
-    out = torch.ops.coda.qkv_rope(x, w_qkv, bias, cos, sin, n_heads, n_kv_heads, head_dim)
-    q, k, v = out.split((n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim), dim=-1)
-    lead = x.shape[:-1]
-    return (q.view(*lead, n_heads, head_dim), k.view(*lead, n_kv_heads, head_dim),
-            v.view(*lead, n_kv_heads, head_dim))
+    out = torch.ops.coda.qkv_rope(x, w_qkv, bias, cos, sin, *heads)
+    return split_heads(out.view(-1, out.shape[-1]), x.shape[:-1], heads)
 
 
 # rope --------------------------------------------------------------------------------------------

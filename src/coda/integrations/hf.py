@@ -9,9 +9,10 @@ attention dropout, KV cache, the attention-implementation choice) stays HF's.
 Per family (docs/integrations.md, "HuggingFace models"):
 
 - LLaMA (`LlamaModel`, `LlamaForCausalLM`), each `LlamaDecoderLayer`:
-  `input_layernorm` + q/k/v projections -> `rms_norm_linear` (one GEMM against the concatenated
-  `[wq; wk; wv]`, q and k rows permuted within heads), RoPE -> `rope` (one map over q and k in
-  CODA's interleaved convention, equal to HF's rotate-half on the permuted rows), HF's attention,
+  `input_layernorm` + q/k/v projections + RoPE -> `qkv_rope(norm_weight=)` (one GEMM against the
+  concatenated `[wq; wk; wv]`, the norm folded in, q and k rows permuted within heads, rotated in
+  the epilogue in CODA's interleaved convention, equal to HF's rotate-half on the permuted rows),
+  HF's attention,
   `o_proj` + residual -> `out_proj_residual`
   (which emits the next RMSNorm's row statistics), `post_attention_layernorm` + MLP + residual ->
   `swiglu_mlp` with the norm folded (`sumsq=` those statistics, the gain in the weight: one
@@ -118,17 +119,17 @@ def _llama_layer(layer: nn.Module) -> Callable:
         norm1, norm2 = self.input_layernorm, self.post_attention_layernorm
         lead, d = hidden_states.shape[:-1], attn.head_dim
         projections = (attn.q_proj, attn.k_proj, attn.v_proj)
-        widths = [p.out_features for p in projections]
         # HF's rotate_half tables [..., d] repeat one half of angles; q and k rows are permuted
-        # within each head so that CODA's interleaved rotation (one map over q and k) is HF's
+        # within each head so that CODA's interleaved rotation (in the GEMM's epilogue) is HF's
         # rotation. The scores are unchanged (q and k permuted alike); v keeps its order.
         cos, sin = (t[..., :d // 2] for t in position_embeddings)
         w_qkv = _qkv_rows([p.weight for p in projections], 2, d)
         b_qkv = _qkv_rows([p.bias for p in projections], 2, d) if attn.q_proj.bias is not None else None
-        qkv, hidden_states = ops.rms_norm_linear(hidden_states, norm1.weight, w_qkv,
-                                                 eps=norm1.variance_epsilon, bias=b_qkv, passthrough=True)
-        qkv = ops.rope(qkv, cos, sin, d, widths[0] + widths[1])
-        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(widths, dim=-1))
+        heads = attn.q_proj.out_features // d, attn.k_proj.out_features // d
+        *qkv, hidden_states = ops.qkv_rope(hidden_states, w_qkv, cos, sin, *heads, d, bias=b_qkv,
+                                           norm_weight=norm1.weight, eps=norm1.variance_epsilon,
+                                           passthrough=True)
+        q, k, v = (t.transpose(1, 2) for t in qkv)
         out = _attend(hf, attn, q, k, v, attention_mask,
                       attn.attention_dropout if attn.training else 0.0, cache, kwargs)
         h, ss = ops.out_proj_residual(out.reshape(*lead, -1), attn.o_proj.weight, hidden_states,

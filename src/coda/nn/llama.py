@@ -10,15 +10,14 @@ attention is causal (torch SDPA), n_kv_heads < n_heads is grouped-query attentio
     y = a + down(silu(gate(RMSNorm2(a))) * up(RMSNorm2(a)))
 
 fused forward (rstd_i = rsqrt(Σ x² / n + eps), g_i the norms' gains):
-  ss1          = given (the previous block's `stats=True` output) or RMS_STATS.map(x)
-  xs           = x ⊙_row rstd1                     one torch multiply: qkv_rope has no norm operand
-  q, k, v      = qkv_rope(xs, [wq; wk; wv] ⊙ g1)    one GEMM, RoPE in its epilogue
+  q, k, v, x   = qkv_rope(x, [wq; wk; wv], norm_weight=g1, sumsq=ss1, passthrough=True)
+                 one GEMM, the norm folded in, RoPE in its epilogue; ss1 = Σ x² given (the
+                 previous block's `stats=True` output) or computed by the op
   a, ss2       = out_proj_residual(attn, wo, x, stats="rms")
   y (, ss)     = swiglu_mlp(a, interleave(wg, wu, gain=g2), wd, residual=a, sumsq=ss2, stats=)
-swiglu_mlp owns the second norm (rstd2 from ss2 in its kernels, differentiated through a, and a's
-residual gradient added in the same kernel). rstd1 comes from `coda.ops.rms_rstd`: ss1 is not
-differentiable and `rms_rstd` carries rstd1's gradient to x. Per call, the concatenated and
-gain-scaled q/k/v weight and the interleaved gate/up weight are weight-sized copies (their
+Each op owns its norm (rstd from the row sums in its kernels, differentiated through its input)
+and adds the residual's gradient in its dx kernel (`passthrough`, `residual=a`). Per call, the
+concatenated q/k/v weight and the interleaved gate/up weight are weight-sized copies (their
 gradients flow back to the parameters).
 """
 
@@ -29,8 +28,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import ops
-from ..ops.common import as_rows
-from ..ops.norms import RMS_STATS
 from .modules import SwiGLUMLP
 
 
@@ -85,12 +82,10 @@ class LlamaBlock(nn.Module):
         attn, mlp = self.self_attn, self.mlp
         if not fused:
             return self._eager(x, cos, sin, stats)
-        if sumsq is None:
-            sumsq = RMS_STATS.map(as_rows(x)[0], outputs=["ss"])["ss"].reshape(x.shape[:-1])
-        xs = x * ops.rms_rstd(x, sumsq, self.eps)[..., None]
         w_qkv = torch.cat([attn[name].weight for name in ("q_proj", "k_proj", "v_proj")])
-        w_qkv = w_qkv * self.input_layernorm.weight[None, :]
-        q, k, v = ops.qkv_rope(xs, w_qkv, cos, sin, self.n_heads, self.n_kv_heads, self.head_dim)
+        q, k, v, x = ops.qkv_rope(x, w_qkv, cos, sin, self.n_heads, self.n_kv_heads, self.head_dim,
+                                  norm_weight=self.input_layernorm.weight, eps=self.eps, sumsq=sumsq,
+                                  passthrough=True)
         a, ss = ops.out_proj_residual(self.attend(q, k, v), attn["o_proj"].weight, x, stats="rms")
         w_gate_up = ops.interleave(mlp.gate_proj.weight, mlp.up_proj.weight,
                                    gain=self.post_attention_layernorm.weight)

@@ -190,11 +190,9 @@ class RMSNormLinearFunction(torch.autograd.Function):
                 sumsq: torch.Tensor | None, eps: float, passthrough: bool = False):
         ctx.set_materialize_grads(False)
         rows, lead = as_rows(x)
-        ss = RMS_STATS.map(rows, outputs=["ss"])["ss"] if sumsq is None else sumsq.reshape(-1)
-        folded = FOLD.map(w, g=g)["output"]
-        row = dict(ss=ss, inv_n=1.0 / rows.shape[1], eps=eps)
+        row, folded = rms_fold(rows, g, w, sumsq, eps)
         y = RMS_LINEAR[bias is not None](rows, folded.T, **row, **present(bias=bias))["output"]
-        ctx.save_for_backward(x, g, w, ss)
+        ctx.save_for_backward(x, g, w, row["ss"])
         ctx.eps, ctx.bias_dtype = eps, None if bias is None else bias.dtype
         y = y.reshape(*lead, w.shape[0])
         return (y, x) if passthrough else y
@@ -202,27 +200,46 @@ class RMSNormLinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy: torch.Tensor | None, dres: torch.Tensor | None = None):
         x, g, w, ss = ctx.saved_tensors
-        need_x, need_g, need_w, need_b = ctx.needs_input_grad[:4]
         if dy is None:   # only the passed-through x was used
             return dres, None, None, None, None, None, None
-        rows, dy = as_rows(x)[0], as_rows(dy)[0]
-        row = dict(ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
-        dx = dg = dw = db = None
-        if need_x:
-            pre = RMS_DXHAT(dy, w, g=g, xin=rows)
-            outs = RMS_DX[dres is not None].map(pre["output"], **row, t=pre["t"], xin=rows,
-                                                **residual_grad(dres),
-                                                outputs=_wanted(output=True, xn=need_g or need_w))
-            dx, xn = outs["output"].reshape(x.shape), outs.get("xn")
-        elif need_g or need_w:
-            xn = RMS_LINEAR[False].map(rows, **row)["output"]
-        if need_g or need_w:
-            outs = NORM_DW(dy.T, xn, g=g, w=w, outputs=_wanted(output=need_w, dg=need_g),
-                           dtypes=stored(output=w.dtype, dg=g.dtype))
-            dw, dg = outs.get("output"), outs.get("dg")
-        if need_b:
-            db = column_sum(dy, ctx.bias_dtype)
-        return dx, dg, dw, db, None, None, None
+        grads = rms_norm_linear_grads(as_rows(dy)[0], x, g, w, ss, ctx.eps, ctx.needs_input_grad[:4],
+                                      dres, ctx.bias_dtype)
+        return *grads, None, None, None
+
+
+def rms_fold(rows: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sumsq: torch.Tensor | None,
+             eps: float) -> tuple[dict, torch.Tensor]:
+    """The forward's norm operands: the row operands of RMS_ROW (ss computed here unless the
+    producer of x gave it) and the folded weight W' = w ⊙ g."""
+    ss = RMS_STATS.map(rows, outputs=["ss"])["ss"] if sumsq is None else sumsq.reshape(-1)
+    return dict(ss=ss, inv_n=1.0 / rows.shape[1], eps=eps), FOLD.map(w, g=g)["output"]
+
+
+def rms_norm_linear_grads(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, w: torch.Tensor,
+                          ss: torch.Tensor, eps: float, needs: tuple[bool, ...],
+                          dres: torch.Tensor | None = None, bias_dtype: torch.dtype | None = None
+                          ) -> tuple[torch.Tensor | None, ...]:
+    """(dx, dg, dw, db) of y = RMSNorm(x; g) @ w.T + b from dy [M, N] (rows), each None unless
+    `needs` (x, g, w, bias) asks for it; dres, the passed-through x's gradient, joins dx."""
+    need_x, need_g, need_w, need_b = needs
+    rows = as_rows(x)[0]
+    row = dict(ss=ss, inv_n=1.0 / rows.shape[1], eps=eps)
+    dx = dg = dw = db = None
+    if need_x:
+        pre = RMS_DXHAT(dy, w, g=g, xin=rows)
+        outs = RMS_DX[dres is not None].map(pre["output"], **row, t=pre["t"], xin=rows,
+                                            **residual_grad(dres),
+                                            outputs=_wanted(output=True, xn=need_g or need_w))
+        dx, xn = outs["output"].reshape(x.shape), outs.get("xn")
+    elif need_g or need_w:
+        xn = RMS_LINEAR[False].map(rows, **row)["output"]
+    if need_g or need_w:
+        outs = NORM_DW(dy.T, xn, g=g, w=w, outputs=_wanted(output=need_w, dg=need_g),
+                       dtypes=stored(output=w.dtype, dg=g.dtype))
+        dw, dg = outs.get("output"), outs.get("dg")
+    if need_b:
+        db = column_sum(dy, bias_dtype)
+    return dx, dg, dw, db
 
 
 class LayerNormLinearFunction(torch.autograd.Function):

@@ -44,19 +44,22 @@ from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
 from .common import as_rows, matmul, weight_grad
+from .norms import RMS_ROW, RMS_ROW_PARAMS, _check_row_stats, _check_vector, rms_fold, rms_norm_linear_grads
 
 
 @functools.cache
-def forward_program(bias: bool) -> Program:
-    """GEMM x @ w_qkv.T; epilogue: the bias, then the rotation of the q and k columns (those below
-    n_rot). With bias:
+def forward_program(bias: bool, norm: bool = False) -> Program:
+    """GEMM x @ w_qkv.T; epilogue: the RMSNorm row scale (`norm`: x is un-normalized and w_qkv
+    carries the norm's gain, as in rms_norm_linear), the bias, then the rotation of the q and k
+    columns (those below n_rot). With bias:
         EPILOGUE qkv_rope(bias: col, cos: head, sin: head, n_rot: scalar) {
           pre = input + bias; output = where(col_index() < n_rot, rope(pre, cos, sin), pre);
         }
     """
-    params = "bias: col, " * bias + "cos: head, sin: head, n_rot: scalar"
-    pre = "input + bias" if bias else "input"
-    return compile_program(f"EPILOGUE qkv_rope({params}) {{ pre = {pre}; "
+    params = [RMS_ROW_PARAMS] * norm + ["bias: col"] * bias + ["cos: head, sin: head, n_rot: scalar"]
+    pre = "input * rstd" if norm else "input"
+    pre = f"{pre} + bias" if bias else pre
+    return compile_program(f"EPILOGUE qkv_rope({', '.join(params)}) {{ {RMS_ROW * norm} pre = {pre}; "
                            f"output = where(col_index() < n_rot, rope(pre, cos, sin), pre); }}")
 
 
@@ -102,40 +105,90 @@ class QKVRopeFunction(torch.autograd.Function):
         out = forward_program(bias is not None)(rows, w_qkv.T, **operands)["output"]
         ctx.save_for_backward(x, w_qkv, cos, sin)
         ctx.heads, ctx.bias_dtype = heads, None if bias is None else bias.dtype
-        q, k, v = out.split((n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim), dim=1)
-        return (q.view(*lead, n_heads, head_dim), k.view(*lead, n_kv_heads, head_dim),
-                v.view(*lead, n_kv_heads, head_dim))
+        return split_heads(out, lead, heads)
 
     @staticmethod
     def backward(ctx, dq: torch.Tensor | None, dk: torch.Tensor | None, dv: torch.Tensor | None):
         x, w_qkv, cos, sin = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         rows = as_rows(x)[0]
-        n_heads, n_kv_heads, head_dim = ctx.heads
-        widths = (n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim)
-        dpre = rows.new_empty(rows.shape[0], sum(widths))
-        tables = {"cos": cos, "sin": -sin}   # R(θ)^T = R(-θ)
-        wide = torch.float64 if x.dtype == torch.float64 else torch.float32
-        db, start = [], 0
-        for grad, width, rotate in zip((dq, dk, dv), widths, (True, True, False), strict=True):
-            block = dpre[:, start:start + width]
-            start += width
-            if grad is None:   # that output was not used
-                block.zero_()
-                db.append(torch.zeros(width, dtype=wide, device=dpre.device))
-                continue
-            outs = grad_map(rotate, need_b).map(grad.reshape(block.shape), out=block,
-                                                **(tables if rotate else {}))
-            db.append(outs.get("db"))
+        dpre, db = pre_gradient((dq, dk, dv), rows, cos, sin, ctx.heads, need_b)
         dx = matmul(dpre, w_qkv).reshape(x.shape) if need_x else None
         dw = weight_grad(dpre, rows, like=w_qkv) if need_w else None
-        dbias = torch.cat(db).to(ctx.bias_dtype) if need_b else None
-        return dx, dw, dbias, None, None, None
+        return dx, dw, db.to(ctx.bias_dtype) if need_b else None, None, None, None
+
+
+class RMSNormQKVRopeFunction(torch.autograd.Function):
+    """q, k, v = split(rope(RMSNorm(x; g) @ w_qkv.T + bias)): the norm folded as in
+    rms_norm_linear (one GEMM forward, with the statistics pass unless `sumsq` is given);
+    backward the maps of QKVRopeFunction, then rms_norm_linear's kernels on their dpre."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, g: torch.Tensor, w_qkv: torch.Tensor, bias: torch.Tensor | None,
+                sumsq: torch.Tensor | None, eps: float, cos: torch.Tensor, sin: torch.Tensor,
+                heads: tuple[int, int, int], passthrough: bool):
+        ctx.set_materialize_grads(False)
+        rows, lead = as_rows(x)
+        row, folded = rms_fold(rows, g, w_qkv, sumsq, eps)
+        operands = row | {"cos": cos, "sin": sin, "n_rot": (heads[0] + heads[1]) * heads[2]}
+        operands |= {} if bias is None else {"bias": bias}
+        out = forward_program(bias is not None, norm=True)(rows, folded.T, **operands)["output"]
+        ctx.save_for_backward(x, g, w_qkv, row["ss"], cos, sin)
+        ctx.heads, ctx.eps, ctx.bias_dtype = heads, eps, None if bias is None else bias.dtype
+        qkv = split_heads(out, lead, heads)
+        return (*qkv, x) if passthrough else qkv
+
+    @staticmethod
+    def backward(ctx, dq: torch.Tensor | None, dk: torch.Tensor | None, dv: torch.Tensor | None,
+                 dres: torch.Tensor | None = None):
+        x, g, w_qkv, ss, cos, sin = ctx.saved_tensors
+        if dq is None and dk is None and dv is None:   # only the passed-through x was used
+            return dres, *[None] * 9
+        need_x, need_g, need_w, need_b = ctx.needs_input_grad[:4]
+        dpre, db = pre_gradient((dq, dk, dv), as_rows(x)[0], cos, sin, ctx.heads, need_b)
+        dx, dg, dw, _ = rms_norm_linear_grads(dpre, x, g, w_qkv, ss, ctx.eps,
+                                              (need_x, need_g, need_w, False), dres)
+        return dx, dg, dw, db.to(ctx.bias_dtype) if need_b else None, *[None] * 6
+
+
+def split_heads(out: torch.Tensor, lead: torch.Size, heads: tuple[int, int, int]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q [..., n_heads, d], k and v [..., n_kv_heads, d]: views of the [M, N] projection."""
+    n_heads, n_kv_heads, head_dim = heads
+    q, k, v = out.split((n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim), dim=1)
+    return (q.view(*lead, n_heads, head_dim), k.view(*lead, n_kv_heads, head_dim),
+            v.view(*lead, n_kv_heads, head_dim))
+
+
+def pre_gradient(grads: tuple[torch.Tensor | None, ...], rows: torch.Tensor, cos: torch.Tensor,
+                 sin: torch.Tensor, heads: tuple[int, int, int], bias_grad: bool
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The gradient at the pre-rotation projection, [M, N], from dq, dk, dv (None: that output
+    was not used): the inverse rotation of dq and dk and the copy of dv, each map writing its
+    column range of one buffer; and the bias gradient (float32, the maps' column sums) if asked."""
+    n_heads, n_kv_heads, head_dim = heads
+    widths = (n_heads * head_dim, n_kv_heads * head_dim, n_kv_heads * head_dim)
+    dpre = rows.new_empty(rows.shape[0], sum(widths))
+    tables = {"cos": cos, "sin": -sin}   # R(θ)^T = R(-θ)
+    wide = torch.float64 if rows.dtype == torch.float64 else torch.float32
+    db, start = [], 0
+    for grad, width, rotate in zip(grads, widths, (True, True, False), strict=True):
+        block = dpre[:, start:start + width]
+        start += width
+        if grad is None:   # that output was not used
+            block.zero_()
+            db.append(torch.zeros(width, dtype=wide, device=dpre.device))
+            continue
+        outs = grad_map(rotate, bias_grad).map(grad.reshape(block.shape), out=block,
+                                               **(tables if rotate else {}))
+        db.append(outs.get("db"))
+    return dpre, torch.cat(db) if bias_grad else None
 
 
 def qkv_rope(x: torch.Tensor, w_qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-             n_heads: int, n_kv_heads: int, head_dim: int, bias: torch.Tensor | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             n_heads: int, n_kv_heads: int, head_dim: int, bias: torch.Tensor | None = None,
+             norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
+             sumsq: torch.Tensor | None = None, passthrough: bool = False) -> tuple[torch.Tensor, ...]:
     """q, k, v of grouped-query attention from one GEMM, with RoPE applied to q and k.
 
     x [..., K]; w_qkv [(n_heads + 2 n_kv_heads) * head_dim, K] (q rows, k rows, v rows), bias
@@ -145,6 +198,11 @@ def qkv_rope(x: torch.Tensor, w_qkv: torch.Tensor, cos: torch.Tensor, sin: torch
     rows with `permute_for_interleaved_rope`. Returns views of one buffer: q [..., n_heads,
     head_dim], k and v [..., n_kv_heads, head_dim]. Differentiable in x, w_qkv and bias; cos and
     sin are constants (a table that requires grad is an error).
+
+    With `norm_weight` (g [K]) the projection is of RMSNorm(x; g, eps), the norm folded into the
+    GEMM as in `rms_norm_linear` (whose `sumsq` and `passthrough` it takes: the float32 Σ x² per
+    row from x's producer, and (q, k, v, x) returned so that x's residual gradient joins its dx
+    kernel); differentiable in g too.
     """
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or not x.is_floating_point():
         raise LaunchError(f"x must be a floating-point tensor [..., hidden], got {checks.describe(x)}")
@@ -158,12 +216,28 @@ def qkv_rope(x: torch.Tensor, w_qkv: torch.Tensor, cos: torch.Tensor, sin: torch
         if not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (n,):
             raise LaunchError(f"bias must be a tensor [{n}], got {checks.describe(bias)}")
         _check_like("bias", bias, x, dtype=False)
-    lead = x.shape[:-1]
+    passthrough = checks.flag("passthrough", passthrough)
+    if norm_weight is None and sumsq is not None:
+        raise LaunchError("qkv_rope: sumsq is the RMSNorm's statistics; it needs norm_weight")
+    if norm_weight is not None:
+        _check_vector("qkv_rope", "norm_weight", norm_weight, x.shape[-1], x)
+        _check_row_stats("qkv_rope", x, x.numel() // x.shape[-1], sumsq=sumsq)
+        eps = checks.eps("qkv_rope", eps)
+    lead, heads = x.shape[:-1], (n_heads, n_kv_heads, head_dim)
     tables = [_table(name, t, lead, head_dim, x) for name, t in (("cos", cos), ("sin", sin))]
     from ..integrations import compile as custom  # here: that module imports this one
-    if custom.routed():   # inside torch.compile: the custom op coda::qkv_rope, no graph break
-        return custom.qkv_rope_op(x, w_qkv, bias, *tables, (n_heads, n_kv_heads, head_dim))
-    return QKVRopeFunction.apply(x, w_qkv, bias, *tables, (n_heads, n_kv_heads, head_dim))
+    if custom.routed():   # inside torch.compile: custom ops (coda::qkv_rope), no graph break
+        if norm_weight is None:
+            qkv = custom.qkv_rope_op(x, w_qkv, bias, *tables, heads)
+        else:   # the norm-folded GEMM, then the rotation as a map
+            y = custom.rms_norm_linear_op(x, norm_weight, w_qkv, bias, sumsq, eps)
+            y = custom.rope_op(y, *tables, (n_heads + n_kv_heads) * head_dim)
+            qkv = split_heads(as_rows(y)[0], lead, heads)
+        return (*qkv, x) if passthrough else qkv
+    if norm_weight is None:
+        qkv = QKVRopeFunction.apply(x, w_qkv, bias, *tables, heads)
+        return (*qkv, x) if passthrough else qkv
+    return RMSNormQKVRopeFunction.apply(x, norm_weight, w_qkv, bias, sumsq, eps, *tables, heads, passthrough)
 
 
 class RopeFunction(torch.autograd.Function):
