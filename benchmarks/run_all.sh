@@ -3,7 +3,10 @@
 # benchmarks/results/, plots in docs/img/.
 #   bash benchmarks/run_all.sh          # everything (on a freshly started H200 the twelfth
 #                                       # session's stages took 39 + 51 + 167 + 215 + 1 = 473 s,
-#                                       # the thirteenth's 44 + 56 + 180 + 177 + 2 = 459 s)
+#                                       # the thirteenth's 44 + 56 + 180 + 177 + 2 = 459 s,
+#                                       # the fourteenth's 513 s; the fifteenth's, with the
+#                                       # sixth training mode, on a machine with warm compile
+#                                       # caches: 26 + 43 + 171 + 204 + 2 = 446 s)
 #   bash benchmarks/run_all.sh ops      # launch counts, cross-entropy memory, the micro suite
 #   bash benchmarks/run_all.sh train    # the training matrix and the loss curve
 # Each stage has a time limit (seconds, below; together 595) and writes its JSON as it goes, so a

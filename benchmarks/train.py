@@ -56,7 +56,8 @@ losses go into the JSON and a PNG, docs/img/train_loss_<model>.png.
 The JSON (--json) is rewritten after every run, so an interrupted benchmark keeps what it measured;
 the markdown table is printed at the end. Measured on a freshly started H200 with CODA_AUTOTUNE=0
 (run_all.sh's stage: 3 models x 5 modes, 8 steps after 2, the curve, LLaMA and BERT warming up
-together): 177 s in the thirteenth session, 205 s in the fourteenth. torch.compile takes
+together): 177 s in the thirteenth session, 205 s in the fourteenth; with coda+compile, the sixth
+mode, 204 s in the fifteenth on a machine whose compile caches were warm. torch.compile takes
 about a minute per model; with autotuning on, CODA's first run of a model autotunes every GEMM +
 epilogue shape (8 configurations each, cached in ~/.cache/coda and reused by coda+compile, the curve
 and later runs), and the runs go one at a time: several minutes more. Split the run with --models to
