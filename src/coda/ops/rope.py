@@ -22,6 +22,11 @@ backward  dpre, db     = grad_map(rotate=True).map(dq), .map(dk): rope(dy, cos, 
                          [M, N] buffer through `out=`
           dx           = dpre @ w_qkv  (matmul),   dw = dpre.T @ x  (weight_grad)
 
+With `norm_weight` g (qkv_rope(..., norm_weight=g)) the GEMM is of RMSNorm(x; g): the norm
+folded as in norms.rms_norm_linear (W' = w_qkv ⊙ g, the row scale rstd in the same epilogue,
+before the bias and the rotation); the backward is the maps above, then rms_norm_linear's
+kernels on dpre (norms.rms_norm_linear_grads).
+
 The inverse rotation cannot ride in a backward GEMM's epilogue: it mixes the two columns of each
 pair of dy with an angle that depends on the row (the token), and in both backward GEMMs those
 columns are summed over before any epilogue sees them: they are the reduction dimension of
