@@ -6,6 +6,8 @@ no tensor, and a replayed batch of another shape, dtype or set of names; and
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -71,8 +73,52 @@ def test_unpadded_batches_puts_transformers_back():
     masking_utils = pytest.importorskip("transformers.masking_utils")
     from coda.integrations.hf import unpadded_batches
 
-    before = masking_utils.is_tracing, masking_utils.find_packed_sequence_indices
+    names = ("is_tracing", "find_packed_sequence_indices", "_ignore_causal_mask_sdpa",
+             "_ignore_bidirectional_mask_sdpa")
+    before = [getattr(masking_utils, name) for name in names]
     with unpadded_batches():
         assert masking_utils.is_tracing(None) is False   # no mask: nothing to trace
         assert masking_utils.find_packed_sequence_indices(torch.arange(8)[None]) is None
-    assert (masking_utils.is_tracing, masking_utils.find_packed_sequence_indices) == before
+        assert masking_utils._ignore_causal_mask_sdpa(None, 8, 8, 0, 0) is True
+        assert masking_utils._ignore_causal_mask_sdpa(None, 8, 8, 0, 0, local_attention_size=4) is False
+        assert masking_utils._ignore_bidirectional_mask_sdpa(None, 8) is True
+    assert [getattr(masking_utils, name) for name in names] == before
+
+
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_unpadded_batches_give_sdpa_no_mask_under_torch_compile(family, monkeypatch):
+    """Traced by Dynamo inside the context, a batch without an attention mask reaches SDPA with no
+    mask (LLaMA: is_causal=True), so its fused kernels keep their causal skip. transformers as the
+    GPU machine has it (5.17, PyTorch 2.11) builds a full mask under Dynamo; this test makes the
+    installed transformers do the same (every check of tracing or exporting answers yes) and sees
+    the mask without the context, none within it."""
+    transformers = pytest.importorskip("transformers")
+    masking_utils = pytest.importorskip("transformers.masking_utils")
+    from coda.integrations.hf import unpadded_batches
+
+    monkeypatch.setattr(masking_utils, "is_tracing", lambda tensor=None: True)
+    if hasattr(masking_utils, "is_torchdynamo_exporting"):
+        monkeypatch.setattr(masking_utils, "is_torchdynamo_exporting", lambda: True)
+    torch.manual_seed(0)
+    small = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                 vocab_size=64, attn_implementation="sdpa")
+    model = (transformers.LlamaForCausalLM(transformers.LlamaConfig(**small, num_key_value_heads=1))
+             if family == "llama" else transformers.BertForMaskedLM(transformers.BertConfig(**small)))
+
+    def sdpa_masks(context) -> list:
+        calls = []
+
+        def record(gm, example_inputs):
+            calls.extend(node for node in gm.graph.nodes if node.op == "call_function"
+                         and node.target is torch.nn.functional.scaled_dot_product_attention)
+            return gm.forward
+
+        torch._dynamo.reset()
+        with context():
+            torch.compile(model, backend=record)(input_ids=torch.randint(64, (2, 8)))
+        torch._dynamo.reset()
+        assert calls, "no SDPA call in the traced graph"
+        return [(node.kwargs.get("attn_mask"), node.kwargs.get("is_causal")) for node in calls]
+
+    assert all(mask is not None for mask, _ in sdpa_masks(contextlib.nullcontext))
+    assert sdpa_masks(unpadded_batches) == [(None, family == "llama")]

@@ -309,21 +309,47 @@ def _head_loss(model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, red
 @contextlib.contextmanager
 def unpadded_batches() -> Iterator[None]:
     """Within the block, transformers takes a missing attention mask for "no padding" also while a
-    CUDA graph is being captured, and looks for no packed sequences: the `context` of
-    `coda.capture_step` for a HuggingFace model trained on batches without padding and packing.
+    CUDA graph is being captured or Dynamo traces (torch.compile), and looks for no packed
+    sequences: the `context` of `coda.capture_step`, and the block to compile and run in, for a
+    HuggingFace model trained on batches without padding and packing.
 
-    Under capture transformers 5.17 treats the capture like tracing, where a mask's values cannot
-    be read, and builds a full [B, 1, T, T] mask even without padding; SDPA then loses its fused
-    kernels (on the H200 GPT-2's attention took 9.2 instead of 4.3 ms, BERT's ran as float32
-    math). Later transformers releases make this distinction themselves. With padded or packed
-    batches do not use it: pass the attention mask and capture without it."""
+    Under capture and under Dynamo transformers 5.17 treats the step like tracing, where a mask's
+    values cannot be read, and builds a full [B, 1, T, T] mask even without padding (5.24 too
+    under Dynamo with PyTorch < 2.14); SDPA then loses its fused kernels' causal skip (on the
+    H200 GPT-2's attention took 9.2 instead of 4.3 ms under capture, BERT's ran as float32 math,
+    LLaMA's took 27.1 instead of 10.2 ms a step under torch.compile). Later releases make this
+    distinction themselves. With padded or packed batches do not use it: pass the attention mask
+    and run without it."""
     from transformers import masking_utils
 
-    saved = masking_utils.is_tracing, masking_utils.find_packed_sequence_indices
-    traced = saved[0]
+    names = ("is_tracing", "find_packed_sequence_indices", "_ignore_causal_mask_sdpa",
+             "_ignore_bidirectional_mask_sdpa")
+    saved = {name: getattr(masking_utils, name) for name in names if hasattr(masking_utils, name)}
+    traced, causal, bidirectional = (saved.get(name) for name in (names[0], *names[2:]))
+
+    def within(kv_length: int, local_attention_size: int | None) -> bool:
+        return local_attention_size is None or kv_length < local_attention_size
+
+    def causal_skip(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size=None):
+        # no padding, a square mask, no cache offset to read: SDPA's is_causal is that mask
+        if (padding_mask is None and q_length == kv_length and not isinstance(q_offset, torch.Tensor)
+                and within(kv_length, local_attention_size)):
+            return True
+        return causal(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size)
+
+    def bidirectional_skip(padding_mask, kv_length, local_attention_size=None):
+        if padding_mask is None and within(kv_length, local_attention_size):
+            return True
+        return bidirectional(padding_mask, kv_length, local_attention_size)
+
     masking_utils.is_tracing = lambda tensor=None: tensor is not None and traced(tensor)
     masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    if causal is not None:
+        masking_utils._ignore_causal_mask_sdpa = causal_skip
+    if bidirectional is not None:
+        masking_utils._ignore_bidirectional_mask_sdpa = bidirectional_skip
     try:
         yield
     finally:
-        masking_utils.is_tracing, masking_utils.find_packed_sequence_indices = saved
+        for name, value in saved.items():
+            setattr(masking_utils, name, value)
