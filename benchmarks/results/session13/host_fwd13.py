@@ -70,10 +70,10 @@ row = dict(shift=shift, s=stats["s"], ss=stats["ss"], inv_n=1.0 / h, eps=1e-5)
 
 def the_checks() -> None:
     N._check_linear("l", x, w)
-    N._check_vector("l", "g", g, h, x)
-    N._check_vector("l", "beta", beta, h, x)
+    checks.vector("l", "g", g, h, x)
+    checks.vector("l", "beta", beta, h, x)
     N._check_bias("l", b, 3 * h, x)
-    N._check_row_stats("l", x, t, rowsum=None, sumsq=None)
+    checks.row_stats("l", x, t, rowsum=None, sumsq=None)
 
 
 for name, f in [

@@ -53,3 +53,32 @@ def optional_tensor(name: str, t: object, shape: tuple[int, ...], x: torch.Tenso
                           f"{describe(t)}")
     if t.device != x.device:
         raise LaunchError(f"{name} is on {t.device} but x is on {x.device}")
+
+
+def float_tensor(op: str, name: str, t: object, x: torch.Tensor | None = None) -> None:
+    """`t` is a floating-point tensor (on x's device, when x is given)."""
+    if not isinstance(t, torch.Tensor):
+        raise LaunchError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise LaunchError(f"{op}: {name} has dtype {t.dtype}; expected float16, bfloat16, float32 "
+                          f"or float64")
+    if x is not None and t.device != x.device:
+        raise LaunchError(f"{op}: {name} is on {t.device} but x is on {x.device}")
+
+
+def vector(op: str, name: str, t: object, size: int, x: torch.Tensor) -> None:
+    """`t` is a floating-point tensor [size] on x's device (a gain, a bias)."""
+    float_tensor(op, name, t, x)
+    if tuple(t.shape) != (size,):
+        raise LaunchError(f"{op}: {name} must have shape [{size}], got {list(t.shape)}")
+
+
+def row_stats(op: str, x: torch.Tensor, m: int, **sums: torch.Tensor | None) -> None:
+    """Each given per-row statistic (Σ x, Σ x² from x's producer) has one value per row of x."""
+    for name, t in sums.items():
+        if t is None:
+            continue
+        float_tensor(op, name, t, x)
+        if tuple(t.shape) not in (tuple(x.shape[:-1]), (m,)):
+            raise LaunchError(f"{op}: {name} must have one value per row of x, shape "
+                              f"{list(x.shape[:-1])} or [{m}], got {list(t.shape)}")

@@ -349,9 +349,9 @@ def rms_norm_linear(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, eps: floa
     block's residual): the gradient it gets joins x's gradient inside this op's dx kernel.
     """
     m, k, n = _check_linear("rms_norm_linear", x, w)
-    _check_vector("rms_norm_linear", "g", g, k, x)
+    checks.vector("rms_norm_linear", "g", g, k, x)
     _check_bias("rms_norm_linear", bias, n, x)
-    _check_row_stats("rms_norm_linear", x, m, sumsq=sumsq)
+    checks.row_stats("rms_norm_linear", x, m, sumsq=sumsq)
     eps = checks.eps("rms_norm_linear", eps)
     passthrough = checks.flag("passthrough", passthrough)
     from ..integrations import compile as custom  # here: that module imports this one
@@ -375,10 +375,10 @@ def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: t
     (y, x) with `passthrough=True`, as rms_norm_linear does.
     """
     m, k, n = _check_linear("layer_norm_linear", x, w)
-    _check_vector("layer_norm_linear", "g", g, k, x)
-    _check_vector("layer_norm_linear", "beta", beta, k, x)
+    checks.vector("layer_norm_linear", "g", g, k, x)
+    checks.vector("layer_norm_linear", "beta", beta, k, x)
     _check_bias("layer_norm_linear", bias, n, x)
-    _check_row_stats("layer_norm_linear", x, m, rowsum=rowsum, sumsq=sumsq)
+    checks.row_stats("layer_norm_linear", x, m, rowsum=rowsum, sumsq=sumsq)
     if (rowsum is None) != (sumsq is None):
         missing = "sumsq" if sumsq is None else "rowsum"
         raise LaunchError(f"layer_norm_linear: rowsum and sumsq come together; {missing} is missing")
@@ -404,7 +404,7 @@ def out_proj_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor,
     """
     n = _check_linear("out_proj_residual", x, w)[2]
     _check_bias("out_proj_residual", bias, n, x)
-    _check_tensor("out_proj_residual", "residual", residual, x)
+    checks.float_tensor("out_proj_residual", "residual", residual, x)
     if tuple(residual.shape) != (*x.shape[:-1], n):
         raise LaunchError(f"out_proj_residual: residual must have shape {[*x.shape[:-1], n]} "
                           f"(x's rows, N), got {list(residual.shape)}")
@@ -425,22 +425,12 @@ def out_proj_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor,
 
 
 # -- argument checks: a LaunchError naming the argument ------------------------------------------
-def _check_tensor(op: str, name: str, t, x: torch.Tensor | None = None) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise LaunchError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if not t.is_floating_point():
-        raise LaunchError(f"{op}: {name} has dtype {t.dtype}; expected float16, bfloat16, float32 "
-                          f"or float64")
-    if x is not None and t.device != x.device:
-        raise LaunchError(f"{op}: {name} is on {t.device} but x is on {x.device}")
-
-
 def _check_linear(op: str, x, w) -> tuple[int, int, int]:
     """x [..., K] and w [N, K] of one dtype; returns (M rows, K, N)."""
-    _check_tensor(op, "x", x)
+    checks.float_tensor(op, "x", x)
     if x.dim() == 0 or x.shape[-1] == 0:
         raise LaunchError(f"{op}: x must be [..., K] with K > 0, got shape {list(x.shape)}")
-    _check_tensor(op, "w", w, x)
+    checks.float_tensor(op, "w", w, x)
     k = x.shape[-1]
     if w.dim() != 2 or w.shape[1] != k:
         raise LaunchError(f"{op}: w must be [N, K] with K = {k} (x's last dim), got shape {list(w.shape)}")
@@ -449,25 +439,9 @@ def _check_linear(op: str, x, w) -> tuple[int, int, int]:
     return x.numel() // k, k, w.shape[0]
 
 
-def _check_vector(op: str, name: str, t, size: int, x: torch.Tensor) -> None:
-    _check_tensor(op, name, t, x)
-    if tuple(t.shape) != (size,):
-        raise LaunchError(f"{op}: {name} must have shape [{size}], got {list(t.shape)}")
-
-
 def _check_bias(op: str, bias, n: int, x: torch.Tensor) -> None:
     if bias is not None:
-        _check_vector(op, "bias", bias, n, x)
-
-
-def _check_row_stats(op: str, x: torch.Tensor, m: int, **sums: torch.Tensor | None) -> None:
-    for name, t in sums.items():
-        if t is None:
-            continue
-        _check_tensor(op, name, t, x)
-        if tuple(t.shape) not in (tuple(x.shape[:-1]), (m,)):
-            raise LaunchError(f"{op}: {name} must have one value per row of x, shape "
-                              f"{list(x.shape[:-1])} or [{m}], got {list(t.shape)}")
+        checks.vector(op, "bias", bias, n, x)
 
 
 class RmsRstd(torch.autograd.Function):

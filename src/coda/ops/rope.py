@@ -49,7 +49,7 @@ from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
 from .common import as_rows, matmul, weight_grad
-from .norms import RMS_ROW, RMS_ROW_PARAMS, _check_row_stats, _check_vector, rms_fold, rms_norm_linear_grads
+from .norms import RMS_ROW, RMS_ROW_PARAMS, rms_fold, rms_norm_linear_grads
 
 
 @functools.cache
@@ -225,8 +225,8 @@ def qkv_rope(x: torch.Tensor, w_qkv: torch.Tensor, cos: torch.Tensor, sin: torch
     if norm_weight is None and sumsq is not None:
         raise LaunchError("qkv_rope: sumsq is the RMSNorm's statistics; it needs norm_weight")
     if norm_weight is not None:
-        _check_vector("qkv_rope", "norm_weight", norm_weight, x.shape[-1], x)
-        _check_row_stats("qkv_rope", x, x.numel() // x.shape[-1], sumsq=sumsq)
+        checks.vector("qkv_rope", "norm_weight", norm_weight, x.shape[-1], x)
+        checks.row_stats("qkv_rope", x, x.numel() // x.shape[-1], sumsq=sumsq)
         eps = checks.eps("qkv_rope", eps)
     lead, heads = x.shape[:-1], (n_heads, n_kv_heads, head_dim)
     tables = [_table(name, t, lead, head_dim, x) for name, t in (("cos", cos), ("sin", sin))]
