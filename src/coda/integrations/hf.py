@@ -314,8 +314,8 @@ def unpadded_batches() -> Iterator[None]:
     HuggingFace model trained on batches without padding and packing.
 
     Under capture and under Dynamo transformers 5.17 treats the step like tracing, where a mask's
-    values cannot be read, and builds a full [B, 1, T, T] mask even without padding (5.24 too
-    under Dynamo with PyTorch < 2.14); SDPA then loses its fused kernels' causal skip (on the
+    values cannot be read, and builds a full [B, 1, T, T] mask even without padding (5.24 with
+    PyTorch 2.13 skips it under Dynamo); SDPA then loses its fused kernels' causal skip (on the
     H200 GPT-2's attention took 9.2 instead of 4.3 ms under capture, BERT's ran as float32 math,
     LLaMA's took 27.1 instead of 10.2 ms a step under torch.compile). Later releases make this
     distinction themselves. With padded or packed batches do not use it: pass the attention mask
