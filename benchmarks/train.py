@@ -177,7 +177,12 @@ def prepare(model: torch.nn.Module, mode: str) -> torch.nn.Module:
         apply_liger_kernel_to_llama(model=model)
     if mode.startswith("coda"):
         coda.patch(model)
-    return torch.compile(model) if mode.removesuffix("+graph").endswith("compile") else model
+    return torch.compile(model) if compiles(mode) else model
+
+
+def compiles(mode: str) -> bool:
+    """Whether `mode` runs the model through torch.compile (compile, coda+compile)."""
+    return mode.removesuffix("+graph").endswith("compile")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -328,9 +333,8 @@ def child(spec: str, args: argparse.Namespace) -> None:
     # Under Dynamo transformers 5.17 gives SDPA a full causal mask even without padding (LLaMA's
     # attention then took 27.1 instead of 10.2 ms a step): the compiled modes run where a missing
     # mask means none, as the graph modes capture (these batches have no padding)
-    compiled = mode.removesuffix("+graph").endswith("compile")
     try:
-        with unpadded_batches() if compiled else contextlib.nullcontext():
+        with unpadded_batches() if compiles(mode) else contextlib.nullcontext():
             result.update(curve(name, args, device, dtype) if mode == "curve" else
                           measure(name, mode, args, device, dtype))
     except Exception as err:  # torch.OutOfMemoryError included: the row says what went wrong

@@ -322,11 +322,6 @@ def unpadded_batches() -> Iterator[None]:
     and run without it."""
     from transformers import masking_utils
 
-    names = ("is_tracing", "find_packed_sequence_indices", "_ignore_causal_mask_sdpa",
-             "_ignore_bidirectional_mask_sdpa")
-    saved = {name: getattr(masking_utils, name) for name in names if hasattr(masking_utils, name)}
-    traced, causal, bidirectional = (saved.get(name) for name in (names[0], *names[2:]))
-
     def within(kv_length: int, local_attention_size: int | None) -> bool:
         return local_attention_size is None or kv_length < local_attention_size
 
@@ -335,19 +330,22 @@ def unpadded_batches() -> Iterator[None]:
         if (padding_mask is None and q_length == kv_length and not isinstance(q_offset, torch.Tensor)
                 and within(kv_length, local_attention_size)):
             return True
-        return causal(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size)
+        return saved["_ignore_causal_mask_sdpa"](padding_mask, q_length, kv_length, q_offset, kv_offset,
+                                                 local_attention_size)
 
     def bidirectional_skip(padding_mask, kv_length, local_attention_size=None):
         if padding_mask is None and within(kv_length, local_attention_size):
             return True
-        return bidirectional(padding_mask, kv_length, local_attention_size)
+        return saved["_ignore_bidirectional_mask_sdpa"](padding_mask, kv_length, local_attention_size)
 
-    masking_utils.is_tracing = lambda tensor=None: tensor is not None and traced(tensor)
-    masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    if causal is not None:
-        masking_utils._ignore_causal_mask_sdpa = causal_skip
-    if bidirectional is not None:
-        masking_utils._ignore_bidirectional_mask_sdpa = bidirectional_skip
+    replacements = {"is_tracing": lambda tensor=None: tensor is not None and saved["is_tracing"](tensor),
+                    "find_packed_sequence_indices": lambda position_ids: None,
+                    "_ignore_causal_mask_sdpa": causal_skip,
+                    "_ignore_bidirectional_mask_sdpa": bidirectional_skip}
+    # the originals, of the names this transformers release has (the replacements call them)
+    saved = {name: getattr(masking_utils, name) for name in replacements if hasattr(masking_utils, name)}
+    for name in saved:
+        setattr(masking_utils, name, replacements[name])
     try:
         yield
     finally:

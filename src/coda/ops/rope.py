@@ -238,11 +238,12 @@ def qkv_rope(x: torch.Tensor, w_qkv: torch.Tensor, cos: torch.Tensor, sin: torch
             y = custom.rms_norm_linear_op(x, norm_weight, w_qkv, bias, sumsq, eps)
             y = custom.rope_op(y, *tables, (n_heads + n_kv_heads) * head_dim)
             qkv = split_heads(as_rows(y)[0], lead, heads)
-        return (*qkv, x) if passthrough else qkv
-    if norm_weight is None:
+    elif norm_weight is None:
         qkv = QKVRopeFunction.apply(x, w_qkv, bias, *tables, heads)
-        return (*qkv, x) if passthrough else qkv
-    return RMSNormQKVRopeFunction.apply(x, norm_weight, w_qkv, bias, sumsq, eps, *tables, heads, passthrough)
+    else:   # x passed through by the Function: its gradient joins the dx kernel
+        return RMSNormQKVRopeFunction.apply(x, norm_weight, w_qkv, bias, sumsq, eps, *tables, heads,
+                                            passthrough)
+    return (*qkv, x) if passthrough else qkv   # autograd adds the two gradients of x
 
 
 class RopeFunction(torch.autograd.Function):
