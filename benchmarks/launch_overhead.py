@@ -50,7 +50,7 @@ def main() -> None:
         x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(f, h, device="cuda", dtype=torch.bfloat16) / h**0.5
         b = torch.randn(f, device="cuda", dtype=torch.bfloat16)
-        prog = forward_program("gelu", True, False, False)
+        prog = forward_program("gelu", True, False, False, False)
         cases = {
             "torch.matmul": lambda: torch.matmul(x, w.T),
             "F.linear + F.gelu (eager)": lambda: F.gelu(F.linear(x, w, b), approximate="tanh"),

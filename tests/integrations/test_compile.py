@@ -88,15 +88,6 @@ def test_mlp(activation, p, residual):
         assert_compiles(lambda *a: ops.mlp(*a, activation=activation, dropout_p=p), *args)
 
 
-@pytest.mark.parametrize("stats", ["rms", "layer"])
-def test_mlp_stats(stats):
-    """The row sums come out of coda::mlp; the norm after it uses them (no graph break)."""
-    torch.manual_seed(0)
-    args = (rand(3, 4, 8), rand(12, 8), rand(12), rand(6, 12), rand(6), rand(3, 4, 6))
-    assert_compiles(lambda x, w1, b1, w2, b2, r: ops.mlp(x, w1, b1, w2, b2, "gelu_erf", 0.2, residual=r,
-                                                          stats=stats), *args)
-
-
 @pytest.mark.parametrize("seed", [None, 99])
 def test_dropout(seed):
     torch.manual_seed(0)
@@ -540,7 +531,7 @@ def opcheck_cases():
         "linear": (c.linear, (x, w, b, "gelu", 0.2, seed, True)),
         "linear_backward": (c.linear_backward, (dy, x.detach(), w.detach(), pre, "gelu", 0.2, seed,
                                                 [True, True, True], F64)),
-        "mlp": (c.mlp, (x, w, b, w2, None, "silu", 0.3, seed, rand(3, 4), True, "layer")),
+        "mlp": (c.mlp, (x, w, b, w2, None, "silu", 0.3, seed, rand(3, 4), True)),
         "mlp_backward": (c.mlp_backward, (dy[:, :4], x.detach(), w.detach(), w2.detach(), pre, h,
                                           "silu", 0.0, None, [True, True, True, True, False], F64,
                                           None)),

@@ -242,22 +242,10 @@ def test_bert_base_model_and_state_dict():
                                ref.bert(input_ids=ids).last_hidden_state, rtol=1e-10, atol=1e-10)
     base = coda.patch(transformers.BertModel(ref.config))  # BertModel alone is supported too
     assert base.encoder.layer[0].output._coda_patched
-    # each layer's feed-forward is one mlp (its own forward, per instance), the residual and the
-    # post-LN's row sums in fc2's epilogue
-    assert "feed_forward_chunk" in vars(base.encoder.layer[0])
     after = model.state_dict()
     assert list(before) == list(after)
     for key in before:
         assert torch.equal(before[key], after[key]), key
-
-
-def test_bert_feed_forward_runs_as_one_mlp(monkeypatch):
-    model = coda.patch(tiny_bert(torch.float64))
-    calls = []
-    real = coda.ops.mlp
-    monkeypatch.setattr(coda.integrations.hf.ops, "mlp", lambda *a, **k: calls.append(k) or real(*a, **k))
-    model.bert(input_ids=batch()[0])
-    assert len(calls) == model.config.num_hidden_layers and all(k["stats"] == "layer" for k in calls)
 
 
 def test_unsupported_bert_config_raises():

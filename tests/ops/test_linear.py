@@ -136,37 +136,6 @@ def test_mlp_float64(activation, p, with_b2, with_residual):
     assert_matches(forward_backward(fn, inputs), forward_backward(ref, inputs), 1e-10, 1e-12)
 
 
-@pytest.mark.parametrize(("stats", "p"), [("layer", 0.3), ("rms", 0.0)])
-def test_mlp_stats_are_the_row_sums_of_y(stats, p):
-    """stats= returns Σ y² (and Σ y) per row of the output, for the next norm; y and its
-    gradients are those of the op without stats."""
-    x, w1, b1, w2, b2, res = make((2, 3, 5), (6, 5), (6,), (4, 6), (4,), (2, 3, 4), seed=13)
-    y, *sums = mlp(x, w1, b1, w2, b2, "gelu", p, 5, res, stats=stats)
-    want = ref_mlp(x, w1, b1, w2, b2, "gelu", p, 5, res)
-    torch.testing.assert_close(y, want, rtol=1e-10, atol=1e-12)
-    expected = [(want * want).sum(-1), want.sum(-1)][:len(sums)]
-    assert len(sums) == {"rms": 1, "layer": 2}[stats]
-    for got, ref in zip(sums, expected, strict=True):
-        assert got.shape == (2, 3) and not got.requires_grad
-        torch.testing.assert_close(got.double(), ref.detach(), rtol=1e-10, atol=1e-12)
-    fn = lambda *t: mlp(*t[:5], "gelu", p, 5, t[5], stats=stats)[0]  # noqa: E731
-    assert torch.autograd.gradcheck(fn, (x, w1, b1, w2, b2, res))
-
-
-def test_mlp_stats_interpreter():
-    x, w1, b1, w2, b2, res = make((45, 24), (66, 24), (66,), (19, 66), (19,), (45, 19),
-                                  dtype=torch.float32, seed=14, scale=0.5)
-    inputs = (x, w1, b1, w2, b2, res)
-    y, ss, s = mlp(*inputs[:5], "gelu_erf", 0.25, 8, res, stats="layer")
-    want = ref_mlp(*upcast(inputs)[:5], "gelu_erf", 0.25, 8, res.detach().double())
-    for got, ref in ((y, want), (ss, (want * want).sum(-1)), (s, want.sum(-1))):
-        scale = ref.abs().max().item()
-        torch.testing.assert_close(got.double(), ref.detach(), rtol=TOL32, atol=TOL32 * scale)
-    got = forward_backward(lambda *t: mlp(*t[:5], "gelu_erf", 0.25, 8, t[5], stats="layer")[0], inputs)
-    ref = forward_backward(lambda *t: ref_mlp(*t[:5], "gelu_erf", 0.25, 8, t[5]), upcast(inputs))
-    assert_matches(got, ref, TOL32, TOL32)
-
-
 def test_dropout_float64():
     (x,) = make((3, 4, 9), seed=4)
     fn = lambda x: dropout(x, 0.3, seed=9)  # noqa: E731
@@ -264,7 +233,7 @@ def test_no_grad_forward_saves_no_preactivation(monkeypatch):
     with torch.no_grad():
         y = linear(x, w, b, "gelu")
     linear(x, w, b, "gelu")
-    assert calls == [("gelu", True, False, False), ("gelu", True, False, True)]
+    assert calls == [("gelu", True, False, False, False), ("gelu", True, False, False, True)]
     torch.testing.assert_close(y, ref_linear(x, w, b, "gelu", 0.0, 0).detach(), rtol=1e-12, atol=1e-12)
 
 
@@ -286,8 +255,6 @@ def test_errors_name_the_argument():
         (lambda: mlp(x, w1, torch.zeros(6, dtype=F64), w2), "b1 must be"),
         (lambda: mlp(x, w1, None, w2, torch.zeros(8, dtype=F64)), "b2 must be"),
         (lambda: mlp(x, w1, None, w2, residual=torch.zeros(4, 5, dtype=F64)), "residual must be"),
-        (lambda: mlp(x, w1, None, w2, stats="layer"), "needs a residual"),
-        (lambda: mlp(x, w1, None, w2, residual=torch.zeros(4, 6, dtype=F64), stats="mean"), "stats must be"),
         (lambda: dropout(x, -0.1), "p must be"),
         (lambda: dropout(x.long(), 0.1), "x has dtype"),
     ]

@@ -72,7 +72,6 @@ from ..ops.dropout import DropoutFunction, resolve_seed
 from ..ops.gated_mlp import GatedMLPFunction, InterleaveGain, row_scale
 from ..ops.linear import ACTIVATIONS, LinearFunction, MLPFunction
 from ..ops.norms import (
-    STATS,
     LayerNormLinearFunction,
     OutProjResidualFunction,
     RMSNormLinearFunction,
@@ -274,47 +273,38 @@ def linear_op(x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None,
 # mlp ---------------------------------------------------------------------------------------------
 @_custom_op("coda::mlp")
 def _mlp(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | None,
-         activation: str | None, p: float, seed: Tensor | None, residual: Tensor | None, grad: bool,
-         stats: str | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(y, pre, h, ss, s): MLPFunction.forward; pre is empty unless the backward needs it, ss
-    and s as in coda::out_proj_residual."""
+         activation: str | None, p: float, seed: Tensor | None, residual: Tensor | None, grad: bool
+         ) -> tuple[Tensor, Tensor, Tensor]:
+    """(y, pre, h): MLPFunction.forward; pre is empty unless the backward needs it."""
     ctx = _Ctx()
-    out = MLPFunction.forward(ctx, x, w1, b1, w2, b2, activation, p, _int(seed), residual, grad, stats)
-    y, *sums = out if isinstance(out, tuple) else (out,)
+    y = MLPFunction.forward(ctx, x, w1, b1, w2, b2, activation, p, _int(seed), residual, grad)
     pre, h = ctx.saved_tensors[3:]
-    return y, _or_empty(pre, x), h, *sums, *(x.new_empty(0) for _ in range(2 - len(sums)))
+    return y, _or_empty(pre, x), h
 
 
 @_register_fake(_mlp)
-def _mlp_fake(x, w1, b1, w2, b2, activation, p, seed, residual, grad, stats):
+def _mlp_fake(x, w1, b1, w2, b2, activation, p, seed, residual, grad):
     h = x.new_empty(_rows(x), w1.shape[0])
     pre = x.new_empty(h.shape) if _saves_pre(activation, grad) else x.new_empty(0)
-    return x.new_empty(*x.shape[:-1], w2.shape[0]), pre, h, *_stats_fake(x, stats)
-
-
-def _stats_fake(x: Tensor, stats: str | None) -> tuple[Tensor, Tensor]:
-    """The (ss, s) outputs of an op with `stats`: float32 [rows] where asked, else empty."""
-    wanted = len(STATS[stats])
-    return tuple(x.new_empty(x.shape[:-1], dtype=_stat_dtype(x)) if i < wanted else x.new_empty(0)
-                 for i in range(2))
+    return x.new_empty(*x.shape[:-1], w2.shape[0]), pre, h
 
 
 def _mlp_setup(ctx, inputs, output):
-    x, w1, b1, w2, b2, activation, p, seed, _, _, _ = inputs
+    x, w1, b1, w2, b2, activation, p, seed, _, _ = inputs
     ctx.mark_non_differentiable(*output[1:])
     ctx.set_materialize_grads(False)
-    ctx.save_for_backward(x, w1, w2, *output[1:3], seed)
+    ctx.save_for_backward(x, w1, w2, *output[1:], seed)
     ctx.activation, ctx.p = activation, p
     ctx.bias_dtypes = [None if b is None else b.dtype for b in (b1, b2)]
 
 
-def _mlp_grad(ctx, dy, _pre, _h, _ss, _s):
+def _mlp_grad(ctx, dy, _pre, _h):
     x, w1, w2, pre, h, seed = ctx.saved_tensors
     needs = ctx.needs_input_grad[:5]
     grads = torch.ops.coda.mlp_backward(dy, x, w1, w2, pre, h, ctx.activation, ctx.p, seed, needs,
                                         *ctx.bias_dtypes)
     dresidual = dy if ctx.needs_input_grad[8] else None   # outside the op: it is dy itself
-    return *_wanted(grads, needs), None, None, None, dresidual, None, None
+    return *_wanted(grads, needs), None, None, None, dresidual, None
 
 
 _mlp.register_autograd(_mlp_grad, setup_context=_mlp_setup)
@@ -340,12 +330,10 @@ def _mlp_backward_fake(dy, x, w1, w2, pre, h, activation, p, seed, needs, b1_dty
 
 
 def mlp_op(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | None,
-           activation: str | None, p: float, seed: int | None, residual: Tensor | None, grad: bool,
-           stats: str | None) -> Tensor | tuple[Tensor, ...]:
+           activation: str | None, p: float, seed: int | None, residual: Tensor | None, grad: bool
+           ) -> Tensor:
     """coda.ops.mlp's launch (checked arguments, the caller's seed) through coda::mlp."""
-    y, _, _, ss, s = torch.ops.coda.mlp(x, w1, b1, w2, b2, activation, p, _seed(p, seed), residual, grad,
-                                        stats)
-    return (y, ss, s)[:1 + len(STATS[stats])] if stats else y
+    return torch.ops.coda.mlp(x, w1, b1, w2, b2, activation, p, _seed(p, seed), residual, grad)[0]
 
 
 # dropout -----------------------------------------------------------------------------------------
@@ -840,7 +828,10 @@ def _out_proj_residual(x: Tensor, w: Tensor, residual: Tensor, bias: Tensor | No
 
 @_register_fake(_out_proj_residual)
 def _out_proj_residual_fake(x, w, residual, bias, p, seed, stats):
-    return x.new_empty(*x.shape[:-1], w.shape[0]), *_stats_fake(x, stats)
+    wanted = {None: 0, "rms": 1, "layer": 2}[stats]
+    sums = (x.new_empty(x.shape[:-1], dtype=_stat_dtype(x)) if i < wanted else x.new_empty(0)
+            for i in range(2))
+    return x.new_empty(*x.shape[:-1], w.shape[0]), *sums
 
 
 def _out_proj_residual_setup(ctx, inputs, output):

@@ -23,14 +23,10 @@ Per family (docs/integrations.md, "HuggingFace models"):
   `c_proj` + residual -> `out_proj_residual(stats="layer")`, `ln_2` -> `coda.nn.layer_norm` on those
   sums, `c_fc` + tanh-GELU + `c_proj` + residual -> `mlp(..., "gelu", residual=)`. Hidden dropout in
   training maps to the ops' dropout (same p, CODA's counter-based masks, not torch's RNG stream).
-- BERT (`BertModel`, `BertForMaskedLM`, ...): each `BertLayer`'s feed-forward (`BertIntermediate`
-  + `BertOutput`: dense + activation, dense + dropout + residual + post-LN) -> `mlp(...,
-  residual=, stats="layer")` + `coda.nn.layer_norm` on the sums (the activation's derivative then
-  rides in the epilogue of the backward GEMM that produces its gradient); `BertSelfOutput` (dense +
-  dropout + residual + post-LN) -> `out_proj_residual(stats="layer")` + `coda.nn.layer_norm`;
-  `BertIntermediate` / `BertOutput` met outside a `BertLayer` -> `linear(..., activation=)` /
-  `out_proj_residual`; the MLM head's `BertPredictionHeadTransform` (dense + activation +
-  LayerNorm) -> `linear(..., activation=)` + `coda.nn.layer_norm`.
+- BERT (`BertModel`, `BertForMaskedLM`, ...): `BertSelfOutput` / `BertOutput` (dense + dropout +
+  residual + post-LN) -> `out_proj_residual(stats="layer")` + `coda.nn.layer_norm` on the sums;
+  `BertIntermediate` -> `linear(..., activation=)`; the MLM head's `BertPredictionHeadTransform`
+  (dense + activation + LayerNorm) -> `linear(..., activation=)` + `coda.nn.layer_norm`.
 - The LM heads (`LlamaForCausalLM`, `GPT2LMHeadModel`, `BertForMaskedLM`): with `labels`, the
   head's decoder and HF's loss (shifted causal-LM / masked-LM cross-entropy) ->
   `linear_cross_entropy`, which never writes the logits (`logits` is None in the output).
@@ -66,8 +62,8 @@ def patch(model: nn.Module) -> nn.Module:
             continue
         found = True
         if not getattr(module, "_coda_patched", False):
-            method = PATCHED_METHODS.get(type(module).__name__, "forward")
-            setattr(module, method, types.MethodType(patcher(module), module))
+            forward = patcher(module)
+            module.forward = types.MethodType(forward, module)
             module._coda_patched = True
     if not found:
         raise CodaError(f"coda.patch: no supported HuggingFace module in {type(model).__name__}; "
@@ -75,15 +71,10 @@ def patch(model: nn.Module) -> nn.Module:
     return model
 
 
-#: The method a patcher replaces, where it is not `forward`.
-PATCHED_METHODS = {"BertLayer": "feed_forward_chunk"}
-
-
 def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
-    """Class name -> a function that checks one instance's config and returns its new forward
-    (or the PATCHED_METHODS method)."""
+    """Class name -> a function that checks one instance's config and returns its new forward."""
     return {"LlamaDecoderLayer": _llama_layer, "LlamaForCausalLM": _causal_lm,
-            "GPT2Block": _gpt2_block, "GPT2LMHeadModel": _causal_lm, "BertLayer": _bert_feed_forward,
+            "GPT2Block": _gpt2_block, "GPT2LMHeadModel": _causal_lm,
             "BertSelfOutput": _bert_output, "BertOutput": _bert_output,
             "BertIntermediate": _bert_dense_activation,
             "BertPredictionHeadTransform": _bert_dense_activation, "BertForMaskedLM": _masked_lm}
@@ -223,37 +214,14 @@ def _bert_output(output: nn.Module) -> Callable:
     return forward
 
 
-def _bert_feed_forward(layer: nn.Module) -> Callable:
-    """BertLayer.feed_forward_chunk: LayerNorm(dropout(dense(act(dense(x)))) + x) -> one `mlp`
-    with the residual and the norm's row sums, then `coda.nn.layer_norm` on them."""
-    from ..nn.layer_norm import layer_norm
-
-    activation = _bert_activation(layer.intermediate, layer.intermediate.intermediate_act_fn)
-
-    def feed_forward_chunk(self, attention_output: torch.Tensor) -> torch.Tensor:
-        fc1, out = self.intermediate.dense, self.output
-        norm = out.LayerNorm
-        y, ss, s = ops.mlp(attention_output, fc1.weight, fc1.bias, out.dense.weight, out.dense.bias,
-                           activation, dropout_p=out.dropout.p if self.training else 0.0,
-                           residual=attention_output, stats="layer")
-        return layer_norm(y, norm.weight, norm.bias, norm.eps, rowsum=s, sumsq=ss)
-
-    return feed_forward_chunk
-
-
-def _bert_activation(module: nn.Module, fn: object) -> str:
-    """CODA's name for a BERT activation module, or a CodaError naming the unsupported one."""
-    act = _hf_activation_name(fn)
-    if act not in BERT_ACTIVATIONS:
-        _refuse(module, "hidden_act", act, f"only {', '.join(BERT_ACTIVATIONS)}")
-    return BERT_ACTIVATIONS[act]
-
-
 def _bert_dense_activation(module: nn.Module) -> Callable:
     """BertIntermediate: act(dense(x)) -> one `linear` with the activation in its epilogue.
     BertPredictionHeadTransform (the MLM head's): the same, then its LayerNorm."""
-    activation = _bert_activation(module, module.intermediate_act_fn if hasattr(module, "intermediate_act_fn")
-                                  else module.transform_act_fn)
+    act = _hf_activation_name(module.intermediate_act_fn if hasattr(module, "intermediate_act_fn")
+                              else module.transform_act_fn)
+    if act not in BERT_ACTIVATIONS:
+        _refuse(module, "hidden_act", act, f"only {', '.join(BERT_ACTIVATIONS)}")
+    activation = BERT_ACTIVATIONS[act]
     from ..nn.layer_norm import layer_norm
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:

@@ -13,12 +13,10 @@ linear(x, w, bias, activation, dropout_p):
   dy comes from outside CODA (no CODA GEMM produces it), so f' and the bias gradient take one map
   program over dy. Without activation and dropout dpre = dy and db = column_sum(dy).
 
-mlp(x, w1, b1, w2, b2, activation, dropout_p, residual, stats):
+mlp(x, w1, b1, w2, b2, activation, dropout_p, residual):
     pre = x @ w1.T + b1,  h = f(pre),  y = dropout(h @ w2.T + b2, p) + residual
   forward   h, pre        = forward_program  GEMM x @ w1.T; epilogue: + b1, save pre, f
             y             = forward_program  GEMM h @ w2.T; epilogue: + b2, dropout, + residual
-                            (with residual: norms.out_proj_program, which also sums the next
-                            norm's row statistics Σ y², Σ y when `stats` asks)
   backward  dy', db2      = backward_program.map(dy): dropout(dy, p), db2 = col_sum(dy')
                             (without dropout: dy' = dy and db2 = column_sum(dy))
             dw2           = dy'.T @ h     (weight_grad; h is the saved fc1 output)
@@ -31,7 +29,7 @@ mlp(x, w1, b1, w2, b2, activation, dropout_p, residual, stats):
 Dropout's mask is a function of (seed, row, column) of the output (docs/dsl.md#dropout): the
 backward regenerates it from the saved seed. Without a seed one is drawn from torch's CPU
 generator. Programs are built from one template per role (forward, backward) and cached per
-variant (activation x bias x dropout x saved pre-activation).
+variant (activation x bias x dropout x residual x saved pre-activation).
 """
 
 from __future__ import annotations
@@ -46,7 +44,6 @@ from ..runtime.program import Program
 from . import checks
 from .common import as_rows, column_sum, matmul, present, stored, weight_grad
 from .dropout import check_probability, resolve_seed
-from .norms import STATS, out_proj_program
 
 #: activation -> (f, f') as DSL expressions of the pre-activation `{h}`; f' None: no derivative
 #: to apply, so nothing is saved for it.
@@ -61,18 +58,19 @@ ACTIVATIONS: dict[str | None, tuple[str, str | None]] = {
 
 
 @functools.cache
-def forward_program(activation: str | None, bias: bool, dropout: bool, save_pre: bool) -> Program:
-    """`output = dropout(f(input + bias), p)`, with `save pre = input + bias` if asked (a residual
-    after it is norms.out_proj_program).
+def forward_program(activation: str | None, bias: bool, dropout: bool, residual: bool,
+                    save_pre: bool) -> Program:
+    """`output = dropout(f(input + bias), p) + residual`, with `save pre = input + bias` if asked.
 
-    For example ("gelu", True, True, True) is
+    For example ("gelu", True, True, False, True) is
         EPILOGUE linear_gelu(bias: col, p: scalar) {
           h = input + bias; save pre = h; output = dropout(gelu(h), p);
         }
     """
     f = ACTIVATIONS[activation][0].format(h="h")
     y = f"dropout({f}, p)" if dropout else f
-    params = ["bias: col"] * bias + ["p: scalar"] * dropout
+    y = f"{y} + residual" if residual else y
+    params = ["bias: col"] * bias + ["p: scalar"] * dropout + ["residual: tile"] * residual
     body = ["h = input + bias;" if bias else "h = input;"]
     if save_pre:
         body.append("save pre = h;")
@@ -124,7 +122,7 @@ class LinearFunction(torch.autograd.Function):
                 activation: str | None, p: float, seed: int | None, grad: bool) -> torch.Tensor:
         rows, lead = as_rows(x)
         save_pre = grad and ACTIVATIONS[activation][1] is not None
-        prog = forward_program(activation, bias is not None, p > 0.0, save_pre)
+        prog = forward_program(activation, bias is not None, p > 0.0, False, save_pre)
         outs = prog(rows, w.T, seed=seed, **present(bias=bias, p=p or None))
         ctx.save_for_backward(x, w, outs.get("pre"))
         ctx.activation, ctx.p, ctx.seed = activation, p, seed
@@ -143,42 +141,33 @@ class LinearFunction(torch.autograd.Function):
 
 
 class MLPFunction(torch.autograd.Function):
-    """y = dropout(f(x @ w1.T + b1) @ w2.T + b2, p) + residual (and the row sums `stats` names):
-    two GEMMs forward; backward one map (with dropout) and five GEMMs, fc1's derivative and bias
-    gradient in dh's epilogue."""
+    """y = dropout(f(x @ w1.T + b1) @ w2.T + b2, p) + residual: two GEMMs forward; backward
+    one map (with dropout) and five GEMMs, fc1's derivative and bias gradient in dh's epilogue."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
                 b2: torch.Tensor | None, activation: str | None, p: float, seed: int | None,
-                residual: torch.Tensor | None, grad: bool, stats: str | None = None):
+                residual: torch.Tensor | None, grad: bool) -> torch.Tensor:
         rows, lead = as_rows(x)
         save_pre = grad and ACTIVATIONS[activation][1] is not None
-        fc1 = forward_program(activation, b1 is not None, False, save_pre)
+        fc1 = forward_program(activation, b1 is not None, False, False, save_pre)
         outs = fc1(rows, w1.T, **present(bias=b1))
         h = outs["output"]
-        wanted = ["output", *STATS[stats]]
-        if residual is None:
-            fc2 = forward_program(None, b2 is not None, p > 0.0, False)
-            fc2_outs = fc2(h, w2.T, seed=seed, **present(bias=b2, p=p or None))
-        else:
-            fc2_outs = out_proj_program(b2 is not None, p > 0.0)(
-                h, w2.T, residual=as_rows(residual)[0], seed=seed, outputs=wanted,
-                **present(bias=b2, p=p or None))
+        fc2 = forward_program(None, b2 is not None, p > 0.0, residual is not None, False)
+        res = None if residual is None else as_rows(residual)[0]
+        y = fc2(h, w2.T, seed=seed, **present(bias=b2, p=p or None, residual=res))["output"]
         ctx.save_for_backward(x, w1, w2, outs.get("pre"), h)
         ctx.activation, ctx.p, ctx.seed = activation, p, seed
         ctx.bias_dtypes = tuple(None if b is None else b.dtype for b in (b1, b2))
-        y = fc2_outs["output"].reshape(*lead, w2.shape[0])
-        sums = [fc2_outs[name].reshape(lead) for name in wanted[1:]]
-        ctx.mark_non_differentiable(*sums)
-        return (y, *sums) if sums else y
+        return y.reshape(*lead, w2.shape[0])
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor, *unused_stat_grads):
+    def backward(ctx, dy: torch.Tensor):
         x, w1, w2, pre, h = ctx.saved_tensors
         need_x, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:5]
         dresidual = dy if ctx.needs_input_grad[8] else None
         if not any(ctx.needs_input_grad[:5]):
-            return None, None, None, None, None, None, None, None, dresidual, None, None
+            return None, None, None, None, None, None, None, None, dresidual, None
         b1_dtype, b2_dtype = (dtype if need else None
                               for dtype, need in zip(ctx.bias_dtypes, (need_b1, need_b2), strict=True))
         dy2, db2 = grad_at_preactivation(as_rows(dy)[0], None, ctx.p, ctx.seed, None, b2_dtype)
@@ -191,7 +180,7 @@ class MLPFunction(torch.autograd.Function):
             dpre, db1 = outs["output"], outs.get("db")
             dx = matmul(dpre, w1).reshape(x.shape) if need_x else None
             dw1 = weight_grad(dpre, as_rows(x)[0], like=w1) if need_w1 else None
-        return dx, dw1, db1, dw2, db2, None, None, None, dresidual, None, None
+        return dx, dw1, db1, dw2, db2, None, None, None, dresidual, None
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
@@ -216,15 +205,11 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
 
 def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
         b2: torch.Tensor | None = None, activation: str | None = "gelu", dropout_p: float = 0.0,
-        seed: int | None = None, residual: torch.Tensor | None = None, stats: str | None = None
-        ) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        seed: int | None = None, residual: torch.Tensor | None = None) -> torch.Tensor:
     """`dropout(f(x @ w1.T + b1) @ w2.T + b2, dropout_p) + residual`.
 
     x [..., K], w1 [N1, K], b1 [N1], w2 [N2, N1], b2 [N2], residual [..., N2] -> [..., N2].
     activation as in `linear`; dropout (keyed on `seed`) is applied after fc2, before the residual.
-    stats ("rms" or "layer", with a residual) also returns what the next norm needs, as
-    `out_proj_residual` does: (y, ss) or (y, ss, s), ss = Σ y² and s = Σ y per row (float32,
-    shape x.shape[:-1], not differentiable).
     """
     _check_activation(activation)
     _check_input(x)
@@ -237,17 +222,13 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Te
                                  or not residual.is_floating_point()):
         raise LaunchError(f"residual must be a floating-point tensor of the output's shape "
                           f"{[*x.shape[:-1], n2]}, got {checks.describe(residual)}")
-    if stats not in STATS:
-        raise LaunchError(f"stats must be one of {tuple(STATS)}, got {stats!r}")
-    if stats is not None and residual is None:
-        raise LaunchError(f"stats={stats!r} sums the residual stream y: it needs a residual")
     p = check_probability(dropout_p, "dropout_p")
     grad = _grad_wanted(x, w1, b1, w2, b2)
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::mlp, no graph break
-        return custom.mlp_op(x, w1, b1, w2, b2, activation, p, seed, residual, grad, stats)
+        return custom.mlp_op(x, w1, b1, w2, b2, activation, p, seed, residual, grad)
     seed = resolve_seed(p, seed)
-    return MLPFunction.apply(x, w1, b1, w2, b2, activation, p, seed, residual, grad, stats)
+    return MLPFunction.apply(x, w1, b1, w2, b2, activation, p, seed, residual, grad)
 
 
 def _grad_wanted(*tensors: torch.Tensor | None) -> bool:
