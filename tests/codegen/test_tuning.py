@@ -82,17 +82,6 @@ def test_the_hopper_heuristic_takes_the_pingpong_kernel_for_short_k():
     assert tuning.heuristic("portable", *gpt2_fc1).mainloop("portable") == "portable"
 
 
-def test_an_epilogue_storing_two_tiles_takes_the_triton_kernel_for_short_k():
-    """fc1 with its saved pre-activation stores two [M, N] tiles: 128x256 tiles of the Triton
-    kernel, a tuning candidate (measured faster than the ping-pong kernel's 128x128 ones)."""
-    gpt2_fc1 = (16384, 3072, 768)
-    two = tuning.heuristic("hopper", *gpt2_fc1, tile_outputs=2)
-    assert two.mainloop("hopper") == "hopper" and (two.block_m, two.block_n) == (128, 256)
-    assert two in tuning.CANDIDATES["hopper"]
-    assert tuning.heuristic("hopper", *gpt2_fc1, tile_outputs=1).pingpong
-    assert tuning.heuristic("hopper", *gpt2_fc1, tile_outputs=0).pingpong   # only reductions
-
-
 def test_the_hopper_heuristic_weighs_the_last_wave():
     """128x256 tiles where there are enough and their waves are full; 128x128 where those fill
     the persistent kernel's last wave much better (192 wide tiles: 2 waves of 132, 73% full)."""

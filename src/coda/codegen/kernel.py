@@ -118,13 +118,12 @@ class TritonProgram:
         if kernel.variant == "map":
             reductions = [spec.reduction or "tile" for spec in launch.outputs]
             return tuning.map_config("tile" in reductions, any(r.startswith("col") for r in reductions))
-        tile_outputs = sum(spec.reduction is None for spec in launch.outputs)
         bucket = (kernel.variant, str(a.dtype), 1 << max(m - 1, 0).bit_length(), n, k,
-                  _layout(launch), tile_outputs)
+                  _layout(launch))
         config = self._configs.get(bucket)
         if config is None:
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
-                config = tuning.heuristic(kernel.variant, m, n, k, self.pingpong, self.packs, tile_outputs)
+                config = tuning.heuristic(kernel.variant, m, n, k, self.pingpong, self.packs)
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))

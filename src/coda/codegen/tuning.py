@@ -118,15 +118,10 @@ def _wave_fill(tiles: int) -> float:
     return tiles / (math.ceil(tiles / SMS) * SMS)
 
 
-def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True, packs: bool = False,
-              tile_outputs: int = 1) -> Config:
+def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True, packs: bool = False) -> Config:
     """A sound default without timing. On Hopper: the ping-pong kernel when K is short, where
     its epilogue overlapping the other tile's MMAs pays most (`pingpong=False` gives the Triton
-    kernel's configuration there instead: benchmarks/gemm.py times both), unless the epilogue
-    stores two or more tiles (an activation and its saved pre-activation): its 128x128 tiles then
-    spend more on stores than the overlap saves (GPT-2's and BERT's fc1, 16384x3072x768 with
-    `save pre`: 187 against 158 us in 128x256 tiles with the tanh GELU, 287 against 193 with the
-    erf one, benchmarks/results/session16/probe/gelu_erf_probe.json); else 128x256 tiles
+    kernel's configuration there instead: benchmarks/gemm.py times both); else 128x256 tiles
     when there are enough of them to fill the 132 SMs of an H100/H200 (else 128x128; 64 rows,
     one warpgroup, when M is that small: a cross-entropy row block), unless 128x128 tiles fill
     the last wave of the persistent kernel so much better that it outweighs their 1.17x slower
@@ -139,7 +134,7 @@ def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True, packs
     if variant == "hopper":
         if m <= 64:
             return Config(64, 128, 64, 4, 4)
-        if k <= 1024 and pingpong and tile_outputs < 2:
+        if k <= 1024 and pingpong:
             return Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True)
         wide = math.ceil(m / 128) * math.ceil(n / 256)
         if (not packs and (m // 128) * (n // 256) >= SMS
