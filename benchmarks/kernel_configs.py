@@ -95,6 +95,12 @@ def config_label(config: Config) -> str:
             f"s{config.num_stages}e{config.split_epilogue}{'' if config.stage_tiles else 'g'}")
 
 
+def agrees(got: dict[str, torch.Tensor], first: dict[str, torch.Tensor]) -> bool:
+    """Whether one configuration's outputs are the first's, within bf16 rounding of the sums."""
+    return all(torch.allclose(got[k].float(), first[k].float(), rtol=2e-2, atol=2e-2, equal_nan=True)
+               for k in first)
+
+
 def graph_time(fn: Callable[[], object], setup: Setup, reps: int) -> float:
     """µs per call: the median of 5 replays of a CUDA graph of `reps` calls (one untimed call
     under --smoke)."""
@@ -162,8 +168,7 @@ def maps(setup: Setup) -> list[dict]:
             plan = Plan(kernel, config, launch)
             out = plan.run(launch.a, None, launch.values, None, launch.seed)
             first = first or out
-            same = all(torch.allclose(out[k].float(), first[k].float(), rtol=2e-2, atol=2e-2, equal_nan=True)
-                       for k in first)
+            same = agrees(out, first)
             us = graph_time(lambda: plan.run(launch.a, None, launch.values, None, launch.seed), setup, 20)
             label = f"{config.block_m}x{config.block_n}w{config.num_warps}"
             row[label] = round(us, 2) if same else f"WRONG {us:.1f}"
@@ -214,9 +219,9 @@ def llama(setup: Setup) -> list[dict]:
             try:
                 plan = Plan(prog.triton.kernel(launch, chosen), chosen, launch)
                 outputs = plan.run(launch.a, launch.b, launch.values, out, 0)
-                got = {k: v.float().clone() for k, v in outputs.items()}
+                got = {k: v.clone() for k, v in outputs.items()}
                 first = first or got   # every configuration must agree with the heuristic's
-                same = all(torch.allclose(got[k], first[k], rtol=2e-2, atol=2e-2) for k in first)
+                same = agrees(got, first)
                 us = graph_time(lambda: plan.run(launch.a, launch.b, launch.values, out, 0), setup, 10)
                 result[label] = round(us, 1) if same else f"WRONG {us:.1f}"
             except OutOfResources:
