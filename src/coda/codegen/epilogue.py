@@ -58,6 +58,9 @@ class Signature:
     outputs: tuple[str, ...]            # the outputs this launch writes
     tma: frozenset[str] = frozenset()   # tile operands (`op_x`) and outputs (`out_y`) read or
                                         # written through TMA descriptors (Hopper mainloop)
+    reuse: tuple[tuple[str, str], ...] = ()  # ping-pong: (`out_y`, `op_x`) pairs, output y staged
+                                             # in the buffer operand x was staged in (same dtype
+                                             # and width), which the epilogue has read by then
 
 
 def kernel_params(program: Program, sig: Signature) -> list[str]:
@@ -130,38 +133,52 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
     Every TMA tile gets a descriptor and shared-memory buffers of [BLOCK_M, slice width]:
     a tile operand one per column slice per warpgroup, filled by TMA when the warpgroup starts
     the tile's K loop (so the load runs under the MMAs) and waited for before the epilogue;
-    an output one per warpgroup, written by the epilogue and stored by TMA without waiting."""
+    an output one per warpgroup, written by the epilogue and stored by TMA without waiting,
+    or, for an output in `sig.reuse`, its operand's buffer of the slice: then it needs no
+    shared memory of its own, and no wait until the next tile's operands are fetched."""
     tiles = _tma_tiles(program, sig)
     operands = [base for base, _ in tiles if base.startswith("op_")]
+    reuse = dict(sig.reuse)
     prologue = []
     for base, half in tiles:
         cols, block = ("N // 2", "BLOCK_N // EPILOGUE_SPLIT // 2") if half else (
             "N", "BLOCK_N // EPILOGUE_SPLIT")
-        count = "2 * EPILOGUE_SPLIT" if base in operands else "2"
+        count = "CONSUMERS * EPILOGUE_SPLIT" if base in operands else "CONSUMERS"
         prologue += [
             f"{base}_layout: gl.constexpr = smem_layout(BLOCK_M, {block}, {base}_ptr.dtype.element_ty)",
             f"{base}_desc = tma.make_tensor_descriptor({base}_ptr, [M, {cols}], [{base}_s0, 1], "
-            f"[BLOCK_M, {block}], {base}_layout)",
-            f"{base}_bufs = gl.allocate_shared_memory({base}_ptr.dtype.element_ty, "
-            f"[{count}, BLOCK_M, {block}], {base}_layout)"]
+            f"[BLOCK_M, {block}], {base}_layout)"]
+        if base not in reuse:
+            prologue.append(f"{base}_bufs = gl.allocate_shared_memory({base}_ptr.dtype.element_ty, "
+                            f"[{count}, BLOCK_M, {block}], {base}_layout)")
     partition_args, slice_args = [], []
     for param in kernel_params(program, sig):
         base, _, field = param.rpartition("_")
         if base not in sig.tma:
             partition_args.append(param)
             slice_args.append(param)
-        elif field == "ptr":
+        elif field != "ptr":
+            continue
+        elif base in operands:
             partition_args += [f"{base}_desc", f"{base}_bufs"]
-            slice_args += ([f"{base}_bufs.index(WG * EPILOGUE_SPLIT + j)"] if base in operands
-                           else [f"{base}_desc", f"{base}_bufs.index(WG)"])
+            slice_args.append(f"{base}_bufs.index(WG * EPILOGUE_SPLIT + j)")
+        elif base in reuse:
+            partition_args.append(f"{base}_desc")
+            slice_args += [f"{base}_desc", f"{reuse[base]}_bufs.index(WG * EPILOGUE_SPLIT + j)"]
+        else:
+            partition_args += [f"{base}_desc", f"{base}_bufs"]
+            slice_args += [f"{base}_desc", f"{base}_bufs.index(WG)"]
     prefetch, wait = "", ""
     if operands:
-        prologue += ["tiles_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())",
-                     "mbarrier.init(tiles_ready.index(0), count=1)",
-                     "mbarrier.init(tiles_ready.index(1), count=1)"]
+        prologue += ["tiles_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], "
+                     "mbarrier.MBarrierLayout())",
+                     "for w in gl.static_range(CONSUMERS):",
+                     "    mbarrier.init(tiles_ready.index(w), count=1)"]
         partition_args.append("tiles_ready")
         nbytes = " + ".join(f"{base}_desc.block_type.nbytes" for base in operands)
-        prefetch_lines = ["fence_async_shared()  # this warpgroup's reads of the buffers come first",
+        # outputs staged in the operands' buffers are read by their TMA stores until these end
+        prefetch_lines = ["tma.store_wait(0)"] if reuse else []
+        prefetch_lines += ["fence_async_shared()  # this warpgroup's reads of the buffers come first",
                           f"mbarrier.expect(tiles_ready.index(WG), EPILOGUE_SPLIT * ({nbytes}))",
                           "for j in gl.static_range(EPILOGUE_SPLIT):"]
         for base in operands:
@@ -387,9 +404,11 @@ class _Emitter:
         if out.reduction is None:
             base = f"out_{out.name}"
             if base in self.sig.tma and self.gluon:
-                # through this warpgroup's buffer, once the store that last read it is done
-                in_flight = sum(b.startswith("out_") for b in self.sig.tma) - 1
-                self.emit(f"tma.store_wait({in_flight})")
+                # through this warpgroup's buffer, once the store that last read it is done (a
+                # slice's buffer of an operand is free: the epilogue has read it)
+                if base not in dict(self.sig.reuse):
+                    in_flight = sum(b.startswith("out_") for b in self.sig.tma) - 1
+                    self.emit(f"tma.store_wait({in_flight})")
                 self.emit(f"{base}_smem.store({value}.to({base}_desc.dtype))")
                 self.emit("fence_async_shared()")
                 self.emit(f"tma.async_copy_shared_to_global({base}_desc, [pid_m * BLOCK_M, "

@@ -24,7 +24,7 @@ from triton.runtime.errors import OutOfResources
 
 from ..errors import LaunchError
 from ..ir import format_epilogue
-from ..passes.widths import DOUBLE
+from ..passes.widths import DOUBLE, HALF
 from ..runtime.binding import Launch
 from ..runtime.program import Program, interpreter_enabled
 from . import tuning
@@ -362,7 +362,24 @@ def _signature(launch: Launch, variant: str, stage_tiles: bool = True) -> Signat
                     else spec.shape[-1] * spec.dtype.itemsize % 16 == 0):
                 tma.add(f"out_{spec.name}")
     written = tuple(spec.name for spec in launch.outputs)
-    return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma))
+    return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma),
+                     _reuse(launch, tma) if variant == "pingpong" else ())
+
+
+def _reuse(launch: Launch, tma: set[str]) -> tuple[tuple[str, str], ...]:
+    """(output, operand) pairs of TMA tiles of one dtype and width: the ping-pong kernel stages
+    the output of a slice in the buffer its operand came in (epilogue.pingpong_parts)."""
+    widths = launch.program.widths
+    free = {f"op_{name}": (launch.values[name].dtype, widths.operands.get(name) == {HALF})
+            for name, kind in launch.kinds.items() if kind == "tile" and f"op_{name}" in tma}
+    pairs = []
+    for spec in launch.outputs:
+        key = (spec.dtype, widths.outputs[spec.name] == HALF)
+        operand = next((op for op in sorted(free) if free[op] == key), None)
+        if f"out_{spec.name}" in tma and operand is not None:
+            pairs.append((f"out_{spec.name}", operand))
+            del free[operand]
+    return tuple(pairs)
 
 
 def _check_dtypes(launch: Launch) -> None:
