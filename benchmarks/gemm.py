@@ -123,8 +123,7 @@ def mainloop_timings(prog, a, b, used: dict) -> dict[str, float]:
     for config in tuning.CANDIDATES["hopper"]:
         if config.pingpong:
             label = f"coda_pingpong/{config.block_m}x{config.block_n}x{config.block_k}" \
-                    f"s{config.num_stages}e{config.split_epilogue}" \
-                    + (f"c{config.consumers}" if config.consumers != 2 else "")
+                    f"s{config.num_stages}e{config.split_epilogue}"
             timings[label] = time_plan(config)
     timings = {key: ms for key, ms in timings.items() if ms < float("inf")}
     timings["coda_pingpong"] = min(ms for key, ms in timings.items() if key.startswith("coda_pingpong/"))

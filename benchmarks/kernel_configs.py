@@ -90,10 +90,9 @@ class Setup:
 
 def config_label(config: Config) -> str:
     """e.g. `triton128x128s4e2`: mainloop, tile, ring depth, epilogue slices; `g`: the
-    ping-pong epilogue loads its tile operands itself; `c3`: three MMA warpgroups."""
+    ping-pong epilogue loads its tile operands itself."""
     return (f"{'pingpong' if config.pingpong else 'triton'}{config.block_m}x{config.block_n}"
-            f"s{config.num_stages}e{config.split_epilogue}{'' if config.stage_tiles else 'g'}"
-            f"{'' if config.consumers == 2 else f'c{config.consumers}'}")
+            f"s{config.num_stages}e{config.split_epilogue}{'' if config.stage_tiles else 'g'}")
 
 
 def agrees(got: dict[str, torch.Tensor], first: dict[str, torch.Tensor]) -> bool:

@@ -143,7 +143,7 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
     for base, half in tiles:
         cols, block = ("N // 2", "BLOCK_N // EPILOGUE_SPLIT // 2") if half else (
             "N", "BLOCK_N // EPILOGUE_SPLIT")
-        count = "CONSUMERS * EPILOGUE_SPLIT" if base in operands else "CONSUMERS"
+        count = "2 * EPILOGUE_SPLIT" if base in operands else "2"
         prologue += [
             f"{base}_layout: gl.constexpr = smem_layout(BLOCK_M, {block}, {base}_ptr.dtype.element_ty)",
             f"{base}_desc = tma.make_tensor_descriptor({base}_ptr, [M, {cols}], [{base}_s0, 1], "
@@ -170,10 +170,9 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
             slice_args += [f"{base}_desc", f"{base}_bufs.index(WG)"]
     prefetch, wait = "", ""
     if operands:
-        prologue += ["tiles_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], "
-                     "mbarrier.MBarrierLayout())",
-                     "for w in gl.static_range(CONSUMERS):",
-                     "    mbarrier.init(tiles_ready.index(w), count=1)"]
+        prologue += ["tiles_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())",
+                     "mbarrier.init(tiles_ready.index(0), count=1)",
+                     "mbarrier.init(tiles_ready.index(1), count=1)"]
         partition_args.append("tiles_ready")
         nbytes = " + ".join(f"{base}_desc.block_type.nbytes" for base in operands)
         # outputs staged in the operands' buffers are read by their TMA stores until these end

@@ -16,9 +16,8 @@ descriptors (codegen/epilogue.py). EPILOGUE_N is the width of the tile the epilo
   the epilogue optionally run on two or four column slices of the tile to cut its register
   footprint.
 - `pingpong` (sm_90, Gluon): persistent and warp-specialized. A loader warp fills a ring of
-  (A, B) tiles by TMA; CONSUMERS (2 or 3) MMA warpgroups take turns at the tiles and pass the
-  tensor cores on, so each tile's epilogue runs under the other warpgroups' K loops (with three,
-  an epilogue has two K loops' time, and two epilogues run at once). Its program-specific
+  (A, B) tiles by TMA; two MMA warpgroups take alternate tiles and pass the tensor cores back and
+  forth, so each tile's epilogue runs under the other warpgroup's K loop. Its program-specific
   pieces are `{PROLOGUE}` (descriptors and shared-memory buffers of the epilogue's TMA tiles),
   `{PARTITION_ARGS}` (what an MMA warpgroup receives), `{SLICE_ARGS}` (what it passes to the
   epilogue for column slice `j`), `{PREFETCH}` and `{TILES_WAIT}` (the TMA loads of the epilogue's
@@ -206,15 +205,15 @@ def load_partition(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
 
 @gluon.jit
 def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS},
-                  WG: gl.constexpr, CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-                  STAGES: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr, B_N_CONTIGUOUS: gl.constexpr,
+                  WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+                  A_K_CONTIGUOUS: gl.constexpr, B_N_CONTIGUOUS: gl.constexpr,
                   EPILOGUE_SPLIT: gl.constexpr):
-    # Warpgroup WG (0 .. CONSUMERS - 1) takes every CONSUMERS-th tile of the program. The `turn`
-    # barriers pass the tensor cores round: a warpgroup runs its K loop once the one before it
-    # has issued its last MMA, so each warpgroup's epilogue overlaps the others' K loops. The
-    # epilogue's tile operands are fetched by TMA while the K loop runs; its outputs leave by
-    # TMA stores that are waited for only before their buffer is written again.
+    # Warpgroup WG (0 or 1) takes every other tile of the program. The `turn` barriers pass the
+    # tensor cores back and forth: a warpgroup runs its K loop once the other has issued its
+    # last MMA, so each warpgroup's epilogue overlaps the other's K loop. The epilogue's tile
+    # operands are fetched by TMA while the K loop runs; its outputs leave by TMA stores that
+    # are waited for only before their buffer is written again.
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
     row_blocks = gl.cdiv(M, BLOCK_M)
@@ -222,11 +221,11 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_AR
     k_blocks = gl.cdiv(K, BLOCK_K)
     programs = gl.num_programs(0)
     rounds = 0
-    for tile_id in range(gl.program_id(0) + WG * programs, row_blocks * col_blocks, CONSUMERS * programs):
+    for tile_id in range(gl.program_id(0) + WG * programs, row_blocks * col_blocks, 2 * programs):
         pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
-        step = (CONSUMERS * rounds + WG) * k_blocks  # the ring position of this tile's first K block
+        step = (2 * rounds + WG) * k_blocks  # the ring position of this tile's first K block
 {PREFETCH}
-        mbarrier.wait(turn.index(WG), (rounds & 1) ^ (WG == 0))  # warpgroup 0 goes first
+        mbarrier.wait(turn.index(WG), (rounds & 1) ^ (1 - WG))  # warpgroup 0 goes first
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
         for kb in range(k_blocks):
             slot = step % STAGES
@@ -246,7 +245,7 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_AR
             acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1, pred=kb > 0)
             step += 1
-        mbarrier.arrive(turn.index((WG + 1) % CONSUMERS), count=1)
+        mbarrier.arrive(turn.index(1 - WG), count=1)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1)
         # The epilogue sees EPILOGUE_SPLIT column slices of the tile, one after the other.
@@ -263,7 +262,7 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_AR
 def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr,
-              B_N_CONTIGUOUS: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr, CONSUMERS: gl.constexpr,
+              B_N_CONTIGUOUS: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr,
               LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr):
     # A ring of STAGES (A, B) tile pairs. An operand stored transposed (rows along M or N) is
     # loaded as stored and transposed as a view for the MMA.
@@ -279,41 +278,25 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPI
     # turn[w]: warpgroup w may run its K loop.
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=1)
-    for w in gl.static_range(CONSUMERS):
+    for w in gl.static_range(2):
         mbarrier.init(turn.index(w), count=1)
     # The epilogue's TMA tiles: descriptors and staging buffers (codegen/epilogue.py).
 {PROLOGUE}
     fence_async_shared()
-    # the first partition runs on the kernel's own 4 warps (warpgroup 0), the others on theirs
-    if CONSUMERS == 2:
-        gl.warp_specialize([
-            (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS}, 0,
-                             CONSUMERS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
-                             B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
-            (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS}, 1,
-                             CONSUMERS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
-                             B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
-            (load_partition, (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, BLOCK_M, BLOCK_N,
-                              BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS, B_N_CONTIGUOUS)),
-        ], [4, 1], [MMA_REGS, LOAD_REGS])
-    else:
-        gl.warp_specialize([
-            (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS}, 0,
-                             CONSUMERS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
-                             B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
-            (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS}, 1,
-                             CONSUMERS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
-                             B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
-            (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS}, 2,
-                             CONSUMERS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
-                             B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
-            (load_partition, (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, BLOCK_M, BLOCK_N,
-                              BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS, B_N_CONTIGUOUS)),
-        ], [4, 4, 1], [MMA_REGS, MMA_REGS, LOAD_REGS])
+    gl.warp_specialize([
+        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS}, 0,
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
+                         B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
+        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS}, 1,
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
+                         B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
+        (load_partition, (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, BLOCK_M, BLOCK_N,
+                          BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS, B_N_CONTIGUOUS)),
+    ], [4, 1], [MMA_REGS, LOAD_REGS])
 '''
 
 MAP = '''

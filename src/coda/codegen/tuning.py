@@ -34,7 +34,6 @@ class Config:
     stage_tiles: bool = True       # ping-pong: tile operands come by TMA into shared memory
                                    # during the K loop; False: the epilogue loads them itself,
                                    # under the other warpgroup's MMAs (operands too big to stage)
-    consumers: int = 2             # ping-pong: MMA warpgroups taking turns at the tiles (2, 3)
 
     def meta(self, variant: str) -> dict:
         """The kernel's compile-time arguments for this configuration."""
@@ -46,14 +45,11 @@ class Config:
             meta.update(EPILOGUE_SPLIT=self.split_epilogue, FLATTEN=self.flatten,
                         EPILOGUE_N=self.epilogue_block_n)
         if variant == "pingpong":
-            # the MMA warpgroups (4 warps each) and the loader's warpgroup (1 warp working) share
-            # the SM's 64K registers: 168 a thread on average with two MMA warpgroups, 128 with
-            # three; the loader gives all but 40 (32) of its share to the MMA warpgroups
+            # two MMA warpgroups of 4 warps and a 1-warp loader share 168 registers a thread
+            # on average: the loader gives all but 40 of its share to the MMA warpgroups
             del meta["num_stages"]
-            registers = {2: dict(LOAD_REGS=40, MMA_REGS=232, maxnreg=168),
-                         3: dict(LOAD_REGS=32, MMA_REGS=160, maxnreg=128)}[self.consumers]
             meta.update(STAGES=self.num_stages, EPILOGUE_SPLIT=self.split_epilogue,
-                        CONSUMERS=self.consumers, **registers)
+                        LOAD_REGS=40, MMA_REGS=232, maxnreg=168)
         return meta
 
     def mainloop(self, variant: str) -> str:
@@ -80,8 +76,6 @@ CANDIDATES = {
         Config(128, 128, 64, 4, 3, split_epilogue=2, pingpong=True),
         Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True),
         Config(128, 128, 64, 4, 5, split_epilogue=4, pingpong=True),
-        Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True, consumers=3),
-        Config(128, 128, 64, 4, 4, split_epilogue=8, pingpong=True, consumers=3),
     ],
     "portable": [
         Config(128, 128, 32, 4, 4),
