@@ -8,9 +8,8 @@
 
 `run` launches benchmarks/gemm.py's CASE at 16384 x 3072 x 768 (bf16) four times through a ready
 Plan in CONFIG, e.g. "Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True)".
-`stalls` sums the sampled stall reasons of the whole kernel and of
-each ping-pong warpgroup's epilogue code: from just after the warpgroup's wgmma instructions to
-300 instructions before the next warpgroup's (the first) or 100 before the end (the second).
+`stalls` sums the sampled stall reasons and executed instructions of each part of the kernel
+(each MMA warpgroup's set-up, K loop and epilogue; the loader; the wait loops).
 """
 
 from __future__ import annotations
@@ -43,29 +42,46 @@ def run(case: str, config_text: str) -> None:
 
 
 def stalls(path: str, label: str) -> str:
+    """The sampled stall reasons and executed instructions of each part of a ping-pong kernel's
+    SASS: per MMA warpgroup its set-up (prefetch, turn wait), K loop and epilogue, the loader
+    (with the idle warps of its warpgroup), and the wait loops placed after EXIT."""
     rows = list(csv.reader(open(path)))
     header, sass = rows[1], [r for r in rows[2:] if len(r) >= len(rows[1])]
     column = {name: i for i, name in enumerate(header)}
+    source = [r[column["Source"]].strip() for r in sass]
     reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
-    wgmma = [i for i, r in enumerate(sass) if "HGMMA" in r[column["Source"]]]
-    groups = [[wgmma[0]]]   # one run of wgmma instructions per warpgroup
+    wgmma = [i for i, s in enumerate(source) if "HGMMA" in s]
+    groups = [[wgmma[0]]]   # one run of wgmma instructions per warpgroup: the worker's first
     for i in wgmma[1:]:
         if i - groups[-1][-1] < 200:
             groups[-1].append(i)
         else:
             groups.append([i])
-    regions = {"whole kernel": (0, len(sass)),
-               "warpgroup 0 epilogue": (groups[0][-1] + 15, groups[1][0] - 300),
-               "warpgroup 1 epilogue": (groups[1][-1] + 15, len(sass) - 100)}
+    end = next(i for i, s in enumerate(source) if s.startswith("EXIT"))
+    loader = next(i for i, s in enumerate(source) if "USETMAXREG.DEALLOC.CTAPOOL 0x28" in s)
+
+    def part(i: int) -> str:
+        if i > end:
+            return "wait loops"
+        if i < groups[0][0] - 20:
+            return "warpgroup 1 set-up"
+        if i <= groups[0][-1] + 20:
+            return "warpgroup 1 K loop"
+        if i < loader:
+            return "warpgroup 1 epilogue"
+        if i < groups[1][0] - 20:
+            return "loader, idle warps, warpgroup 0 set-up"
+        return "warpgroup 0 K loop" if i <= groups[1][-1] + 20 else "warpgroup 0 epilogue"
+
+    samples, executed = collections.defaultdict(collections.Counter), collections.Counter()
+    for i, r in enumerate(sass):
+        samples[part(i)].update({reason[6:]: int(r[column[reason]] or 0) for reason in reasons})
+        executed[part(i)] += int(r[column["Instructions Executed"]] or 0)
     lines = [f"## {label}: {len(sass)} SASS instructions"]
-    for name, (lo, hi) in regions.items():
-        count = collections.Counter()
-        for r in sass[lo:hi]:
-            for reason in reasons:
-                count[reason[6:]] += int(r[column[reason]] or 0)
+    for name, count in samples.items():
         total = sum(count.values())
-        lines.append(f"{name} [{lo}, {hi}): {total} samples; "
-                     + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in count.most_common(6)))
+        lines.append(f"{name}: {total} samples, {executed[name]} warp instructions; "
+                     + ", ".join(f"{k} {100 * v / max(total, 1):.0f}%" for k, v in count.most_common(5)))
     return "\n".join(lines)
 
 
