@@ -12,3 +12,6 @@ timeout 280 python benchmarks/gemm.py --no-compile \
   --json $OUT/gemm_fastpath.json > $OUT/gemm_fastpath.log 2>&1
 grep "cublas median" $OUT/gemm_fastpath.log
 python benchmarks/report.py --gemm $OUT/gemm_fastpath.json 2>&1 | tail -30
+# (fourth call, after the heuristic's change to 2 slices; its log is gpu_tests_final.txt)
+# CODA_AUTOTUNE=0 python -m pytest -q -n 8 -p no:cacheprovider tests/gpu/test_triton_gpu.py \
+#   tests/gpu/test_ops_linear.py tests/gpu/test_ops_gated.py tests/gpu/test_nn_gpt.py
