@@ -58,6 +58,7 @@ def stalls(path: str, label: str) -> str:
         else:
             groups.append([i])
     end = next(i for i, s in enumerate(source) if s.startswith("EXIT"))
+    # the loader partition starts by giving its registers back down to LOAD_REGS = 40 (0x28)
     loader = next(i for i, s in enumerate(source) if "USETMAXREG.DEALLOC.CTAPOOL 0x28" in s)
 
     def part(i: int) -> str:
