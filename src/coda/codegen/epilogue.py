@@ -107,14 +107,16 @@ def epilogue_args(program: Program, sig: Signature, gluon: bool = False) -> list
     return args
 
 
+def half_width(program: Program, base: str) -> bool:
+    """Whether the tile operand `op_x` or output `out_y` lies in the [M, N/2] domain."""
+    if base.startswith("op_"):
+        return program.widths.operands.get(base[3:]) == {HALF}
+    return program.widths.outputs[base[4:]] == HALF
+
+
 def _tma_tiles(program: Program, sig: Signature) -> list[tuple[str, bool]]:
     """(name, whether in the [M, N/2] domain) of every tile read or written through TMA."""
-    tiles = []
-    for base in sorted(sig.tma):
-        half = program.widths.operands.get(base[3:]) == {HALF} if base.startswith("op_") else (
-            program.widths.outputs[base[4:]] == HALF)
-        tiles.append((base, half))
-    return tiles
+    return [(base, half_width(program, base)) for base in sorted(sig.tma)]
 
 
 def descriptor_prologue(program: Program, sig: Signature) -> str:

@@ -24,7 +24,7 @@ from triton.runtime.errors import OutOfResources
 
 from ..errors import LaunchError
 from ..ir import format_epilogue
-from ..passes.widths import DOUBLE, HALF
+from ..passes.widths import DOUBLE
 from ..runtime.binding import Launch
 from ..runtime.program import Program, interpreter_enabled
 from . import tuning
@@ -33,6 +33,7 @@ from .epilogue import (
     descriptor_prologue,
     epilogue_args,
     generate_epilogue,
+    half_width,
     kernel_params,
     pingpong_parts,
 )
@@ -369,15 +370,18 @@ def _signature(launch: Launch, variant: str, stage_tiles: bool = True) -> Signat
 def _reuse(launch: Launch, tma: set[str]) -> tuple[tuple[str, str], ...]:
     """(output, operand) pairs of TMA tiles of one dtype and width: the ping-pong kernel stages
     the output of a slice in the buffer its operand came in (epilogue.pingpong_parts)."""
-    widths = launch.program.widths
-    free = {f"op_{name}": (launch.values[name].dtype, widths.operands.get(name) == {HALF})
+    program = launch.program
+    free = {f"op_{name}": (launch.values[name].dtype, half_width(program, f"op_{name}"))
             for name, kind in launch.kinds.items() if kind == "tile" and f"op_{name}" in tma}
     pairs = []
     for spec in launch.outputs:
-        key = (spec.dtype, widths.outputs[spec.name] == HALF)
+        base = f"out_{spec.name}"
+        if base not in tma:
+            continue
+        key = (spec.dtype, half_width(program, base))
         operand = next((op for op in sorted(free) if free[op] == key), None)
-        if f"out_{spec.name}" in tma and operand is not None:
-            pairs.append((f"out_{spec.name}", operand))
+        if operand is not None:
+            pairs.append((base, operand))
             del free[operand]
     return tuple(pairs)
 
