@@ -1,7 +1,7 @@
 """GEMM + epilogue benchmark: CODA against cuBLAS, cuBLASLt, eager PyTorch and torch.compile.
 
     python benchmarks/gemm.py [--shapes 16384x3072x768,...] [--cases plain,bias_gelu,...]
-                              [--no-compile] [--json benchmarks/results/gemm.json]
+                              [--no-compile] [--rounds 5] [--json benchmarks/results/gemm.json]
 
 Runs every competitor side by side in one process on one GPU, bf16 operands, B given as an
 nn.Linear weight (W [N, K], B = W.T). Times are medians of `triton.testing.do_bench`; the cuBLAS
@@ -10,7 +10,9 @@ plain GEMM, every ratio's reference, is timed before each case and the median ta
 On Hopper, CODA's two sm_90 mainloops are also timed one by one, launched through a ready
 `Plan` (no per-call binding): `coda_hopper` (the persistent Triton kernel in its heuristic
 configuration) and `coda_pingpong` (the warp-specialized Gluon kernel, best of its candidate
-configurations, each recorded as `coda_pingpong/<config>`).
+configurations, each recorded as `coda_pingpong/<config>`). Each case's fastest CODA kernel is
+then timed back to back with the fastest plain one, `--rounds` times (`coda_over_plain_paired`:
+the ratios and their median, what docs/performance.md's fast-path table reports).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import platform
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -103,31 +106,41 @@ def bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def mainloop_timings(prog, a, b, used: dict) -> dict[str, float]:
-    """CODA's sm_90 mainloops one by one, each launched through a ready Plan."""
+def mainloop_runs(prog, a, b, used: dict) -> dict[str, Callable[[], object]]:
+    """CODA's sm_90 mainloops one by one, each launched through a ready Plan: `coda_hopper` and
+    every ping-pong candidate `coda_pingpong/<config>` (none where CODA would not take them)."""
     from coda.codegen import tuning
 
     launch = prog.bind(a, b, seed=1, **used)
     if prog.triton.kernel(launch).variant != "hopper":
         return {}
 
-    def time_plan(config) -> float:
+    def run_plan(config) -> Callable[[], object] | None:
         try:
             plan, _ = prog.triton.start(launch, config)
         except OutOfResources:  # this program's staging buffers and this ring exceed shared memory
-            return float("inf")
-        return bench(lambda: plan.run(launch.a, launch.b, launch.values, None, launch.seed))
+            return None
+        return lambda: plan.run(launch.a, launch.b, launch.values, None, launch.seed)
 
     m, n, k = launch.m, launch.n, launch.k
-    timings = {"coda_hopper": time_plan(tuning.heuristic("hopper", m, n, k, pingpong=False))}
+    runs = {"coda_hopper": run_plan(tuning.heuristic("hopper", m, n, k, pingpong=False))}
     for config in tuning.CANDIDATES["hopper"]:
         if config.pingpong:
             label = f"coda_pingpong/{config.block_m}x{config.block_n}x{config.block_k}" \
                     f"s{config.num_stages}e{config.split_epilogue}"
-            timings[label] = time_plan(config)
-    timings = {key: ms for key, ms in timings.items() if ms < float("inf")}
-    timings["coda_pingpong"] = min(ms for key, ms in timings.items() if key.startswith("coda_pingpong/"))
-    return timings
+            runs[label] = run_plan(config)
+    return {label: run for label, run in runs.items() if run is not None}
+
+
+def paired_ratios(run: Callable[[], object], plain: Callable[[], object], rounds: int) -> list[float]:
+    """A fused kernel's time over the plain one's, timed back to back `rounds` times: under the
+    H200's power cap the clock drifts by up to 10% within a shape's cases (docs/performance.md),
+    and a ratio of two timings taken a minute apart carries that drift; one of neighbours does not."""
+    ratios = []
+    for _ in range(rounds):
+        base = triton.testing.do_bench(plain, warmup=10, rep=40, return_mode="median")
+        ratios.append(triton.testing.do_bench(run, warmup=10, rep=40, return_mode="median") / base)
+    return ratios
 
 
 def main() -> None:
@@ -136,6 +149,9 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument("--json", default="benchmarks/results/gemm.json")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="back-to-back timings of each case's fastest CODA kernel and the plain one "
+                             "(0: none)")
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     cases = args.cases.split(",")
@@ -150,14 +166,19 @@ def main() -> None:
         # cuBLAS's plain GEMM is timed again before every case and its median is the shape's
         # reference: under the H200's power cap the clock drifts within a shape's cases (a first
         # timing on a cool GPU measured 346 us where the same call took 393 us a minute later)
-        cublas_runs, timed = [], []
+        cublas_runs, timed, fastest = [], [], {}
         for case in cases:
             spec, prog = CASES[case], programs[case]
             cublas_runs.append(bench(lambda a=a, w=w: a @ w.T))
             used = {k_: v for k_, v in ops.items() if k_ in prog.ir.params}
-            timings = {"coda": bench(lambda: prog(a, w.T, seed=1, **used)),
-                       **mainloop_timings(prog, a, w.T, used),
-                       "eager": bench(lambda: spec["eager"](a, w, ops))}
+            coda_runs = {"coda": lambda prog=prog, used=used: prog(a, w.T, seed=1, **used),
+                         **mainloop_runs(prog, a, w.T, used)}
+            timings = {label: bench(run) for label, run in coda_runs.items()}
+            pingpong = [label for label in timings if label.startswith("coda_pingpong/")]
+            if pingpong:
+                timings["coda_pingpong"] = min(timings[label] for label in pingpong)
+            fastest[case] = coda_runs[min(coda_runs, key=timings.get)]
+            timings["eager"] = bench(lambda: spec["eager"](a, w, ops))
             if spec["lt"] is not None:
                 timings["cublaslt"] = bench(lambda: spec["lt"](a, w, ops))
             if not args.no_compile:
@@ -174,6 +195,14 @@ def main() -> None:
                                  tflops=flops / ms / 1e9, over_cublas=ms / cublas))
         rows.append(dict(shape=[m, n, k], case="plain", impl="cublas", ms=cublas, runs=cublas_runs,
                          tflops=flops / cublas / 1e9, over_cublas=1.0))
+        if args.rounds and "plain" in fastest:
+            for case, run in fastest.items():
+                if case != "plain":
+                    ratios = paired_ratios(run, fastest["plain"], args.rounds)
+                    rows.append(dict(shape=[m, n, k], case=case, impl="coda_over_plain_paired",
+                                     ratio=statistics.median(ratios), ratios=ratios))
+                    print(f"{m}x{n}x{k} {case:28s} over plain, paired: median "
+                          f"{statistics.median(ratios):.3f} of {[round(r, 3) for r in ratios]}", flush=True)
         print(f"{m}x{n}x{k} cublas median {cublas * 1e3:.1f}us of {len(cublas_runs)} timings "
               f"({min(cublas_runs) * 1e3:.1f}-{max(cublas_runs) * 1e3:.1f})", flush=True)
         write(Path(args.json), rows)   # after every shape: a run cut short keeps what it measured

@@ -89,3 +89,15 @@ def test_gemm_table_holds_the_best_coda_time_to_its_best_plain_time(report, tmp_
     assert gelu[2:9] == ["114", "140", "126", "1.10 ✓", "≤ 1.10", "133", "— |"]   # 126 / 115
     assert table[("| 8192×8192×8192", "bias_gelu")][5:7] == ["1.06 ✗", "≤ 1.05"]
     assert ("| 16384×3072×768", "plain") in table and len(table) == 6   # header, rule, 4 rows
+
+
+def test_gemm_table_prefers_the_back_to_back_ratio(report, tmp_path):
+    shape = [16384, 3072, 768]
+    rows = [dict(shape=shape, case="plain", impl="coda", ms=0.120), dict(shape=shape, case="plain", impl="cublas",
+                                                                         ms=0.114),
+            dict(shape=shape, case="residual", impl="coda", ms=0.150),   # 1.25 of the best times
+            dict(shape=shape, case="residual", impl="coda_over_plain_paired", ratio=1.08, ratios=[1.07, 1.08, 1.2])]
+    path = tmp_path / "gemm.json"
+    path.write_text(json.dumps(dict(results=rows)))
+    line = next(line for line in report.gemm_table(path).splitlines() if "residual" in line)
+    assert line.split(" | ")[5] == "1.08 ✓"

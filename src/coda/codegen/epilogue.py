@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..ir import Node
+from ..passes.edges import zero_past_edge
 from ..passes.widths import DOUBLE, FULL, HALF
 from ..primitives import PRIMITIVES
 
@@ -197,19 +198,23 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
             "{PREFETCH}": prefetch, "{TILES_WAIT}": wait}
 
 
-def generate_epilogue(program: Program, sig: Signature, gluon: bool = False) -> str:
+def generate_epilogue(program: Program, sig: Signature, gluon: bool = False, input_zero: bool = False) -> str:
     """The source of `epilogue(acc, pid_m, tile_n, M, N, seed, ..., BLOCK_M, BLOCK_N)`.
 
     With `gluon` (the ping-pong mainloop) the tensors made from nothing, index ranges and
     constants, take the layout of the values they meet (the accumulator's, or that of its column
     pairs after `unpack`), and TMA tiles are read from and written to the shared-memory buffers
-    the mainloop stages them in; the rest of the code is the same for both front ends."""
-    return _Emitter(program, sig, gluon).run()
+    the mainloop stages them in; the rest of the code is the same for both front ends.
+    `input_zero` says the mainloop's accumulator is zero past the output's edges (its A and B
+    are read zero-filled there): reductions of values that are then zero too need no masks
+    (passes/edges.py)."""
+    return _Emitter(program, sig, gluon, input_zero).run()
 
 
 class _Emitter:
-    def __init__(self, program: Program, sig: Signature, gluon: bool):
+    def __init__(self, program: Program, sig: Signature, gluon: bool, input_zero: bool):
         self.program = program
+        self.input_zero = input_zero
         self.gluon = gluon  # Gluon: new tensors need a layout (see generate_epilogue)
         self.kinds = dict(sig.kinds)
         self.sig = sig
@@ -350,21 +355,21 @@ class _Emitter:
             value = f"tl.load({base}_ptr)" if name in self.sig.scalar_tensors else base
             return f"{self.full('0.0', width)} + {value}"
         if kind == "row":
-            return (f"tl.load({base}_ptr + {d.rows} * {base}_s0, mask={d.mask_rows}, "
-                    f"other=0.0).to(tl.float32)[:, None]")
+            return (f"cm.to_float(tl.load({base}_ptr + {d.rows} * {base}_s0, mask={d.mask_rows}, "
+                    f"other=0.0))[:, None]")
         if kind == "col":
-            return (f"tl.load({base}_ptr + {d.cols} * {base}_s0, mask={d.mask_cols}, "
-                    f"other=0.0).to(tl.float32)[None, :]")
+            return (f"cm.to_float(tl.load({base}_ptr + {d.cols} * {base}_s0, mask={d.mask_cols}, "
+                    f"other=0.0))[None, :]")
         return self.load_tile(base, width)
 
     def load_tile(self, base: str, width: str) -> str:
         d = _DOMAIN[width]
         if base in self.sig.tma and self.gluon:  # staged in shared memory by the mainloop
-            return f"{base}_smem.load({d.like}.type.layout).to(tl.float32)"
+            return f"cm.to_float({base}_smem.load({d.like}.type.layout))"
         if base in self.sig.tma:
-            return f"{base}_desc.load([pid_m * BLOCK_M, tile_n * {d.block}]).to(tl.float32)"
+            return f"cm.to_float({base}_desc.load([pid_m * BLOCK_M, tile_n * {d.block}]))"
         ptr = f"{base}_ptr + {d.rows}[:, None] * {base}_s0 + {d.cols}[None, :] * {base}_s1"
-        return f"tl.load({ptr}, mask={self.mask2d(width)}, other=0.0).to(tl.float32)"
+        return f"cm.to_float(tl.load({ptr}, mask={self.mask2d(width)}, other=0.0))"
 
     def unpack(self, node: Node) -> str:
         source = node.args[0]
@@ -427,7 +432,13 @@ class _Emitter:
         fill = "float('-inf')" if is_max else "0.0"
         part = f"{out.name}_tile"
         combine = "tl.max" if is_max else "tl.sum"
-        self.emit(f"{part} = tl.where({self.mask2d(width)}, {value}, {fill})")
+        # Past the edge along the reduced axis a value must not count (past it along the other
+        # axis the partial is not stored); where it is zero there already, a sum needs no mask.
+        across = "row" if out.axis == "col" else "col"
+        if is_max or not zero_past_edge(out.value, across, self.kinds, self.input_zero):
+            mask = f"{d.mask_rows}[:, None]" if across == "row" else f"{d.mask_cols}[None, :]"
+            value = f"tl.where({mask}, {value}, {fill})"
+        self.emit(f"{part} = {value}")
         if out.axis == "col":
             self.emit(f"tl.store(red_{out.name}_ptr + pid_m * {d.size} + {d.cols}, "
                       f"{combine}({part}, axis=0), mask={d.mask_cols})")

@@ -161,7 +161,7 @@ class TritonProgram:
         for placeholder, text in parts.items():
             mainloop = mainloop.replace(placeholder, text)
         source = (HEADER.format(NAME=self.program.name, VARIANT=variant)
-                  + generate_epilogue(self.program, sig, gluon) + mainloop
+                  + generate_epilogue(self.program, sig, gluon, input_zero=variant != "portable") + mainloop
                   + generate_finish(self.program, sig))
         digest = hashlib.sha256(source.encode()).hexdigest()[:20]
         path = tuning.cache_dir() / "kernels" / f"{self.program.name}_{digest}.py"
