@@ -93,10 +93,11 @@ def test_gemm_table_holds_the_best_coda_time_to_its_best_plain_time(report, tmp_
 
 def test_gemm_table_prefers_the_back_to_back_ratio(report, tmp_path):
     shape = [16384, 3072, 768]
-    rows = [dict(shape=shape, case="plain", impl="coda", ms=0.120), dict(shape=shape, case="plain", impl="cublas",
-                                                                         ms=0.114),
+    rows = [dict(shape=shape, case="plain", impl="coda", ms=0.120),
+            dict(shape=shape, case="plain", impl="cublas", ms=0.114),
             dict(shape=shape, case="residual", impl="coda", ms=0.150),   # 1.25 of the best times
-            dict(shape=shape, case="residual", impl="coda_over_plain_paired", ratio=1.08, ratios=[1.07, 1.08, 1.2])]
+            dict(shape=shape, case="residual", impl="coda_over_plain_paired", ratio=1.08,
+                 ratios=[1.07, 1.08, 1.2])]
     path = tmp_path / "gemm.json"
     path.write_text(json.dumps(dict(results=rows)))
     line = next(line for line in report.gemm_table(path).splitlines() if "residual" in line)

@@ -47,7 +47,8 @@ def test_a_portable_accumulator_is_not_zero_past_the_edge():
 def test_generated_sums_drop_the_selects_they_do_not_need():
     prog = coda.compile("EPILOGUE(pre: tile) { output = input * gelu_grad(pre); db = col_sum(output);"
                         " m = row_max(output); lse = row_logsumexp(input); }")
-    sig = Signature(kinds=(("pre", "tile"),), scalar_tensors=frozenset(), outputs=("output", "db", "m", "lse"))
+    sig = Signature(kinds=(("pre", "tile"),), scalar_tensors=frozenset(),
+                    outputs=("output", "db", "m", "lse"))
     tma = generate_epilogue(prog, sig, input_zero=True)
     assert "db_tile = tl.broadcast_to" in tma                      # a sum of zeros past M
     assert "m_tile = tl.where(mask_n[None, :]" in tma             # a maximum is always masked,

@@ -355,11 +355,11 @@ class _Emitter:
             value = f"tl.load({base}_ptr)" if name in self.sig.scalar_tensors else base
             return f"{self.full('0.0', width)} + {value}"
         if kind == "row":
-            return (f"cm.to_float(tl.load({base}_ptr + {d.rows} * {base}_s0, mask={d.mask_rows}, "
-                    f"other=0.0))[:, None]")
+            return (f"tl.load({base}_ptr + {d.rows} * {base}_s0, mask={d.mask_rows}, "
+                    f"other=0.0).to(tl.float32)[:, None]")
         if kind == "col":
-            return (f"cm.to_float(tl.load({base}_ptr + {d.cols} * {base}_s0, mask={d.mask_cols}, "
-                    f"other=0.0))[None, :]")
+            return (f"tl.load({base}_ptr + {d.cols} * {base}_s0, mask={d.mask_cols}, "
+                    f"other=0.0).to(tl.float32)[None, :]")
         return self.load_tile(base, width)
 
     def load_tile(self, base: str, width: str) -> str:

@@ -33,9 +33,10 @@ def tanh(x):
 
 @triton.jit
 def to_float(x):
-    """x as float32. A bfloat16 value is the high half of its float32: a pair of them, packed in
-    one register, becomes two float32 with one `and` and one shift (the conversion Triton
-    emits moves the high half down and back up: three instructions a pair)."""
+    """A tile as float32. A bfloat16 value is the high half of its float32: a pair of them, packed
+    in one register, becomes two float32 with one `and` and one shift (the conversion Triton
+    emits moves the high half down and back up: three instructions a pair). Tiles only: every
+    thread holds an even number of their elements."""
     if FAST_MATH and x.dtype == tl.bfloat16:
         return tl.inline_asm_elementwise("and.b32 $1, $2, 0xffff0000;\n\tshl.b32 $0, $2, 16;", "=r,=r,r",
                                          [x], dtype=tl.float32, is_pure=True, pack=2)
