@@ -102,8 +102,8 @@ def operands(m: int, n: int) -> dict:
             "p": P}
 
 
-def bench(fn) -> float:
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+def bench(fn, warmup: int = 25, rep: int = 100) -> float:
+    return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
 def mainloop_runs(prog, a, b, used: dict) -> dict[str, Callable[[], object]]:
@@ -138,8 +138,8 @@ def paired_ratios(run: Callable[[], object], plain: Callable[[], object], rounds
     and a ratio of two timings taken a minute apart carries that drift; one of neighbours does not."""
     ratios = []
     for _ in range(rounds):
-        base = triton.testing.do_bench(plain, warmup=10, rep=40, return_mode="median")
-        ratios.append(triton.testing.do_bench(run, warmup=10, rep=40, return_mode="median") / base)
+        base = bench(plain, warmup=10, rep=40)
+        ratios.append(bench(run, warmup=10, rep=40) / base)
     return ratios
 
 
@@ -199,10 +199,11 @@ def main() -> None:
             for case, run in fastest.items():
                 if case != "plain":
                     ratios = paired_ratios(run, fastest["plain"], args.rounds)
+                    ratio = statistics.median(ratios)
                     rows.append(dict(shape=[m, n, k], case=case, impl="coda_over_plain_paired",
-                                     ratio=statistics.median(ratios), ratios=ratios))
-                    print(f"{m}x{n}x{k} {case:28s} over plain, paired: median "
-                          f"{statistics.median(ratios):.3f} of {[round(r, 3) for r in ratios]}", flush=True)
+                                     ratio=ratio, ratios=ratios))
+                    print(f"{m}x{n}x{k} {case:28s} over plain, paired: median {ratio:.3f} of "
+                          f"{[round(r, 3) for r in ratios]}", flush=True)
         print(f"{m}x{n}x{k} cublas median {cublas * 1e3:.1f}us of {len(cublas_runs)} timings "
               f"({min(cublas_runs) * 1e3:.1f}-{max(cublas_runs) * 1e3:.1f})", flush=True)
         write(Path(args.json), rows)   # after every shape: a run cut short keeps what it measured

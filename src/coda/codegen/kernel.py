@@ -38,7 +38,7 @@ from .epilogue import (
     pingpong_parts,
 )
 from .finish import generate_finish, merge_tile
-from .mainloops import HEADER, MAINLOOPS
+from .mainloops import HEADER, MAINLOOPS, ZERO_PAST_EDGES
 from .tuning import Config
 
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -161,7 +161,7 @@ class TritonProgram:
         for placeholder, text in parts.items():
             mainloop = mainloop.replace(placeholder, text)
         source = (HEADER.format(NAME=self.program.name, VARIANT=variant)
-                  + generate_epilogue(self.program, sig, gluon, input_zero=variant != "portable") + mainloop
+                  + generate_epilogue(self.program, sig, gluon, variant in ZERO_PAST_EDGES) + mainloop
                   + generate_finish(self.program, sig))
         digest = hashlib.sha256(source.encode()).hexdigest()[:20]
         path = tuning.cache_dir() / "kernels" / f"{self.program.name}_{digest}.py"
