@@ -1,11 +1,11 @@
 """Nineteenth session: dropout's keep bits drawn under the ping-pong kernel's K loop, against
 drawn in the epilogue.
 
-    python draw_probe.py --json out.json
+    python draw_probe.py --json out.json      # at commit 09ca67f: the drawing was reverted after it
 
-Since this session the ping-pong kernel's MMA warpgroup draws the Philox numbers of its next
+At commit 09ca67f the ping-pong kernel's MMA warpgroup drew the Philox numbers of its next
 epilogue between issuing a K block's MMA and waiting for the one before, four keep bits a
-call (tl_math.keep_codes), where its issue slots are free; the epilogue only unpacks them.
+call (tl_math.keep_codes), where its issue slots are free; the epilogue only unpacked them.
 Each dropout program is built both ways (the old way by switching `epilogue.drawn_ahead` off)
 in 2 and 4 slices and timed back to back (gemm.py's paired_ratios): ahead over in-epilogue,
 and each over the plain GEMM.

@@ -115,28 +115,6 @@ def half_width(program: Program, base: str) -> bool:
     return program.widths.outputs[base[4:]] == HALF
 
 
-#: The most column slices a ping-pong configuration cuts a tile into (8: the epilogue then loads
-#: its tile operands itself, kernel.py), each with its own dropout keep bits.
-MAX_SLICES = 8
-
-
-def drawn_ahead(program: Program, sig: Signature) -> str | None:
-    """The ping-pong kernel draws dropout's keep bits under its K loop (tl_math.keep_codes),
-    where the MMA warpgroup's issue slots are free, when every dropout of the full-width domain
-    uses one probability that is a constant or a scalar operand: then this gives that value's
-    expression in the kernel, and the epilogue receives the bits of its slice."""
-    probabilities = {n.args[1] for n in program.ir.nodes()
-                     if n.op == "dropout" and program.widths.nodes[n] == FULL}
-    if len(probabilities) != 1:
-        return None
-    p = probabilities.pop()
-    if p.op == "const":
-        return repr(float(p.arg))
-    if p.op == "operand" and dict(sig.kinds)[p.arg] == "scalar":
-        return f"tl.load(op_{p.arg}_ptr)" if p.arg in sig.scalar_tensors else f"op_{p.arg}"
-    return None
-
-
 def _tma_tiles(program: Program, sig: Signature) -> list[tuple[str, bool]]:
     """(name, whether in the [M, N/2] domain) of every tile read or written through TMA."""
     return [(base, half_width(program, base)) for base in sorted(sig.tma)]
@@ -193,26 +171,6 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
         else:
             partition_args += [f"{base}_desc", f"{base}_bufs"]
             slice_args += [f"{base}_desc", f"{base}_bufs.index(WG)"]
-    keep = {"{KEEP_INIT}": "", "{KEEP_DRAW}": "", "{KEEP_REST}": ""}
-    p = drawn_ahead(program, sig)
-    if p is not None:
-        names = [f"keep_{j}" for j in range(MAX_SLICES)]
-        slice_args.append(f"({', '.join(names)})[j]")
-        keep["{KEEP_INIT}"] = "\n".join("        " + line for line in [
-            "keep_rows, keep_cols, keep_0 = keep_ahead_start(pid_m, acc_layout, BLOCK_M, BLOCK_N,"
-            " EPILOGUE_SPLIT)",
-            f"{', '.join(names[1:])} = {', '.join(['keep_0'] * (MAX_SLICES - 1))}",
-            f"keep_threshold = cm.keep_threshold({p})"])
-        draw = "keep_{j} = draw_keep(seed, keep_rows, keep_cols, keep_threshold, " \
-               "pid_n * EPILOGUE_SPLIT + {j})"
-        # slice j's bits after the MMA of K block j + 1 is issued (that of block j still runs);
-        # those of slices past the last K block after the loop
-        keep["{KEEP_DRAW}"] = "\n".join(
-            f"            if EPILOGUE_SPLIT > {j} and kb == {j + 1}:\n                " + draw.format(j=j)
-            for j in range(MAX_SLICES))
-        keep["{KEEP_REST}"] = "\n".join(
-            f"        if EPILOGUE_SPLIT > {j} and k_blocks <= {j + 1}:\n            " + draw.format(j=j)
-            for j in range(MAX_SLICES))
     prefetch, wait = "", ""
     if operands:
         prologue += ["tiles_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())",
@@ -237,7 +195,7 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
     return {"{PROLOGUE}": "\n".join("    " + line for line in prologue),
             "{PARTITION_ARGS}": join(f", {a}" for a in partition_args),
             "{SLICE_ARGS}": join(f", {a}" for a in slice_args),
-            "{PREFETCH}": prefetch, "{TILES_WAIT}": wait, **keep}
+            "{PREFETCH}": prefetch, "{TILES_WAIT}": wait}
 
 
 def generate_epilogue(program: Program, sig: Signature, gluon: bool = False, input_zero: bool = False) -> str:
@@ -264,8 +222,6 @@ class _Emitter:
         self.lines: list[str] = []
         self.names: dict[Node, str] = {}
         self.unpacked: dict[Node, tuple[str, str]] = {}
-        # Gluon: the keep bits of full-width dropouts arrive drawn (drawn_ahead)
-        self.drawn_ahead = drawn_ahead(program, sig) if gluon else None
 
     def emit(self, line: str) -> None:
         self.lines.append("    " + line)
@@ -294,8 +250,7 @@ class _Emitter:
 
     def run(self) -> str:
         params = ", ".join(["acc", "pid_m", "tile_n", "M", "N", "seed",
-                            *epilogue_args(self.program, self.sig, self.gluon),
-                            *["keep_codes"] * (self.drawn_ahead is not None), "BLOCK_M: tl.constexpr",
+                            *epilogue_args(self.program, self.sig, self.gluon), "BLOCK_M: tl.constexpr",
                             "BLOCK_N: tl.constexpr", "RAGGED_N: tl.constexpr = True"])
         self.emit(f"rows = pid_m * BLOCK_M + {self.arange('BLOCK_M', 0, 'acc')}")
         self.emit(f"cols = tile_n * BLOCK_N + {self.arange('BLOCK_N', 1, 'acc')}")
@@ -380,8 +335,6 @@ class _Emitter:
         holds whole blocks of the stream; values of the half-width domain (whose threads hold
         single columns) draw in `_DRAW_LAYOUT` and move over."""
         width = self.domains[node]
-        if width == FULL and self.drawn_ahead is not None:
-            return f"gl.convert_layout(cm.keep_mask(keep_codes, BLOCK_M, BLOCK_N), {x}.type.layout)"
         d = _DOMAIN[width]
         rows, cols = d.rows, d.cols
         if self.gluon and width != "full":

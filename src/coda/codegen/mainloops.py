@@ -181,28 +181,6 @@ def column_slices(tile, SPLIT: gl.constexpr):
 
 
 @gluon.jit
-def keep_ahead_start(pid_m, acc_layout: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                     SPLIT: gl.constexpr):
-    # dropout drawn ahead: a column slice's row and column indices in its layout, and zero keep
-    # bits to start from
-    like = column_slices(gl.zeros([BLOCK_M, BLOCK_N], gl.int32, acc_layout), SPLIT)[0]
-    rows = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, like.type.layout))
-    cols = gl.arange(0, BLOCK_N // SPLIT, layout=gl.SliceLayout(0, like.type.layout))
-    return rows, cols, cm.block_corners(like, BLOCK_M, BLOCK_N // SPLIT).to(gl.uint32)
-
-
-@gluon.jit
-def draw_keep(seed, rows, cols, threshold, tile_n):
-    # dropout's keep bits for column slice `tile_n` (in slice widths) of the tile. The columns
-    # pass through an opaque move: else LLVM hoists the (loop-invariant) draw out of the K loop.
-    BLOCK_M: gl.constexpr = rows.shape[0]
-    SLICE_N: gl.constexpr = cols.shape[0]
-    cols = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [tile_n * SLICE_N + cols],
-                                     dtype=gl.int32, is_pure=False, pack=1)
-    return cm.keep_codes(seed, rows, cols, threshold, BLOCK_M, SLICE_N)
-
-
-@gluon.jit
 def load_partition(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr,
@@ -249,7 +227,6 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_AR
 {PREFETCH}
         mbarrier.wait(turn.index(WG), (rounds & 1) ^ (1 - WG))  # warpgroup 0 goes first
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
-{KEEP_INIT}
         for kb in range(k_blocks):
             slot = step % STAGES
             mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
@@ -264,7 +241,6 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_AR
             else:
                 b_tile = b.permute((1, 0))
             acc = warpgroup_mma(a_tile, b_tile, acc, is_async=True)
-{KEEP_DRAW}
             # one MMA stays in flight; the one before it is done, so its slot goes back
             acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1, pred=kb > 0)
@@ -272,7 +248,6 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_AR
         mbarrier.arrive(turn.index(1 - WG), count=1)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1)
-{KEEP_REST}
         # The epilogue sees EPILOGUE_SPLIT column slices of the tile, one after the other.
 {TILES_WAIT}
         slices = column_slices(acc, EPILOGUE_SPLIT)

@@ -143,50 +143,18 @@ def block_corners(t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def philox_blocks(seed, rows, cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The two Philox words of every dropout block of a [BLOCK_M, BLOCK_N] tile at global `rows` x
-    `cols` (BLOCK_M rows from a multiple of 16, BLOCK_N columns from an even one): one call per
-    block of rows r, r + 8 and columns 2j, 2j + 1 (runtime/rng.py), [BLOCK_M // 16, 8,
-    BLOCK_N // 2] each. Drawn in the tile's own layout: where a thread holds whole blocks, as in
-    the wgmma accumulator, no number moves between threads."""
+def random_bits(seed, rows, cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[BLOCK_M, BLOCK_N] random 16-bit numbers (as uint32) at global `rows` x `cols` (BLOCK_M
+    rows from a multiple of 16, BLOCK_N columns from an even one): one Philox call per block of
+    rows r, r + 8 and columns 2j, 2j + 1 (runtime/rng.py). Drawn in the tile's own layout:
+    where a thread holds whole blocks, as in the wgmma accumulator, no number moves between
+    threads."""
     r = block_corners(tl.broadcast_to(rows[:, None], (BLOCK_M, BLOCK_N)), BLOCK_M, BLOCK_N)
     c = block_corners(tl.broadcast_to(cols[None, :], (BLOCK_M, BLOCK_N)), BLOCK_M, BLOCK_N)
-    return philox(seed, c // 2, (r // 16) * 8 + r % 8)
-
-
-@triton.jit
-def from_blocks(first_lo, first_hi, second_lo, second_hi, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The [BLOCK_M, BLOCK_N] tile of four per-block values: row r, columns 2j and 2j + 1, then
-    row r + 8, the same columns."""
+    first, second = philox(seed, c // 2, (r // 16) * 8 + r % 8)
     # [M / 16, 8, N / 2, column parity, row + 8] back to [M, N]
-    blocks = tl.join(tl.join(first_lo, first_hi), tl.join(second_lo, second_hi))
+    blocks = tl.join(tl.join(first & 0xFFFF, first >> 16), tl.join(second & 0xFFFF, second >> 16))
     return tl.reshape(tl.permute(blocks, (0, 4, 1, 2, 3)), (BLOCK_M, BLOCK_N))
-
-
-@triton.jit
-def random_bits(seed, rows, cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """[BLOCK_M, BLOCK_N] random 16-bit numbers (as uint32) at global `rows` x `cols`: a Philox
-    call's two words give the four of a block, low halves first."""
-    first, second = philox_blocks(seed, rows, cols, BLOCK_M, BLOCK_N)
-    return from_blocks(first & 0xFFFF, first >> 16, second & 0xFFFF, second >> 16, BLOCK_M, BLOCK_N)
-
-
-@triton.jit
-def keep_codes(seed, rows, cols, threshold, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Dropout's keep decisions of a tile, four bits a block ([BLOCK_M // 16, 8, BLOCK_N // 2]
-    uint32, bit i for the block's i-th number of random_bits): a sixteenth of the registers of
-    the numbers, so they can be drawn ahead of the epilogue (the ping-pong kernel draws them
-    under its K loop) and kept until it runs. `keep_mask` unpacks them."""
-    first, second = philox_blocks(seed, rows, cols, BLOCK_M, BLOCK_N)
-    return (((first & 0xFFFF) >= threshold).to(tl.uint32) | (((first >> 16) >= threshold).to(tl.uint32) << 1)
-            | (((second & 0xFFFF) >= threshold).to(tl.uint32) << 2)
-            | (((second >> 16) >= threshold).to(tl.uint32) << 3))
-
-
-@triton.jit
-def keep_mask(codes, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The [BLOCK_M, BLOCK_N] keep mask of `keep_codes`: equal to random_bits >= threshold."""
-    return from_blocks(codes & 1, codes & 2, codes & 4, codes & 8, BLOCK_M, BLOCK_N) != 0
 
 
 @triton.jit
