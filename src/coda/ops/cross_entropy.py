@@ -44,12 +44,14 @@ forward stores no tile, and the backward recomputes the GEMM: four GEMMs.
                           again; epilogue: dz. G_b [rows, V].
             dx_b, dw    as above; the last block's dw GEMM adds the accumulator and rounds once.
 
-A block holds about 2**27 logits (256 MiB in bf16) and at least 1024 rows, the K of the dw
+A block holds about 2**29 logits (1 GiB in bf16) and at least 1024 rows, the K of the dw
 GEMM: each block's dw GEMM reads and writes the float32 accumulator once, in an epilogue that
 does not overlap its MMAs (a float32 `+=` does not run in the ping-pong kernel), so longer
-blocks spread that over more MMA work (GPT-2's vocabulary: 2560 rows, 7 passes at 16384
-tokens). The accumulator (4·V·H bytes) and the block are what this costs in memory beyond the
-gradients themselves.
+blocks spread that over more MMA work: its 8·V·H bytes against the block's 6·rows·V·H flops
+are, at ~700 TFLOP/s and ~3.5 TB/s, about 270/rows of the block's GEMM time, whatever V and H
+(GPT-2's vocabulary: 10624 rows, 2 passes at 16384 tokens; LLaMA-1B's 128256: 4096 rows, 4
+passes). The accumulator (4·V·H bytes) and the block are what
+this costs in memory beyond the gradients themselves.
 
 `low_memory=True` keeps the peak at or below Liger's instead (blocks of at most T·H·V/(V + H)
 logits, no larger than Liger's chunk of ⌈T / ⌈V/H⌉⌉ rows (a power of two) × V, and no [V, H]
@@ -95,8 +97,10 @@ REDUCTIONS = ("mean", "sum", "none")
 CHUNK_ALIGN = 128
 #: Row blocks are multiples of this many rows when that tall, except the last.
 ROW_ALIGN = 16
-#: The default backward's blocks hold about this many logits (256 MiB in bf16)...
-BLOCK_LOGITS = 1 << 27
+#: The default backward's blocks hold about this many logits (1 GiB in bf16): fwd+bwd on the
+#: H200 with 2**27 / 2**28 / 2**29 (benchmarks/results/session19/ce): 16384 x 2048 x 128256
+#: 50.6 / 45.2 / 43.2 ms, GPT-2's head 7.77 / 7.48 / 6.98, 8192 x 4096 x 32000 10.8 / 10.1 / 10.1...
+BLOCK_LOGITS = 1 << 29
 #: ...and at least this many rows: the K of the GEMM that adds a block's dw into the float32
 #: accumulator, whose read and write of it, once a block, are spread over that much MMA work.
 MIN_BLOCK_ROWS = 1024
@@ -467,7 +471,7 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     x first (folded into the GEMMs). The gradients are formed from blocks of rows of the logits'
     gradient, materialized one at a time (see the module's docstring): for a scalar loss that
     needs them, in the forward; `chunk_size` sets a block to `chunk_size`·T logits (default:
-    about 2**27). `low_memory=True` keeps the peak
+    about 2**29). `low_memory=True` keeps the peak
     memory at or below Liger Kernel's (blocks no larger than its chunks and no float32 [V, H]
     accumulator for dw) for one more GEMM of T·H·V; `chunk_size` is then also the number of
     vocabulary columns per chunk of its dw pass. `ignore_index`,
