@@ -23,7 +23,11 @@ Per family (docs/integrations.md, "HuggingFace models"):
   `c_proj` + residual -> `out_proj_residual(stats="layer")`, `ln_2` -> `coda.nn.layer_norm` on those
   sums, `c_fc` + tanh-GELU + `c_proj` + residual -> `mlp(..., "gelu", residual=)`. Hidden dropout in
   training maps to the ops' dropout (same p, CODA's counter-based masks, not torch's RNG stream).
-- BERT (`BertModel`, `BertForMaskedLM`, ...): `BertSelfOutput` / `BertOutput` (dense + dropout +
+- BERT (`BertModel`, `BertForMaskedLM`, ...): `BertSelfAttention`'s query, key and value
+  projections -> one `linear` against the concatenated `[wq; wk; wv]` (one GEMM forward, its dx
+  in one GEMM instead of three and two adds, its bias gradient in one column sum instead of
+  three), HF's attention (its weights are not returned: `attn_weights` is None);
+  `BertSelfOutput` / `BertOutput` (dense + dropout +
   residual + post-LN) -> `out_proj_residual(stats="layer")` + `coda.nn.layer_norm` on the sums;
   `BertIntermediate` -> `linear(..., activation=)`; the MLM head's `BertPredictionHeadTransform`
   (dense + activation + LayerNorm) -> `linear(..., activation=)` + `coda.nn.layer_norm`.
@@ -31,9 +35,10 @@ Per family (docs/integrations.md, "HuggingFace models"):
   head's decoder and HF's loss (shifted causal-LM / masked-LM cross-entropy) ->
   `linear_cross_entropy`, which never writes the logits (`logits` is None in the output).
 
-Per-call costs that eager HF does not have: the concatenated q/k/v weight (LLaMA) and
+Per-call costs that eager HF does not have: the concatenated q/k/v weight (LLaMA, BERT) and
 `interleave(w_gate, w_up, gain=g)` (LLaMA) are weight-sized copies per forward (autograd routes their
-gradients back to the original parameters); GPT-2 and BERT use the parameters as they are.
+gradients back to the original parameters); GPT-2 and BERT's other layers use the parameters as
+they are.
 Configurations the ops cannot reproduce exactly raise `CodaError` naming the option.
 """
 
@@ -75,7 +80,8 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
     """Class name -> a function that checks one instance's config and returns its new forward."""
     return {"LlamaDecoderLayer": _llama_layer, "LlamaForCausalLM": _causal_lm,
             "GPT2Block": _gpt2_block, "GPT2LMHeadModel": _causal_lm,
-            "BertSelfOutput": _bert_output, "BertOutput": _bert_output,
+            "BertSelfAttention": _bert_self_attention, "BertSelfOutput": _bert_output,
+            "BertOutput": _bert_output,
             "BertIntermediate": _bert_dense_activation,
             "BertPredictionHeadTransform": _bert_dense_activation, "BertForMaskedLM": _masked_lm}
 
@@ -199,6 +205,27 @@ def _gpt2_block(block: nn.Module) -> Callable:
 # ----------------------------------------------------------------------------------------------- BERT
 
 BERT_ACTIVATIONS = {"gelu": "gelu_erf", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu"}
+
+
+def _bert_self_attention(attn: nn.Module) -> Callable:
+    """BertSelfAttention: q, k and v from one GEMM against [wq; wk; wv] (+ [bq; bk; bv]), then
+    HF's attention, as `_gpt2_block` does with GPT-2's fused c_attn."""
+    from transformers.models.bert import modeling_bert as hf
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                cache=None, **kwargs) -> tuple[torch.Tensor, None]:
+        lead, d = hidden_states.shape[:-1], self.attention_head_size
+        projections = (self.query, self.key, self.value)
+        weight = torch.cat([p.weight for p in projections])
+        bias = None if all(p.bias is None for p in projections) else torch.cat(
+            [p.weight.new_zeros(p.out_features) if p.bias is None else p.bias for p in projections])
+        qkv = ops.linear(hidden_states, weight, bias)
+        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(self.all_head_size, dim=-1))
+        out = _attend(hf, self, q, k, v, attention_mask, self.dropout.p if self.training else 0.0,
+                      cache, kwargs)
+        return out.reshape(*lead, -1), None
+
+    return forward
 
 
 def _bert_output(output: nn.Module) -> Callable:
