@@ -215,11 +215,9 @@ def _bert_self_attention(attn: nn.Module) -> Callable:
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 cache=None, **kwargs) -> tuple[torch.Tensor, None]:
         lead, d = hidden_states.shape[:-1], self.attention_head_size
-        projections = (self.query, self.key, self.value)
-        weight = torch.cat([p.weight for p in projections])
-        bias = None if all(p.bias is None for p in projections) else torch.cat(
-            [p.weight.new_zeros(p.out_features) if p.bias is None else p.bias for p in projections])
-        qkv = ops.linear(hidden_states, weight, bias)
+        projections = (self.query, self.key, self.value)   # nn.Linear(..., bias=True) each
+        qkv = ops.linear(hidden_states, torch.cat([p.weight for p in projections]),
+                         torch.cat([p.bias for p in projections]))
         q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(self.all_head_size, dim=-1))
         out = _attend(hf, self, q, k, v, attention_mask, self.dropout.p if self.training else 0.0,
                       cache, kwargs)

@@ -50,8 +50,8 @@ does not overlap its MMAs (a float32 `+=` does not run in the ping-pong kernel),
 blocks spread that over more MMA work: its 8·V·H bytes against the block's 6·rows·V·H flops
 are, at ~700 TFLOP/s and ~3.5 TB/s, about 270/rows of the block's GEMM time, whatever V and H
 (GPT-2's vocabulary: 10624 rows, 2 passes at 16384 tokens; LLaMA-1B's 128256: 4096 rows, 4
-passes). The accumulator (4·V·H bytes) and the block are what
-this costs in memory beyond the gradients themselves.
+passes). The accumulator (4·V·H bytes) and the block are what this costs in memory beyond the
+gradients themselves.
 
 `low_memory=True` keeps the peak at or below Liger's instead (blocks of at most T·H·V/(V + H)
 logits, no larger than Liger's chunk of ⌈T / ⌈V/H⌉⌉ rows (a power of two) × V, and no [V, H]
