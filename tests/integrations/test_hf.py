@@ -249,12 +249,35 @@ def test_bert_base_model_and_state_dict():
         assert torch.equal(before[key], after[key]), key
 
 
+def tiny_bert_decoder(dtype: torch.dtype) -> torch.nn.Module:
+    """BERT as a causal LM (is_decoder): its self-attention runs through the KV cache."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=64, attn_implementation="eager", is_decoder=True)
+    return transformers.BertLMHeadModel(config).to(dtype).eval()
+
+
+def test_bert_self_attention_takes_an_encoder_decoder_caches_self_part():
+    """Inside an encoder-decoder model the cache is an EncoderDecoderCache: the patched
+    self-attention updates its self-attention part, as HF's does."""
+    ref = tiny_bert_decoder(torch.float64).bert.encoder.layer[0].attention.self
+    model = coda.patch(copy.deepcopy(ref))
+    x = torch.randn(BATCH, 3, 64, dtype=torch.float64)
+    caches = [transformers.EncoderDecoderCache(transformers.DynamicCache(), transformers.DynamicCache())
+              for _ in range(2)]
+    # `past_key_values`: the name transformers 5.17 takes, and 5.24 still maps to `cache`
+    got, want = model(x, past_key_values=caches[0])[0], ref(x, past_key_values=caches[1])[0]
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    assert caches[0].self_attention_cache.get_seq_length() == 3 == caches[1].self_attention_cache.get_seq_length()
+
+
 def test_unsupported_bert_config_raises():
     with pytest.raises(coda.CodaError, match="hidden_act"):
         coda.patch(tiny_bert(torch.float64, hidden_act="silu"))
 
 
-@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2, tiny_bert_decoder], ids=["llama", "gpt2", "bert"])
 def test_generation_with_kv_cache_matches(build):
     """Greedy decoding through the KV cache (the patched layers' cache.update path): the same
     tokens and the same logits at every step as the unpatched model."""

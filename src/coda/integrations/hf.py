@@ -219,6 +219,8 @@ def _bert_self_attention(attn: nn.Module) -> Callable:
         qkv = ops.linear(hidden_states, torch.cat([p.weight for p in projections]),
                          torch.cat([p.bias for p in projections]))
         q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(self.all_head_size, dim=-1))
+        cache = cache if cache is not None else kwargs.pop("past_key_values", None)
+        cache = getattr(cache, "self_attention_cache", cache)   # an EncoderDecoderCache's own part
         out = _attend(hf, self, q, k, v, attention_mask, self.dropout.p if self.training else 0.0,
                       cache, kwargs)
         return out.reshape(*lead, -1), None
