@@ -269,7 +269,7 @@ def test_bert_self_attention_takes_an_encoder_decoder_caches_self_part():
     # `past_key_values`: the name transformers 5.17 takes, and 5.24 still maps to `cache`
     got, want = model(x, past_key_values=caches[0])[0], ref(x, past_key_values=caches[1])[0]
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
-    assert caches[0].self_attention_cache.get_seq_length() == 3 == caches[1].self_attention_cache.get_seq_length()
+    assert [c.self_attention_cache.get_seq_length() for c in caches] == [3, 3]
 
 
 def test_unsupported_bert_config_raises():
