@@ -108,7 +108,7 @@ PRIMITIVES: dict[str, Primitive] = _rows(
     _e("square", 1, torch.square, "({0} * {0})"),
     # activations and their derivatives (d act / d x, evaluated at the pre-activation x)
     _e("tanh", 1, torch.tanh, "cm.tanh({0})", grad="tanh_grad"),
-    _e("sigmoid", 1, torch.sigmoid, "tl.sigmoid({0})", grad="sigmoid_grad"),
+    _e("sigmoid", 1, torch.sigmoid, "cm.sigmoid({0})", grad="sigmoid_grad"),
     _e("relu", 1, torch.relu, "tl.maximum({0}, 0.0)", grad="relu_grad"),
     _e("gelu", 1, lambda x: F.gelu(x, approximate="tanh"), "cm.gelu({0})", grad="gelu_grad",
        doc="GELU, tanh approximation"),

@@ -17,6 +17,7 @@ SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
 GELU_CUBIC = tl.constexpr(0.044715)
 INV_SQRT_2 = tl.constexpr(0.7071067811865476)
 INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
+LOG2_E = tl.constexpr(1.4426950408889634)
 MULTIPLIER = tl.constexpr(PHILOX_MULTIPLIER)
 WEYL = tl.constexpr(PHILOX_WEYL)
 ROUNDS = tl.constexpr(PHILOX_ROUNDS)
@@ -29,6 +30,35 @@ def tanh(x):
                                          dtype=tl.float32, is_pure=True, pack=1)
     else:
         return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def rcp(x):
+    """1 / x for x >= 1 (or any x not near the denormals): `rcp.approx.ftz.f32`, one MUFU op (max.
+    error 1 ulp), where a division compiles to the range checks and scalings of `div.full.f32`."""
+    if FAST_MATH:
+        return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        return 1.0 / x
+
+
+@triton.jit
+def exp2_ftz(x):
+    """2^x with results below 2^-126 flushed to zero: `ex2.approx.ftz.f32`, one MUFU op, where
+    `tl.exp2` compiles to the scalings that keep denormal results (which no caller needs)."""
+    if FAST_MATH:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        return tl.exp2(x)
+
+
+@triton.jit
+def sigmoid(x):
+    """1 / (1 + e^-x) in two MUFU ops (exp2_ftz, rcp): e^-x overflows to inf for x < -88, whose
+    reciprocal is the 0 the function tends to."""
+    return rcp(1.0 + exp2_ftz(-LOG2_E * x))
 
 
 @triton.jit
@@ -52,7 +82,7 @@ def tanh_grad(x):
 
 @triton.jit
 def sigmoid_grad(x):
-    s = tl.sigmoid(x)
+    s = sigmoid(x)
     return s * (1.0 - s)
 
 
@@ -84,10 +114,10 @@ def one_plus_erf(z):
     exp2, five multiply-adds; measured faster than `tl.erf` (libdevice) in the GELU epilogues
     (docs/performance.md, sixteenth session)."""
     a = tl.abs(z)
-    t = 1.0 / (1.0 + 0.3275911 * a)
+    t = rcp(1.0 + 0.3275911 * a)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027
                                                                          + t * 1.061405429))))
-    gauss = tl.exp(-a * a)
+    gauss = exp2_ftz(-LOG2_E * (a * a))
     q = poly * gauss
     return tl.where(z >= 0.0, 2.0 - q, q), gauss
 
@@ -107,12 +137,12 @@ def gelu_erf_grad(x):
 
 @triton.jit
 def silu(x):
-    return x * tl.sigmoid(x)
+    return x * sigmoid(x)
 
 
 @triton.jit
 def silu_grad(x):
-    s = tl.sigmoid(x)
+    s = sigmoid(x)
     return s * (1.0 + x * (1.0 - s))
 
 
