@@ -34,8 +34,8 @@ def tanh(x):
 
 @triton.jit
 def rcp(x):
-    """1 / x for x >= 1 (or any x not near the denormals): `rcp.approx.ftz.f32`, one MUFU op (max.
-    error 1 ulp), where a division compiles to the range checks and scalings of `div.full.f32`."""
+    """1 / x for x away from the denormals: `rcp.approx.ftz.f32`, one MUFU op (an error of
+    about 1 ulp), where a division compiles to the range checks and scalings of `div.full.f32`."""
     if FAST_MATH:
         return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [x],
                                          dtype=tl.float32, is_pure=True, pack=1)
