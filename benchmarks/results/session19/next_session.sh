@@ -15,7 +15,7 @@ fi
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
-timeout 200 python benchmarks/train.py --models bert,llama --modes compile,coda+graph --profile coda+graph \
+timeout 200 python benchmarks/train.py --models llama+bert --modes compile,coda+graph --profile coda+graph \
     --steps 8 --warmup 2 --curve none --timeout 180 --json $OUT/train.json > $OUT/train.log 2>&1
 grep -E "tokens/s" $OUT/train.log | tail -4
 timeout 200 python benchmarks/gemm.py --no-compile --rounds 5 \
