@@ -90,8 +90,10 @@ def _attend(hf, attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             dropout: float, cache, kwargs: dict) -> torch.Tensor:
     """HF's attention of the layer (its KV cache updated first), [B, heads, T, d] -> [B, T, heads, d].
     The cache comes under either name transformers has given it: `cache`, and `past_key_values`
-    in the 5.1x releases."""
+    in the 5.1x releases; of an EncoderDecoderCache (a decoder with cross-attention, as BERT can
+    be) the self-attention part is this layer's, as in HF's own attention."""
     cache = cache if cache is not None else kwargs.pop("past_key_values", None)
+    cache = getattr(cache, "self_attention_cache", cache)
     if cache is not None:
         k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
     attention = hf.ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation,
@@ -219,8 +221,6 @@ def _bert_self_attention(attn: nn.Module) -> Callable:
         qkv = ops.linear(hidden_states, torch.cat([p.weight for p in projections]),
                          torch.cat([p.bias for p in projections]))
         q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(self.all_head_size, dim=-1))
-        cache = cache if cache is not None else kwargs.pop("past_key_values", None)
-        cache = getattr(cache, "self_attention_cache", cache)   # an EncoderDecoderCache's own part
         out = _attend(hf, self, q, k, v, attention_mask, self.dropout.p if self.training else 0.0,
                       cache, kwargs)
         return out.reshape(*lead, -1), None
