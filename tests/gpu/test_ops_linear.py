@@ -101,6 +101,27 @@ def test_mlp_bf16(activation, p, with_b2, with_residual, tokens, hidden, inner):
           hidden, f"mlp {activation} p={p} {tokens}x{hidden}x{inner}")
 
 
+def test_mlp_post_norm_bf16():
+    """BERT's feed-forward: residual=x (x's two gradients summed in dx's epilogue), and the
+    norm's row sums against float64 sums of the float64 reference output."""
+    torch.manual_seed(4)
+    tokens, hidden, inner = 4096, 768, 3072
+    x = torch.randn(tokens, hidden, device="cuda").to(BF16)
+    w1 = (torch.randn(inner, hidden, device="cuda") / hidden**0.5).to(BF16)
+    b1 = (torch.randn(inner, device="cuda") * 0.1).to(BF16)
+    w2 = (torch.randn(hidden, inner, device="cuda") / inner**0.5).to(BF16)
+    b2 = (torch.randn(hidden, device="cuda") * 0.1).to(BF16)
+    check(lambda *t: mlp(*t, "gelu_erf", 0.1, SEED, t[0], "layer")[0],
+          lambda *t: ref_mlp(*t, "gelu_erf", 0.1, t[0]), [x, w1, b1, w2, b2],
+          ["dx", "dw1", "db1", "dw2", "db2"], hidden, "mlp post-norm")
+    _, ss, s = mlp(x, w1, b1, w2, b2, "gelu_erf", 0.1, SEED, x, "layer")
+    y64 = ref_mlp(*(t.double() for t in (x, w1, b1, w2, b2)), "gelu_erf", 0.1, x.double())
+    y_eager = ref_mlp(x, w1, b1, w2, b2, "gelu_erf", 0.1, x).float()
+    for name, got, want, eager in (("ss", ss, (y64 * y64).sum(-1), (y_eager * y_eager).sum(-1)),
+                                   ("s", s, y64.sum(-1), y_eager.sum(-1))):
+        assert_within_eager(f"mlp post-norm {name}", got, eager, want)
+
+
 def test_dropout_bf16():
     torch.manual_seed(3)
     x = torch.randn(4096, 2048, device="cuda").to(BF16)

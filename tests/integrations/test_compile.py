@@ -88,6 +88,15 @@ def test_mlp(activation, p, residual):
         assert_compiles(lambda *a: ops.mlp(*a, activation=activation, dropout_p=p), *args)
 
 
+@pytest.mark.parametrize("stats", [None, "rms", "layer"])
+def test_mlp_post_norm(stats):
+    """A post-norm block's MLP (BERT's): the residual is x itself, with the next norm's sums."""
+    torch.manual_seed(0)
+    args = (rand(3, 4, 8), rand(12, 8), rand(12), rand(8, 12), rand(8))
+    assert_compiles(lambda x, w1, b1, w2, b2: ops.mlp(x, w1, b1, w2, b2, "gelu_erf", 0.2, residual=x,
+                                                      stats=stats), *args)
+
+
 @pytest.mark.parametrize("seed", [None, 99])
 def test_dropout(seed):
     torch.manual_seed(0)
@@ -531,10 +540,16 @@ def opcheck_cases():
         "linear": (c.linear, (x, w, b, "gelu", 0.2, seed, True)),
         "linear_backward": (c.linear_backward, (dy, x.detach(), w.detach(), pre, "gelu", 0.2, seed,
                                                 [True, True, True], F64)),
-        "mlp": (c.mlp, (x, w, b, w2, None, "silu", 0.3, seed, rand(3, 4), True)),
+        "mlp": (c.mlp, (x, w, b, w2, None, "silu", 0.3, seed, rand(3, 4), True, None, False)),
         "mlp_backward": (c.mlp_backward, (dy[:, :4], x.detach(), w.detach(), w2.detach(), pre, h,
                                           "silu", 0.0, None, [True, True, True, True, False], F64,
-                                          None)),
+                                          None, False)),
+        # a post-norm block: the residual x itself (its gradient in dx's) and the norm's sums
+        "mlp_post_norm": (c.mlp, (x, w, b, rand(8, 6), None, "gelu", 0.0, None, x, True, "layer", True)),
+        "mlp_post_norm_backward": (c.mlp_backward, (dy[:, :1].expand(3, 8).contiguous(), x.detach(),
+                                                    w.detach(), rand(8, 6).detach(), pre, h, "gelu",
+                                                    0.2, seed, [True, True, True, True, True], F64, F64,
+                                                    True)),
         "dropout": (c.dropout, (x, 0.4, seed)),
         "gated_mlp": (c.gated_mlp, (x, wgu, wd, rand(3, 5), rstd, "silu", True, True, None, 1e-6, False)),
         "gated_mlp_backward": (c.gated_mlp_backward, (

@@ -242,7 +242,7 @@ def test_bert_base_model_and_state_dict():
     torch.testing.assert_close(model.bert(input_ids=ids).last_hidden_state,
                                ref.bert(input_ids=ids).last_hidden_state, rtol=1e-10, atol=1e-10)
     base = coda.patch(transformers.BertModel(ref.config))  # BertModel alone is supported too
-    assert base.encoder.layer[0].output._coda_patched
+    assert base.encoder.layer[0]._coda_patched   # its feed-forward: one mlp
     after = model.state_dict()
     assert list(before) == list(after)
     for key in before:

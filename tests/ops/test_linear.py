@@ -136,6 +136,25 @@ def test_mlp_float64(activation, p, with_b2, with_residual):
     assert_matches(forward_backward(fn, inputs), forward_backward(ref, inputs), 1e-10, 1e-12)
 
 
+@pytest.mark.parametrize("stats", [None, "rms", "layer"])
+def test_mlp_post_norm_float64(stats):
+    """residual=x (a post-norm block, y = x + MLP(x)): x's two gradients summed in one epilogue;
+    stats: the row sums of y for the next norm, not differentiated."""
+    x, w1, b1, w2, b2 = make((2, 3, 5), (6, 5), (6,), (5, 6), (5,), seed=8)
+    fn = lambda x, w1, b1, w2, b2: mlp(x, w1, b1, w2, b2, "gelu_erf", 0.3, 5, x, stats)  # noqa: E731
+    y_only = lambda *t: fn(*t)[0] if stats else fn(*t)  # noqa: E731
+    assert torch.autograd.gradcheck(y_only, (x, w1, b1, w2, b2))
+    ref = lambda x, w1, b1, w2, b2: ref_mlp(x, w1, b1, w2, b2, "gelu_erf", 0.3, 5, x)  # noqa: E731
+    assert_matches(forward_backward(y_only, (x, w1, b1, w2, b2)),
+                   forward_backward(ref, (x, w1, b1, w2, b2)), 1e-10, 1e-12)
+    if stats:
+        y, *sums = fn(x, w1, b1, w2, b2)
+        want = [(y * y).sum(-1), y.sum(-1)][:len(sums)]
+        for got, expected in zip(sums, want, strict=True):
+            assert not got.requires_grad
+            torch.testing.assert_close(got, expected.detach(), rtol=1e-12, atol=1e-12)
+
+
 def test_dropout_float64():
     (x,) = make((3, 4, 9), seed=4)
     fn = lambda x: dropout(x, 0.3, seed=9)  # noqa: E731
@@ -172,6 +191,20 @@ def test_mlp_interpreter(activation, p, with_b2, with_residual):
     got = forward_backward(lambda *t: mlp(*t[:5], activation, p, 8, t[5]), inputs)
     want = forward_backward(lambda *t: ref_mlp(*t[:5], activation, p, 8, t[5]), upcast(inputs))
     assert_matches(got, want, TOL32, TOL32)
+
+
+def test_mlp_post_norm_interpreter():
+    """residual=x with stats="layer" through the real kernels: dx = dpre @ w1 + dy in one GEMM."""
+    x, w1, b1, w2, b2 = make((3, 15, 24), (66, 24), (66,), (24, 66), (24,), dtype=torch.float32,
+                             seed=9, scale=0.5)
+    inputs = (x, w1, b1, w2, b2)
+    _, ss, s = mlp(*inputs, "gelu_erf", 0.25, 8, x, "layer")
+    got = forward_backward(lambda *t: mlp(*t, "gelu_erf", 0.25, 8, t[0], "layer")[0], inputs)
+    want = forward_backward(lambda *t: ref_mlp(*t, "gelu_erf", 0.25, 8, t[0]), upcast(inputs))
+    assert_matches(got, want, TOL32, TOL32)
+    y64 = want[0].detach()
+    torch.testing.assert_close(ss.double(), (y64 * y64).sum(-1), rtol=TOL32, atol=TOL32 * y64.numel())
+    torch.testing.assert_close(s.double(), y64.sum(-1), rtol=TOL32, atol=TOL32 * y64.shape[-1])
 
 
 def test_linear_interpreter_expanded_upstream_gradient():
@@ -255,6 +288,7 @@ def test_errors_name_the_argument():
         (lambda: mlp(x, w1, torch.zeros(6, dtype=F64), w2), "b1 must be"),
         (lambda: mlp(x, w1, None, w2, torch.zeros(8, dtype=F64)), "b2 must be"),
         (lambda: mlp(x, w1, None, w2, residual=torch.zeros(4, 5, dtype=F64)), "residual must be"),
+        (lambda: mlp(x, w1, None, w2, stats="layernorm"), "stats must be one of"),
         (lambda: dropout(x, -0.1), "p must be"),
         (lambda: dropout(x.long(), 0.1), "x has dtype"),
     ]

@@ -67,6 +67,7 @@ from torch import Tensor
 from .. import ops
 from ..nn.layer_norm import LayerNormFunction
 from ..nn.layer_norm import layer_norm as _nn_layer_norm
+from ..ops.common import STATS
 from ..ops.cross_entropy import LinearCrossEntropyFunction
 from ..ops.dropout import DropoutFunction, resolve_seed
 from ..ops.gated_mlp import GatedMLPFunction, InterleaveGain, row_scale
@@ -192,6 +193,19 @@ def _gradients(grads, like: Tensor) -> tuple[Tensor, ...]:
     return tuple(_or_empty(g, like).contiguous() for g in grads)
 
 
+def _with_sums(out: Tensor | tuple[Tensor, ...], like: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(y, ss, s) of an op returning y, (y, ss) or (y, ss, s) by its `stats=`: a sum it did not
+    form is an empty tensor (a distinct one each: a custom op's outputs must not alias)."""
+    y, *sums = out if isinstance(out, tuple) else (out,)
+    return y, *sums, *(like.new_empty(0) for _ in range(2 - len(sums)))
+
+
+def _sums_fake(x: Tensor, stats: str | None) -> tuple[Tensor, Tensor]:
+    """The fake (ss, s) of `_with_sums`: [...] float32 rows for the sums `stats` names, else empty."""
+    return tuple(x.new_empty(x.shape[:-1] if name in STATS[stats] else 0, dtype=_stat_dtype(x))
+                 for name in ("ss", "s"))
+
+
 def _wanted(grads: Sequence[Tensor], needs: Sequence[bool]) -> tuple[Tensor | None, ...]:
     return tuple(g if need else None for g, need in zip(grads, needs, strict=True))
 
@@ -273,38 +287,42 @@ def linear_op(x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None,
 # mlp ---------------------------------------------------------------------------------------------
 @_custom_op("coda::mlp")
 def _mlp(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | None,
-         activation: str | None, p: float, seed: Tensor | None, residual: Tensor | None, grad: bool
-         ) -> tuple[Tensor, Tensor, Tensor]:
-    """(y, pre, h): MLPFunction.forward; pre is empty unless the backward needs it."""
+         activation: str | None, p: float, seed: Tensor | None, residual: Tensor | None, grad: bool,
+         stats: str | None, residual_is_x: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(y, pre, h, ss, s): MLPFunction.forward; pre is empty unless the backward needs it, ss
+    and s unless `stats` asks for them."""
     ctx = _Ctx()
-    y = MLPFunction.forward(ctx, x, w1, b1, w2, b2, activation, p, _int(seed), residual, grad)
+    out = MLPFunction.forward(ctx, x, w1, b1, w2, b2, activation, p, _int(seed), residual, grad, stats)
+    y, ss, s = _with_sums(out, x)
     pre, h = ctx.saved_tensors[3:]
-    return y, _or_empty(pre, x), h
+    return y, _or_empty(pre, x), h, ss, s
 
 
 @_register_fake(_mlp)
-def _mlp_fake(x, w1, b1, w2, b2, activation, p, seed, residual, grad):
+def _mlp_fake(x, w1, b1, w2, b2, activation, p, seed, residual, grad, stats, residual_is_x):
     h = x.new_empty(_rows(x), w1.shape[0])
     pre = x.new_empty(h.shape) if _saves_pre(activation, grad) else x.new_empty(0)
-    return x.new_empty(*x.shape[:-1], w2.shape[0]), pre, h
+    return x.new_empty(*x.shape[:-1], w2.shape[0]), pre, h, *_sums_fake(x, stats)
 
 
 def _mlp_setup(ctx, inputs, output):
-    x, w1, b1, w2, b2, activation, p, seed, _, _ = inputs
+    x, w1, b1, w2, b2, activation, p, seed, _, _, _, residual_is_x = inputs
     ctx.mark_non_differentiable(*output[1:])
     ctx.set_materialize_grads(False)
-    ctx.save_for_backward(x, w1, w2, *output[1:], seed)
-    ctx.activation, ctx.p = activation, p
+    ctx.save_for_backward(x, w1, w2, *output[1:3], seed)
+    ctx.activation, ctx.p, ctx.residual_is_x = activation, p, residual_is_x
     ctx.bias_dtypes = [None if b is None else b.dtype for b in (b1, b2)]
 
 
-def _mlp_grad(ctx, dy, _pre, _h):
+def _mlp_grad(ctx, dy, _pre, _h, _ss, _s):
     x, w1, w2, pre, h, seed = ctx.saved_tensors
     needs = ctx.needs_input_grad[:5]
+    # with the residual x itself, dx includes the residual's gradient (MLPFunction)
+    fold = ctx.residual_is_x and needs[0]
     grads = torch.ops.coda.mlp_backward(dy, x, w1, w2, pre, h, ctx.activation, ctx.p, seed, needs,
-                                        *ctx.bias_dtypes)
-    dresidual = dy if ctx.needs_input_grad[8] else None   # outside the op: it is dy itself
-    return *_wanted(grads, needs), None, None, None, dresidual, None
+                                        *ctx.bias_dtypes, fold)
+    dresidual = dy if ctx.needs_input_grad[8] and not fold else None   # outside the op: dy itself
+    return *_wanted(grads, needs), None, None, None, dresidual, None, None, None
 
 
 _mlp.register_autograd(_mlp_grad, setup_context=_mlp_setup)
@@ -313,16 +331,18 @@ _mlp.register_autograd(_mlp_grad, setup_context=_mlp_setup)
 @_custom_op("coda::mlp_backward")
 def _mlp_backward(dy: Tensor, x: Tensor, w1: Tensor, w2: Tensor, pre: Tensor, h: Tensor,
                   activation: str | None, p: float, seed: Tensor | None, needs: list[bool],
-                  b1_dtype: torch.dtype | None, b2_dtype: torch.dtype | None
+                  b1_dtype: torch.dtype | None, b2_dtype: torch.dtype | None, residual_is_x: bool
                   ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(dx, dw1, db1, dw2, db2): MLPFunction.backward; empty where `needs` is False."""
     ctx = _Ctx((x, w1, w2, pre if _saves_pre(activation, True) else None, h), needs,
-               activation=activation, p=p, seed=_int(seed), bias_dtypes=(b1_dtype, b2_dtype))
+               activation=activation, p=p, seed=_int(seed), bias_dtypes=(b1_dtype, b2_dtype),
+               residual_is_x=residual_is_x)
     return _gradients(MLPFunction.backward(ctx, dy)[:5], x)
 
 
 @_register_fake(_mlp_backward)
-def _mlp_backward_fake(dy, x, w1, w2, pre, h, activation, p, seed, needs, b1_dtype, b2_dtype):
+def _mlp_backward_fake(dy, x, w1, w2, pre, h, activation, p, seed, needs, b1_dtype, b2_dtype,
+                       residual_is_x):
     shapes = (x.shape, w1.shape, w1.shape[:1], w2.shape, w2.shape[:1])
     dtypes = (x.dtype, w1.dtype, b1_dtype, w2.dtype, b2_dtype)
     return tuple(x.new_empty(shape, dtype=dtype) if need else x.new_empty(0)
@@ -330,10 +350,13 @@ def _mlp_backward_fake(dy, x, w1, w2, pre, h, activation, p, seed, needs, b1_dty
 
 
 def mlp_op(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | None,
-           activation: str | None, p: float, seed: int | None, residual: Tensor | None, grad: bool
-           ) -> Tensor:
-    """coda.ops.mlp's launch (checked arguments, the caller's seed) through coda::mlp."""
-    return torch.ops.coda.mlp(x, w1, b1, w2, b2, activation, p, _seed(p, seed), residual, grad)[0]
+           activation: str | None, p: float, seed: int | None, residual: Tensor | None, grad: bool,
+           stats: str | None) -> Tensor | tuple[Tensor, ...]:
+    """coda.ops.mlp's launch (checked arguments, the caller's seed) through coda::mlp: y, (y, ss)
+    or (y, ss, s) as the op returns them."""
+    y, _, _, ss, s = torch.ops.coda.mlp(x, w1, b1, w2, b2, activation, p, _seed(p, seed), residual,
+                                        grad, stats, residual is x)
+    return {None: y, "rms": (y, ss), "layer": (y, ss, s)}[stats]
 
 
 # dropout -----------------------------------------------------------------------------------------
@@ -821,17 +844,12 @@ def layer_norm_linear_op(x: Tensor, g: Tensor, beta: Tensor, w: Tensor, bias: Te
 def _out_proj_residual(x: Tensor, w: Tensor, residual: Tensor, bias: Tensor | None, p: float,
                        seed: Tensor | None, stats: str | None) -> tuple[Tensor, Tensor, Tensor]:
     """(y, ss, s): OutProjResidualFunction.forward; ss is empty for stats=None, s unless "layer"."""
-    out = OutProjResidualFunction.forward(_Ctx(), x, w, residual, bias, p, _int(seed), stats)
-    y, *sums = out if isinstance(out, tuple) else (out,)
-    return y, *sums, *(x.new_empty(0) for _ in range(2 - len(sums)))   # distinct empties
+    return _with_sums(OutProjResidualFunction.forward(_Ctx(), x, w, residual, bias, p, _int(seed), stats), x)
 
 
 @_register_fake(_out_proj_residual)
 def _out_proj_residual_fake(x, w, residual, bias, p, seed, stats):
-    wanted = {None: 0, "rms": 1, "layer": 2}[stats]
-    sums = (x.new_empty(x.shape[:-1], dtype=_stat_dtype(x)) if i < wanted else x.new_empty(0)
-            for i in range(2))
-    return x.new_empty(*x.shape[:-1], w.shape[0]), *sums
+    return x.new_empty(*x.shape[:-1], w.shape[0]), *_sums_fake(x, stats)
 
 
 def _out_proj_residual_setup(ctx, inputs, output):

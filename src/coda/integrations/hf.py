@@ -27,9 +27,11 @@ Per family (docs/integrations.md, "HuggingFace models"):
   projections -> one `linear` against the concatenated `[wq; wk; wv]` (one GEMM forward, its dx
   in one GEMM instead of three and two adds, its bias gradient in one column sum instead of
   three), HF's attention (its weights are not returned: `attn_weights` is None);
-  `BertSelfOutput` / `BertOutput` (dense + dropout +
-  residual + post-LN) -> `out_proj_residual(stats="layer")` + `coda.nn.layer_norm` on the sums;
-  `BertIntermediate` -> `linear(..., activation=)`; the MLM head's `BertPredictionHeadTransform`
+  `BertSelfOutput` (dense + dropout + residual + post-LN) -> `out_proj_residual(stats="layer")` +
+  `coda.nn.layer_norm` on the sums; `BertLayer`'s feed-forward (`BertIntermediate` +
+  `BertOutput`) -> one `mlp(..., residual=x, stats="layer")` + `coda.nn.layer_norm` on the sums
+  (the activation's derivative in the epilogue of the GEMM that forms its input gradient, and
+  the residual's gradient added in dx's); the MLM head's `BertPredictionHeadTransform`
   (dense + activation + LayerNorm) -> `linear(..., activation=)` + `coda.nn.layer_norm`.
 - The LM heads (`LlamaForCausalLM`, `GPT2LMHeadModel`, `BertForMaskedLM`): with `labels`, the
   head's decoder and HF's loss (shifted causal-LM / masked-LM cross-entropy) ->
@@ -57,18 +59,23 @@ from ..errors import CodaError
 IGNORE_INDEX = -100  # HF's causal-LM loss default
 
 
+#: the method a patcher replaces, where it is not `forward`
+PATCHED_METHODS = {"BertLayer": "feed_forward_chunk"}
+
+
 def patch(model: nn.Module) -> nn.Module:
     """Patch `model` (and its submodules) in place; returns it. Idempotent."""
     patchers = _patchers()
     found = False
     for module in model.modules():
-        patcher = patchers.get(type(module).__name__)
+        name = type(module).__name__
+        patcher = patchers.get(name)
         if patcher is None or not type(module).__module__.startswith("transformers."):
             continue
         found = True
         if not getattr(module, "_coda_patched", False):
-            forward = patcher(module)
-            module.forward = types.MethodType(forward, module)
+            method = patcher(module)
+            setattr(module, PATCHED_METHODS.get(name, "forward"), types.MethodType(method, module))
             module._coda_patched = True
     if not found:
         raise CodaError(f"coda.patch: no supported HuggingFace module in {type(model).__name__}; "
@@ -77,13 +84,13 @@ def patch(model: nn.Module) -> nn.Module:
 
 
 def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
-    """Class name -> a function that checks one instance's config and returns its new forward."""
+    """Class name -> a function that checks one instance's config and returns its new forward
+    (or the method PATCHED_METHODS names)."""
     return {"LlamaDecoderLayer": _llama_layer, "LlamaForCausalLM": _causal_lm,
             "GPT2Block": _gpt2_block, "GPT2LMHeadModel": _causal_lm,
             "BertSelfAttention": _bert_self_attention, "BertSelfOutput": _bert_output,
-            "BertOutput": _bert_output,
-            "BertIntermediate": _bert_dense_activation,
-            "BertPredictionHeadTransform": _bert_dense_activation, "BertForMaskedLM": _masked_lm}
+            "BertLayer": _bert_feed_forward,
+            "BertPredictionHeadTransform": _bert_head_transform, "BertForMaskedLM": _masked_lm}
 
 
 def _attend(hf, attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask,
@@ -229,7 +236,7 @@ def _bert_self_attention(attn: nn.Module) -> Callable:
 
 
 def _bert_output(output: nn.Module) -> Callable:
-    """BertSelfOutput / BertOutput: LayerNorm(dropout(dense(x)) + input), post-LN."""
+    """BertSelfOutput: LayerNorm(dropout(dense(x)) + input), post-LN."""
     from ..nn.layer_norm import layer_norm
 
     def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
@@ -241,26 +248,46 @@ def _bert_output(output: nn.Module) -> Callable:
     return forward
 
 
-def _bert_dense_activation(module: nn.Module) -> Callable:
-    """BertIntermediate: act(dense(x)) -> one `linear` with the activation in its epilogue.
-    BertPredictionHeadTransform (the MLM head's): the same, then its LayerNorm."""
-    act = _hf_activation_name(module.intermediate_act_fn if hasattr(module, "intermediate_act_fn")
-                              else module.transform_act_fn)
-    if act not in BERT_ACTIVATIONS:
-        _refuse(module, "hidden_act", act, f"only {', '.join(BERT_ACTIVATIONS)}")
-    activation = BERT_ACTIVATIONS[act]
+def _bert_feed_forward(layer: nn.Module) -> Callable:
+    """BertLayer.feed_forward_chunk, BertIntermediate then BertOutput:
+    LayerNorm(dropout(dense2(act(dense1(x)))) + x), one `mlp` with the residual x itself and the
+    norm's row sums from fc2's epilogue."""
+    activation = _bert_activation(layer.intermediate, layer.intermediate.intermediate_act_fn)
+    from ..nn.layer_norm import layer_norm
+
+    def feed_forward_chunk(self, attention_output: torch.Tensor) -> torch.Tensor:
+        fc1, fc2, norm = self.intermediate.dense, self.output.dense, self.output.LayerNorm
+        y, ss, s = ops.mlp(attention_output, fc1.weight, fc1.bias, fc2.weight, fc2.bias, activation,
+                           dropout_p=self.output.dropout.p if self.training else 0.0,
+                           residual=attention_output, stats="layer")
+        return layer_norm(y, norm.weight, norm.bias, norm.eps, rowsum=s, sumsq=ss)
+
+    return feed_forward_chunk
+
+
+def _bert_head_transform(module: nn.Module) -> Callable:
+    """BertPredictionHeadTransform (the MLM head's): LayerNorm(act(dense(x))), the activation in
+    the GEMM's epilogue."""
+    activation = _bert_activation(module, module.transform_act_fn)
     from ..nn.layer_norm import layer_norm
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         y = ops.linear(hidden_states, self.dense.weight, self.dense.bias, activation=activation)
-        norm = getattr(self, "LayerNorm", None)
-        return y if norm is None else layer_norm(y, norm.weight, norm.bias, norm.eps)
+        return layer_norm(y, self.LayerNorm.weight, self.LayerNorm.bias, self.LayerNorm.eps)
 
     return forward
 
 
+def _bert_activation(module: nn.Module, fn: object) -> str:
+    """CODA's name for a BERT module's activation function; CodaError if the ops lack it."""
+    act = _hf_activation_name(fn)
+    if act not in BERT_ACTIVATIONS:
+        _refuse(module, "hidden_act", act, f"only {', '.join(BERT_ACTIVATIONS)}")
+    return BERT_ACTIVATIONS[act]
+
+
 def _hf_activation_name(fn: object) -> str:
-    """BertIntermediate keeps no config: the HF name of its activation module's class, else the class
+    """BERT's modules keep no config: the HF name of its activation module's class, else the class
     name (a callable `hidden_act` is never supported)."""
     from transformers.activations import ACT2CLS
 

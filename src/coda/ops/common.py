@@ -20,6 +20,8 @@ ACCUMULATE = compile_program("EPILOGUE accumulate() { output += input; }")
 ADD_PARTIAL = compile_program("EPILOGUE add_partial(partial: tile) { output = input + partial; }")
 # Row and column sums of a tensor (a map launched with outputs= naming the sums it needs).
 SUMS = compile_program("EPILOGUE sums() { output = input; rows = row_sum(input); cols = col_sum(input); }")
+#: stats= of out_proj_residual and mlp -> the row sums of the output their epilogue stores
+STATS: dict[str | None, list[str]] = {None: [], "rms": ["ss"], "layer": ["ss", "s"]}
 
 
 def present(**operands: object) -> dict[str, object]:

@@ -13,10 +13,11 @@ linear(x, w, bias, activation, dropout_p):
   dy comes from outside CODA (no CODA GEMM produces it), so f' and the bias gradient take one map
   program over dy. Without activation and dropout dpre = dy and db = column_sum(dy).
 
-mlp(x, w1, b1, w2, b2, activation, dropout_p, residual):
+mlp(x, w1, b1, w2, b2, activation, dropout_p, residual, stats):
     pre = x @ w1.T + b1,  h = f(pre),  y = dropout(h @ w2.T + b2, p) + residual
   forward   h, pre        = forward_program  GEMM x @ w1.T; epilogue: + b1, save pre, f
-            y             = forward_program  GEMM h @ w2.T; epilogue: + b2, dropout, + residual
+            y, [ss, s]    = forward_program  GEMM h @ w2.T; epilogue: + b2, dropout, + residual,
+                            and with stats the next norm's row sums ss = Σ y², s = Σ y
   backward  dy', db2      = backward_program.map(dy): dropout(dy, p), db2 = col_sum(dy')
                             (without dropout: dy' = dy and db2 = column_sum(dy))
             dw2           = dy'.T @ h     (weight_grad; h is the saved fc1 output)
@@ -24,7 +25,9 @@ mlp(x, w1, b1, w2, b2, activation, dropout_p, residual):
             dx, dw1       = dpre @ w1, dpre.T @ x
             dresidual     = dy
   The fc1 derivative and its bias gradient ride in the epilogue of the GEMM that produces dh, so
-  dh is never written and dpre takes no extra pass.
+  dh is never written and dpre takes no extra pass. When the residual is x itself (a post-norm
+  block, y = x + MLP(x)), x's two gradients are summed in dx's epilogue (dx = dpre @ w1 + dy),
+  where autograd would add them in a third kernel.
 
 Dropout's mask is a function of (seed, row, column) of the output (docs/dsl.md#dropout): the
 backward regenerates it from the saved seed. Without a seed one is drawn from torch's CPU
@@ -42,7 +45,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import as_rows, column_sum, matmul, present, stored, weight_grad
+from .common import ADD_PARTIAL, STATS, as_rows, column_sum, matmul, present, stored, weight_grad
 from .dropout import check_probability, resolve_seed
 
 #: activation -> (f, f') as DSL expressions of the pre-activation `{h}`; f' None: no derivative
@@ -59,8 +62,10 @@ ACTIVATIONS: dict[str | None, tuple[str, str | None]] = {
 
 @functools.cache
 def forward_program(activation: str | None, bias: bool, dropout: bool, residual: bool,
-                    save_pre: bool) -> Program:
-    """`output = dropout(f(input + bias), p) + residual`, with `save pre = input + bias` if asked.
+                    save_pre: bool, stats: bool = False) -> Program:
+    """`output = dropout(f(input + bias), p) + residual`, with `save pre = input + bias` if asked,
+    and with `stats` the row sums a following norm needs, `ss = Σ output²` and `s = Σ output`
+    (launched with outputs= naming those wanted).
 
     For example ("gelu", True, True, False, True) is
         EPILOGUE linear_gelu(bias: col, p: scalar) {
@@ -75,6 +80,8 @@ def forward_program(activation: str | None, bias: bool, dropout: bool, residual:
     if save_pre:
         body.append("save pre = h;")
     body.append(f"output = {y};")
+    if stats:
+        body.append("ss = row_sum(output * output); s = row_sum(output);")
     return compile_program(f"EPILOGUE linear_{activation or 'identity'}({', '.join(params)}) "
                            f"{{ {' '.join(body)} }}")
 
@@ -141,33 +148,42 @@ class LinearFunction(torch.autograd.Function):
 
 
 class MLPFunction(torch.autograd.Function):
-    """y = dropout(f(x @ w1.T + b1) @ w2.T + b2, p) + residual: two GEMMs forward; backward
-    one map (with dropout) and five GEMMs, fc1's derivative and bias gradient in dh's epilogue."""
+    """y = dropout(f(x @ w1.T + b1) @ w2.T + b2, p) + residual (and its row sums): two GEMMs
+    forward; backward one map (with dropout) and five GEMMs, fc1's derivative and bias gradient
+    in dh's epilogue."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
                 b2: torch.Tensor | None, activation: str | None, p: float, seed: int | None,
-                residual: torch.Tensor | None, grad: bool) -> torch.Tensor:
+                residual: torch.Tensor | None, grad: bool, stats: str | None = None):
         rows, lead = as_rows(x)
         save_pre = grad and ACTIVATIONS[activation][1] is not None
         fc1 = forward_program(activation, b1 is not None, False, False, save_pre)
         outs = fc1(rows, w1.T, **present(bias=b1))
         h = outs["output"]
-        fc2 = forward_program(None, b2 is not None, p > 0.0, residual is not None, False)
+        fc2 = forward_program(None, b2 is not None, p > 0.0, residual is not None, False,
+                              stats is not None)
         res = None if residual is None else as_rows(residual)[0]
-        y = fc2(h, w2.T, seed=seed, **present(bias=b2, p=p or None, residual=res))["output"]
+        fc2_outs = fc2(h, w2.T, seed=seed, outputs=["output", *STATS[stats]],
+                       **present(bias=b2, p=p or None, residual=res))
         ctx.save_for_backward(x, w1, w2, outs.get("pre"), h)
         ctx.activation, ctx.p, ctx.seed = activation, p, seed
         ctx.bias_dtypes = tuple(None if b is None else b.dtype for b in (b1, b2))
-        return y.reshape(*lead, w2.shape[0])
+        ctx.residual_is_x = residual is x
+        y = fc2_outs["output"].reshape(*lead, w2.shape[0])
+        sums = [fc2_outs[name].reshape(lead) for name in STATS[stats]]
+        ctx.mark_non_differentiable(*sums)
+        return (y, *sums) if sums else y
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor):
+    def backward(ctx, dy: torch.Tensor, *unused_stat_grads):
         x, w1, w2, pre, h = ctx.saved_tensors
         need_x, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:5]
-        dresidual = dy if ctx.needs_input_grad[8] else None
+        # the residual's gradient, dy, joins x's in dx's epilogue when the residual is x
+        fold = ctx.residual_is_x and need_x
+        dresidual = dy if ctx.needs_input_grad[8] and not fold else None
         if not any(ctx.needs_input_grad[:5]):
-            return None, None, None, None, None, None, None, None, dresidual, None
+            return None, None, None, None, None, None, None, None, dresidual, None, None
         b1_dtype, b2_dtype = (dtype if need else None
                               for dtype, need in zip(ctx.bias_dtypes, (need_b1, need_b2), strict=True))
         dy2, db2 = grad_at_preactivation(as_rows(dy)[0], None, ctx.p, ctx.seed, None, b2_dtype)
@@ -178,9 +194,12 @@ class MLPFunction(torch.autograd.Function):
             prog = backward_program(ctx.activation, False, need_b1)
             outs = prog(dy2, w2, dtypes=stored(db=b1_dtype), **present(pre=pre))
             dpre, db1 = outs["output"], outs.get("db")
-            dx = matmul(dpre, w1).reshape(x.shape) if need_x else None
+            if fold:
+                dx = ADD_PARTIAL(dpre, w1, partial=as_rows(dy)[0])["output"].reshape(x.shape)
+            elif need_x:
+                dx = matmul(dpre, w1).reshape(x.shape)
             dw1 = weight_grad(dpre, as_rows(x)[0], like=w1) if need_w1 else None
-        return dx, dw1, db1, dw2, db2, None, None, None, dresidual, None
+        return dx, dw1, db1, dw2, db2, None, None, None, dresidual, None, None
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
@@ -205,11 +224,16 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
 
 def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
         b2: torch.Tensor | None = None, activation: str | None = "gelu", dropout_p: float = 0.0,
-        seed: int | None = None, residual: torch.Tensor | None = None) -> torch.Tensor:
+        seed: int | None = None, residual: torch.Tensor | None = None, stats: str | None = None
+        ) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """`dropout(f(x @ w1.T + b1) @ w2.T + b2, dropout_p) + residual`.
 
     x [..., K], w1 [N1, K], b1 [N1], w2 [N2, N1], b2 [N2], residual [..., N2] -> [..., N2].
     activation as in `linear`; dropout (keyed on `seed`) is applied after fc2, before the residual.
+    stats: None, or the row sums a following norm needs, summed in fc2's epilogue as
+    `out_proj_residual` does: (y, ss) for "rms", (y, ss, s) for "layer" (ss = Σ y², s = Σ y per
+    row, float32, not differentiable), e.g. for a post-norm block `layer_norm(y, ..., rowsum=s,
+    sumsq=ss)`. With `residual=x` x's two gradients are summed in one GEMM's epilogue.
     """
     _check_activation(activation)
     _check_input(x)
@@ -222,13 +246,15 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Te
                                  or not residual.is_floating_point()):
         raise LaunchError(f"residual must be a floating-point tensor of the output's shape "
                           f"{[*x.shape[:-1], n2]}, got {checks.describe(residual)}")
+    if stats not in STATS:
+        raise LaunchError(f"mlp: stats must be one of {tuple(STATS)}, got {stats!r}")
     p = check_probability(dropout_p, "dropout_p")
     grad = _grad_wanted(x, w1, b1, w2, b2)
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::mlp, no graph break
-        return custom.mlp_op(x, w1, b1, w2, b2, activation, p, seed, residual, grad)
+        return custom.mlp_op(x, w1, b1, w2, b2, activation, p, seed, residual, grad, stats)
     seed = resolve_seed(p, seed)
-    return MLPFunction.apply(x, w1, b1, w2, b2, activation, p, seed, residual, grad)
+    return MLPFunction.apply(x, w1, b1, w2, b2, activation, p, seed, residual, grad, stats)
 
 
 def _grad_wanted(*tensors: torch.Tensor | None) -> bool:

@@ -39,7 +39,7 @@ layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq):
 
 out_proj_residual(x, w, residual, bias, dropout_p, seed, stats):
     y = residual + dropout(x @ w.T + bias),  with ss = Σ y² (stats "rms"; also s = Σ y for "layer")
-  forward   y, [ss, s]    = out_proj_program  GEMM x @ w.T; epilogue: + bias, dropout, + residual,
+  forward   y, [ss, s]    = linear.forward_program  GEMM x @ w.T; epilogue: + bias, dropout, + residual,
                             ss = row_sum(output * output), s = row_sum(output)
   backward  dpre, db      = DROPOUT_GRAD.map(dy): dropout(dy, p), db = col_sum   (with dropout;
                             without, dpre = dy and db = column_sum(dy))
@@ -57,17 +57,16 @@ gradient that no input needs is stored.
 
 from __future__ import annotations
 
-import functools
 import numbers
 
 import torch
 
 from .. import compile as compile_program
 from ..errors import LaunchError
-from ..runtime.program import Program
 from . import checks
-from .common import SUMS, as_rows, column_sum, matmul, present, stored, weight_grad
+from .common import STATS, SUMS, as_rows, column_sum, matmul, present, stored, weight_grad
 from .dropout import resolve_seed
+from .linear import forward_program
 
 # -- the statistics of each row, as DSL text spliced into the programs that need them -----------
 RMS_ROW = "rstd = rsqrt(ss * inv_n + eps);"
@@ -128,24 +127,6 @@ LN_DW = compile_program("EPILOGUE ln_dw(g: col, beta: col, db: row, w: tile) {"
 # -- out projection backward: the dropout derivative is the same mask (same seed) --------------
 DROPOUT_GRAD = compile_program("EPILOGUE dropout_grad(p: scalar) {"
                                " output = dropout(input, p); db = col_sum(output); }")
-
-#: stats= of out_proj_residual -> the row sums its epilogue stores besides y
-STATS = {None: [], "rms": ["ss"], "layer": ["ss", "s"]}
-
-
-@functools.cache
-def out_proj_program(bias: bool, dropout: bool) -> Program:
-    """`output = residual + dropout(input + bias, p)` and the next norm's row sums (launched with
-    outputs= naming the ones wanted). For example (True, True) is
-        EPILOGUE out_proj_residual(residual: tile, bias: col, p: scalar) {
-          output = residual + dropout(input + bias, p);
-          ss = row_sum(output * output); s = row_sum(output); }
-    """
-    pre = "input + bias" if bias else "input"
-    pre = f"dropout({pre}, p)" if dropout else pre
-    params = ["residual: tile"] + ["bias: col"] * bias + ["p: scalar"] * dropout
-    return compile_program(f"EPILOGUE out_proj_residual({', '.join(params)}) {{ output = residual + {pre};"
-                           f" ss = row_sum(output * output); s = row_sum(output); }}")
 
 
 def row_shift(rows: torch.Tensor, shifted: bool) -> torch.Tensor:
@@ -307,7 +288,7 @@ class OutProjResidualFunction(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor,
                 bias: torch.Tensor | None, p: float, seed: int | None, stats: str | None):
         rows, lead = as_rows(x)
-        prog = out_proj_program(bias is not None, p > 0.0)
+        prog = forward_program(None, bias is not None, p > 0.0, True, False, stats is not None)
         outs = prog(rows, w.T, residual=as_rows(residual)[0], seed=seed, outputs=["output", *STATS[stats]],
                     **present(bias=bias, p=p or None))
         y = outs["output"].reshape(*lead, w.shape[0])
