@@ -53,6 +53,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.matmul(a, b)
 
 
+def input_grad(dpre: torch.Tensor, w: torch.Tensor, dres: torch.Tensor | None = None) -> torch.Tensor:
+    """`dpre @ w` ([M, N] @ [N, K]), the gradient of a linear layer's input, plus `dres` (x's
+    other gradient, [..., K]: a residual's) in the GEMM's epilogue, where autograd would add
+    the two in a third kernel."""
+    if dres is None:
+        return matmul(dpre, w)
+    return ADD_PARTIAL(dpre, w, partial=as_rows(dres)[0])["output"]
+
+
 def weight_grad(dy: torch.Tensor, x: torch.Tensor, into: torch.Tensor | None = None,
                 like: torch.Tensor | None = None) -> torch.Tensor:
     """`dy.T @ x` ([N, M] @ [M, K] = [N, K]), the gradient of an nn.Linear weight; with `into`
