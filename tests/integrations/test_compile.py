@@ -76,17 +76,6 @@ def test_linear(activation, bias, p, seed):
     assert_compiles(lambda x, w, b=None: ops.linear(x, w, b, activation, p, seed), *args)
 
 
-def test_linear_passthrough():
-    """x passed through for a residual: in the graph autograd adds its two gradients."""
-    torch.manual_seed(0)
-
-    def block(x, w, b):
-        y, x = ops.linear(x, w, b, "gelu", passthrough=True)
-        return y, 2.0 * x
-
-    assert_compiles(block, rand(2, 5, 8), rand(6, 8), rand(6))
-
-
 @pytest.mark.parametrize(("activation", "p", "residual"), [("gelu", 0.0, False), ("silu", 0.3, True),
                                                              (None, 0.0, True)])
 def test_mlp(activation, p, residual):

@@ -115,24 +115,6 @@ def test_linear_float64_without_bias():
     assert_matches(forward_backward(fn, (x, w)), forward_backward(ref, (x, w)), 1e-10, 1e-12)
 
 
-def passed_through(fn):
-    """fn with passthrough=True, as a block uses it: y and 1.5 x (the residual) from the op's
-    outputs, so x's gradient is the sum of both paths'."""
-    def block(x, *rest):
-        y, x_out = fn(x, *rest)
-        return y, 1.5 * x_out
-    return block
-
-
-def test_linear_passthrough_float64():
-    x, w, b = make((2, 3, 5), (4, 5), (4,), seed=16)
-    fn = passed_through(lambda x, w, b: linear(x, w, b, "gelu", 0.2, seed=4, passthrough=True))
-    assert torch.autograd.gradcheck(fn, (x, w, b))
-    _, x_out = linear(x, w, b, passthrough=True)
-    (dx,) = torch.autograd.grad(x_out, [x], torch.ones_like(x_out))   # y unused: x's gradient alone
-    assert torch.equal(dx, torch.ones_like(x))
-
-
 MLP_CASES = [  # activation, dropout p, with b2, with residual
     ("gelu", 0.3, True, True),
     ("gelu_erf", 0.0, True, False),
@@ -225,19 +207,6 @@ def test_mlp_post_norm_interpreter():
     torch.testing.assert_close(s.double(), y64.sum(-1), rtol=TOL32, atol=TOL32 * y64.shape[-1])
 
 
-def test_linear_passthrough_interpreter():
-    """dx = dpre @ w + (the passed-through x's gradient) in one GEMM, through the real kernels."""
-    x, w, b = make((3, 13, 40), (37, 40), (37,), dtype=torch.float32, seed=17, scale=0.5)
-    got_y, got_x = passed_through(lambda *t: linear(*t, "gelu_erf", 0.25, seed=5, passthrough=True))(x, w, b)
-    leaves = upcast((x, w, b))
-    want_y = ref_linear(*leaves, "gelu_erf", 0.25, 5)
-    g = torch.randn(got_y.shape, generator=torch.Generator().manual_seed(2), dtype=F64)
-    gx = torch.randn(x.shape, generator=torch.Generator().manual_seed(3), dtype=F64)
-    got = torch.autograd.grad((got_y * g.float()).sum() + (got_x * gx.float()).sum(), [x, w, b])
-    want = torch.autograd.grad((want_y * g).sum() + (1.5 * leaves[0] * gx).sum(), leaves)
-    assert_matches((got_y, got), (want_y, want), TOL32, TOL32)
-
-
 def test_linear_interpreter_expanded_upstream_gradient():
     """`y.sum().backward()` hands the op a stride-0 gradient; the kernels take any strides."""
     x, w, b = make((17, 33), (48, 33), (48,), dtype=torch.float32, seed=7, scale=0.5)
@@ -315,7 +284,6 @@ def test_errors_name_the_argument():
         (lambda: linear(x, w, b[:5]), "bias must be"),
         (lambda: linear(x, w, b, dropout_p=1.5), "dropout_p"),
         (lambda: linear(x, w, b, dropout_p=0.1, seed=1.5), "seed"),
-        (lambda: linear(x, w, b, passthrough="yes"), "passthrough"),
         (lambda: mlp(x, w1, None, w2.T), "w2 is"),
         (lambda: mlp(x, w1, torch.zeros(6, dtype=F64), w2), "b1 must be"),
         (lambda: mlp(x, w1, None, w2, torch.zeros(8, dtype=F64)), "b2 must be"),

@@ -26,9 +26,7 @@ Per family (docs/integrations.md, "HuggingFace models"):
 - BERT (`BertModel`, `BertForMaskedLM`, ...): `BertSelfAttention`'s query, key and value
   projections -> one `linear` against the concatenated `[wq; wk; wv]` (one GEMM forward, its dx
   in one GEMM instead of three and two adds, its bias gradient in one column sum instead of
-  three), HF's attention (its weights are not returned: `attn_weights` is None); in
-  `BertAttention` the input passes through that GEMM to the residual (`passthrough=True`), so
-  its two gradients are summed in the dx GEMM's epilogue;
+  three), HF's attention (its weights are not returned: `attn_weights` is None);
   `BertSelfOutput` (dense + dropout + residual + post-LN) -> `out_proj_residual(stats="layer")` +
   `coda.nn.layer_norm` on the sums; `BertLayer`'s feed-forward (`BertIntermediate` +
   `BertOutput`) -> one `mlp(..., residual=x, stats="layer")` + `coda.nn.layer_norm` on the sums
@@ -90,8 +88,7 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
     (or the method PATCHED_METHODS names)."""
     return {"LlamaDecoderLayer": _llama_layer, "LlamaForCausalLM": _causal_lm,
             "GPT2Block": _gpt2_block, "GPT2LMHeadModel": _causal_lm,
-            "BertSelfAttention": _bert_self_attention, "BertAttention": _bert_attention,
-            "BertSelfOutput": _bert_output,
+            "BertSelfAttention": _bert_self_attention, "BertSelfOutput": _bert_output,
             "BertLayer": _bert_feed_forward,
             "BertPredictionHeadTransform": _bert_head_transform, "BertForMaskedLM": _masked_lm}
 
@@ -226,39 +223,16 @@ def _bert_self_attention(attn: nn.Module) -> Callable:
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 cache=None, **kwargs) -> tuple[torch.Tensor, None]:
-        return _bert_attend(hf, self, hidden_states, attention_mask, cache, kwargs)[0], None
+        lead, d = hidden_states.shape[:-1], self.attention_head_size
+        projections = (self.query, self.key, self.value)   # nn.Linear(..., bias=True) each
+        qkv = ops.linear(hidden_states, torch.cat([p.weight for p in projections]),
+                         torch.cat([p.bias for p in projections]))
+        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(self.all_head_size, dim=-1))
+        out = _attend(hf, self, q, k, v, attention_mask, self.dropout.p if self.training else 0.0,
+                      cache, kwargs)
+        return out.reshape(*lead, -1), None
 
     return forward
-
-
-def _bert_attention(attention: nn.Module) -> Callable:
-    """BertAttention: the patched self-attention, its input passed through the q/k/v GEMM to
-    BertSelfOutput's residual, so that the input's two gradients are summed in that GEMM's dx
-    epilogue. A cross-attention (keys and values from the encoder) keeps HF's forward."""
-    if attention.is_cross_attention:
-        return type(attention).forward
-    from transformers.models.bert import modeling_bert as hf
-
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                encoder_hidden_states=None, encoder_attention_mask=None, cache=None,
-                **kwargs) -> tuple[torch.Tensor, None]:
-        out, hidden_states = _bert_attend(hf, self.self, hidden_states, attention_mask, cache, kwargs)
-        return self.output(out, hidden_states), None
-
-    return forward
-
-
-def _bert_attend(hf, attn: nn.Module, hidden_states: torch.Tensor, attention_mask, cache,
-                 kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """(attention output [..., heads * d], hidden_states passed through the q/k/v GEMM)."""
-    lead, d = hidden_states.shape[:-1], attn.attention_head_size
-    projections = (attn.query, attn.key, attn.value)   # nn.Linear(..., bias=True) each
-    qkv, hidden_states = ops.linear(hidden_states, torch.cat([p.weight for p in projections]),
-                                    torch.cat([p.bias for p in projections]), passthrough=True)
-    q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(attn.all_head_size, dim=-1))
-    out = _attend(hf, attn, q, k, v, attention_mask, attn.dropout.p if attn.training else 0.0, cache,
-                  kwargs)
-    return out.reshape(*lead, -1), hidden_states
 
 
 def _bert_output(output: nn.Module) -> Callable:

@@ -56,7 +56,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def input_grad(dpre: torch.Tensor, w: torch.Tensor, dres: torch.Tensor | None = None) -> torch.Tensor:
     """`dpre @ w` ([M, N] @ [N, K]), the gradient of a linear layer's input, plus `dres` (x's
     other gradient, [..., K]: a residual's) in the GEMM's epilogue, where autograd would add
-    the two in a third kernel."""
+    the two in a third kernel (cuBLAS without dres, as `matmul`)."""
     if dres is None:
         return matmul(dpre, w)
     return ADD_PARTIAL(dpre, w, partial=as_rows(dres)[0])["output"]

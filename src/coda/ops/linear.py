@@ -8,8 +8,7 @@ linear(x, w, bias, activation, dropout_p):
   forward   y (and pre)   = forward_program  GEMM x @ w.T; epilogue: + bias, save pre (only when
                             f' needs it and a gradient is wanted), f, dropout
   backward  dpre, db      = backward_program.map(dy): dropout(dy, p) * f'(pre), db = col_sum(dpre)
-            dx            = dpre @ w      (matmul; with passthrough, + the gradient of the x
-                                           returned, in the GEMM's epilogue)
+            dx            = dpre @ w      (matmul)
             dw            = dpre.T @ x    (weight_grad)
   dy comes from outside CODA (no CODA GEMM produces it), so f' and the bias gradient take one map
   program over dy. Without activation and dropout dpre = dy and db = column_sum(dy).
@@ -123,14 +122,11 @@ def grad_at_preactivation(dy: torch.Tensor, activation: str | None, p: float, se
 
 
 class LinearFunction(torch.autograd.Function):
-    """y = dropout(f(x @ w.T + bias), p): one GEMM forward; one map and two GEMMs backward. With
-    `passthrough` (y, x): the gradient of the x returned joins x's in dx's epilogue."""
+    """y = dropout(f(x @ w.T + bias), p): one GEMM forward; one map and two GEMMs backward."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
-                activation: str | None, p: float, seed: int | None, grad: bool,
-                passthrough: bool = False):
-        ctx.set_materialize_grads(False)
+                activation: str | None, p: float, seed: int | None, grad: bool) -> torch.Tensor:
         rows, lead = as_rows(x)
         save_pre = grad and ACTIVATIONS[activation][1] is not None
         prog = forward_program(activation, bias is not None, p > 0.0, False, save_pre)
@@ -138,20 +134,17 @@ class LinearFunction(torch.autograd.Function):
         ctx.save_for_backward(x, w, outs.get("pre"))
         ctx.activation, ctx.p, ctx.seed = activation, p, seed
         ctx.bias_dtype = None if bias is None else bias.dtype
-        y = outs["output"].reshape(*lead, w.shape[0])
-        return (y, x) if passthrough else y
+        return outs["output"].reshape(*lead, w.shape[0])
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor | None, dres: torch.Tensor | None = None):
+    def backward(ctx, dy: torch.Tensor):
         x, w, pre = ctx.saved_tensors
-        if dy is None:   # only the passed-through x was used
-            return dres, None, None, None, None, None, None, None
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, pre,
                                          ctx.bias_dtype if need_b else None)
-        dx = input_grad(dpre, w, dres).reshape(x.shape) if need_x else None
+        dx = input_grad(dpre, w).reshape(x.shape) if need_x else None
         dw = weight_grad(dpre, as_rows(x)[0], like=w) if need_w else None
-        return dx, dw, db, None, None, None, None, None
+        return dx, dw, db, None, None, None, None
 
 
 class MLPFunction(torch.autograd.Function):
@@ -207,27 +200,23 @@ class MLPFunction(torch.autograd.Function):
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
-           activation: str | None = None, dropout_p: float = 0.0, seed: int | None = None,
-           passthrough: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+           activation: str | None = None, dropout_p: float = 0.0, seed: int | None = None
+           ) -> torch.Tensor:
     """`dropout(f(x @ w.T + bias), dropout_p)`: x [..., K], w [N, K], bias [N] -> [..., N].
 
     activation: None, "gelu" (tanh approximation), "gelu_erf", "relu", "silu" or "squared_relu"
     (relu(x)**2). The dropout mask is keyed on `seed` (drawn from torch's CPU generator when None).
-    With `passthrough=True` returns (y, x), x to use downstream in place of the argument (a
-    block's residual): the gradient it gets joins x's gradient in the epilogue of the dx GEMM.
     """
     _check_activation(activation)
     _check_input(x)
     n = checks.weight("w", w, x, x.shape[-1])
     checks.optional_tensor("bias", bias, (n,), x)
     p = check_probability(dropout_p, "dropout_p")
-    passthrough = checks.flag("passthrough", passthrough)
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::linear, no graph break
-        y = custom.linear_op(x, w, bias, activation, p, seed, _grad_wanted(x, w, bias))
-        return (y, x) if passthrough else y   # autograd adds the two gradients of x
+        return custom.linear_op(x, w, bias, activation, p, seed, _grad_wanted(x, w, bias))
     seed = resolve_seed(p, seed)
-    return LinearFunction.apply(x, w, bias, activation, p, seed, _grad_wanted(x, w, bias), passthrough)
+    return LinearFunction.apply(x, w, bias, activation, p, seed, _grad_wanted(x, w, bias))
 
 
 def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
