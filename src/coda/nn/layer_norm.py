@@ -13,6 +13,10 @@ backward  (dxhat = dy ⊙ g)
           a, b, dg, dβ  = LN_GRAD_SUMS.map(dy): a = Σ_k dxhat, b = Σ_k dxhat xhat per row,
                           dg = Σ_m dy xhat, dβ = Σ_m dy per column (no tile is written)
           dx            = LN_GRAD_DX.map(dy): rstd (dxhat - (a + xhat b) / n)
+          On a GPU (and under the Triton interpreter), for rows of up to ROW_LIMIT values in
+          half or single precision, both in one pass instead: `row_grad_kernel` holds whole rows,
+          so a and b are summed where dx needs them; dg and dβ leave as one partial per program,
+          summed by one torch reduction (one kernel fewer and one read of dy and x less).
 Only x and the row sums are saved; xhat is recomputed in each epilogue (a few flops per element).
 The sums are statistics, not differentiated: the backward differentiates through rstd(x) and
 mean(x) itself, so given sums must be those of this x.
@@ -21,12 +25,15 @@ mean(x) itself, so given sums must be those of this x.
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..ops import checks
 from ..ops.common import as_rows
 from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS, residual_grad, row_shift
+from ..runtime.program import interpreter_enabled
 
 XHAT = "xhat = (xin - mean) * rstd;"
 LAYER_NORM = compile_program(f"EPILOGUE layer_norm({LN_ROW_PARAMS}, g: col, beta: col) {{ {LN_ROW}"
@@ -70,9 +77,13 @@ class LayerNormFunction(torch.autograd.Function):
             return dres, None, None, None, None, None, None
         rows, dy = as_rows(x)[0], as_rows(dy)[0]
         row = dict(shift=shift, s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
+        dtypes = {"dg": g.dtype, "dbeta": ctx.beta_dtype}
+        if one_pass(rows, dy):
+            dx, dg, dbeta = row_grad(dy, rows, g, row, dres, dtypes)
+            return (dx.reshape(x.shape) if need_x else None, dg if need_g else None,
+                    dbeta if need_beta else None, None, None, None, None)
         wanted = ["a", "b"] * need_x + ["dg"] * need_g + ["dbeta"] * need_beta
-        sums = LN_GRAD_SUMS.map(dy, **row, g=g, xin=rows, outputs=wanted,
-                                dtypes={"dg": g.dtype, "dbeta": ctx.beta_dtype}) if wanted else {}
+        sums = LN_GRAD_SUMS.map(dy, **row, g=g, xin=rows, outputs=wanted, dtypes=dtypes) if wanted else {}
         dx = dg = dbeta = None
         if need_x:
             dx = LN_GRAD_DX[dres is not None].map(dy, **row, g=g, xin=rows, a=sums["a"], b=sums["b"],
@@ -83,6 +94,90 @@ class LayerNormFunction(torch.autograd.Function):
         if need_beta:
             dbeta = sums["dbeta"]
         return dx, dg, dbeta, None, None, None, None
+
+
+# -- the backward in one pass: whole rows in one program ------------------------------------------
+#: The widest row `row_grad_kernel` holds (a BERT-large or LLaMA-7B hidden size fits).
+ROW_LIMIT = 8192
+#: Programs per SM of the one-pass backward: each sums its rows' dg and dβ into one partial.
+PROGRAMS_PER_SM = 4
+
+
+def one_pass(rows: torch.Tensor, dy: torch.Tensor) -> bool:
+    """Whether the backward runs as `row_grad_kernel`: Triton tensors (a GPU, or the
+    interpreter), half or single precision, rows of at most ROW_LIMIT."""
+    return ((rows.is_cuda or interpreter_enabled()) and rows.shape[1] <= ROW_LIMIT
+            and rows.dtype in (torch.float16, torch.bfloat16, torch.float32) and dy.dtype == rows.dtype)
+
+
+def row_grad(dy: torch.Tensor, rows: torch.Tensor, g: torch.Tensor, row: dict,
+             dres: torch.Tensor | None, dtypes: dict[str, torch.dtype]
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dx, dg, dbeta) of LayerNorm from dy [M, n] and x's rows, in one pass (`row_grad_kernel`);
+    dres, the passed-through x's gradient, joins dx."""
+    m, n = rows.shape
+    block_n = triton.next_power_of_2(n)
+    block_m = max(1, 4096 // block_n)
+    sms = torch.cuda.get_device_properties(rows.device).multi_processor_count if rows.is_cuda else 4
+    programs = min(triton.cdiv(m, block_m), PROGRAMS_PER_SM * sms)
+    rows_per_program = triton.cdiv(triton.cdiv(m, programs), block_m) * block_m
+    programs = triton.cdiv(m, rows_per_program)
+    dx = torch.empty((m, n), device=rows.device, dtype=rows.dtype)
+    partials = torch.empty((2, programs, n), device=rows.device, dtype=torch.float32)
+    res = as_rows(dres)[0] if dres is not None else dy   # dy: a stand-in never read
+    shift = row["shift"]
+    row_grad_kernel[(programs,)](
+        dy, rows, res, dx, g, shift, row["s"].contiguous(), row["ss"].contiguous(), partials,
+        m, n, rows_per_program,
+        row["inv_n"], row["eps"], *dy.stride(), *rows.stride(), *res.stride(), shift.stride(0),
+        HAS_DRES=dres is not None, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=8 if block_n >= 2048 else 4)
+    dg, dbeta = partials.sum(1)
+    return dx, dg.to(dtypes["dg"]), dbeta.to(dtypes["dbeta"])
+
+
+@triton.jit
+def row_grad_kernel(dy_ptr, x_ptr, dres_ptr, dx_ptr, g_ptr, shift_ptr, s_ptr, ss_ptr, partial_ptr,
+                    M, N, rows_per_program, inv_n, eps,
+                    stride_dy_m, stride_dy_n, stride_x_m, stride_x_n, stride_res_m, stride_res_n,
+                    stride_shift, HAS_DRES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """LayerNorm's dx for `rows_per_program` rows, BLOCK_M whole rows (BLOCK_N >= N) at a time,
+    and this program's partial column sums dg = Σ dy xhat and dβ = Σ dy (rows of `partial_ptr`,
+    [2, programs, N]). mean and rstd come from the shifted row sums as in LN_ROW."""
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_in = cols < N
+    g = tl.load(g_ptr + cols, mask=col_in, other=0.0).to(tl.float32)
+    dg = tl.zeros([BLOCK_N], tl.float32)
+    dbeta = tl.zeros([BLOCK_N], tl.float32)
+    first = pid * rows_per_program
+    last = tl.minimum(first + rows_per_program, M)
+    for start in range(first, last, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        row_in = rows < last
+        inside = row_in[:, None] & col_in[None, :]
+        dy = tl.load(dy_ptr + rows[:, None] * stride_dy_m + cols[None, :] * stride_dy_n, mask=inside,
+                     other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + rows[:, None] * stride_x_m + cols[None, :] * stride_x_n, mask=inside,
+                    other=0.0).to(tl.float32)
+        s = tl.load(s_ptr + rows, mask=row_in, other=0.0)
+        ss = tl.load(ss_ptr + rows, mask=row_in, other=0.0)
+        shift = tl.load(shift_ptr + rows * stride_shift, mask=row_in, other=0.0).to(tl.float32)
+        m = s * inv_n
+        rstd = tl.rsqrt(tl.maximum(ss * inv_n - m * m, 0.0) + eps)
+        xhat = tl.where(inside, (x - (shift + m)[:, None]) * rstd[:, None], 0.0)
+        dxhat = dy * g[None, :]
+        a = tl.sum(dxhat, axis=1)
+        b = tl.sum(dxhat * xhat, axis=1)
+        dx = rstd[:, None] * (dxhat - (a[:, None] + xhat * b[:, None]) * inv_n)
+        if HAS_DRES:
+            dx += tl.load(dres_ptr + rows[:, None] * stride_res_m + cols[None, :] * stride_res_n,
+                          mask=inside, other=0.0).to(tl.float32)
+        tl.store(dx_ptr + rows[:, None] * N + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=inside)
+        dg += tl.sum(dy * xhat, axis=0)
+        dbeta += tl.sum(dy, axis=0)
+    programs = tl.num_programs(0)
+    tl.store(partial_ptr + pid * N + cols, dg, mask=col_in)
+    tl.store(partial_ptr + (programs + pid) * N + cols, dbeta, mask=col_in)
 
 
 def layer_norm(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5,
