@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from accuracy import assert_within_eager
 
+from coda.nn import layer_norm
 from coda.ops.norms import layer_norm_linear, out_proj_residual, rms_norm_linear
 from coda.runtime.rng import dropout_mask
 
@@ -102,6 +103,25 @@ def test_layer_norm_linear_bf16(tokens, k, n, mean):
               param(n, k, scale=k**-0.5), param(n, scale=0.1)]
     check(lambda *t: layer_norm_linear(*t, eps=EPS_LN), ref_ln, inputs, ["dx", "dg", "dbeta", "dw", "db"],
           f"layer_norm_linear {tokens}x{k}->{n} mean={mean}")
+
+
+@pytest.mark.parametrize(("tokens", "n", "sums", "mean"),
+                         [(16384, 768, True, 0.0), (4099, 1024, False, 30.0), (1000, 4096, True, 0.0)])
+def test_layer_norm_bf16(tokens, n, sums, mean):
+    """coda.nn.layer_norm (its backward: the one-pass kernel), with the row sums given as
+    out_proj_residual would give them (BERT's, GPT-2's ln_2) or computed (shifted), and with x
+    passed through (the residual's gradient joined to dx)."""
+    torch.manual_seed(4)
+    inputs = [param(tokens, n, shift=mean), param(n, scale=0.2, shift=1.0), param(n, scale=0.1)]
+
+    def coda_ln(x, g, beta):
+        xd = x.detach().float()
+        given = dict(rowsum=xd.sum(-1), sumsq=(xd * xd).sum(-1)) if sums else {}
+        y, x_out = layer_norm(x, g, beta, EPS_LN, passthrough=True, **given)
+        return y + 0.5 * x_out
+
+    check(coda_ln, lambda x, g, beta: F.layer_norm(x, (n,), g, beta, EPS_LN) + 0.5 * x, inputs,
+          ["dx", "dg", "dbeta"], f"layer_norm {tokens}x{n} sums={sums} mean={mean}")
 
 
 @pytest.mark.parametrize(("norm", "tokens", "hidden", "n"),

@@ -16,7 +16,7 @@ backward  (dxhat = dy ⊙ g)
           On a GPU (and under the Triton interpreter), for rows of up to ROW_LIMIT values in
           half or single precision, both in one pass instead: `row_grad_kernel` holds whole rows,
           so a and b are summed where dx needs them; dg and dβ leave as one partial per program,
-          summed by one torch reduction (one kernel fewer and one read of dy and x less).
+          summed by `column_sums_kernel` (one read of dy and x less, the same count of kernels).
 Only x and the row sums are saved; xhat is recomputed in each epilogue (a few flops per element).
 The sums are statistics, not differentiated: the backward differentiates through rstd(x) and
 mean(x) itself, so given sums must be those of this x.
@@ -101,6 +101,8 @@ class LayerNormFunction(torch.autograd.Function):
 ROW_LIMIT = 8192
 #: Programs per SM of the one-pass backward: each sums its rows' dg and dβ into one partial.
 PROGRAMS_PER_SM = 4
+#: Columns per program of `column_sums_kernel` (768 columns: 24 programs).
+SUM_COLUMNS = 32
 
 
 def one_pass(rows: torch.Tensor, dy: torch.Tensor) -> bool:
@@ -113,7 +115,8 @@ def one_pass(rows: torch.Tensor, dy: torch.Tensor) -> bool:
 def row_grad(dy: torch.Tensor, rows: torch.Tensor, g: torch.Tensor, row: dict,
              dres: torch.Tensor | None, dtypes: dict[str, torch.dtype]
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dx, dg, dbeta) of LayerNorm from dy [M, n] and x's rows, in one pass (`row_grad_kernel`);
+    """(dx, dg, dbeta) of LayerNorm from dy [M, n] and x's rows, in one pass (`row_grad_kernel`)
+    and the sum of its column partials (`column_sums_kernel`, dg and dbeta stored in `dtypes`);
     dres, the passed-through x's gradient, joins dx."""
     m, n = rows.shape
     block_n = triton.next_power_of_2(n)
@@ -131,8 +134,11 @@ def row_grad(dy: torch.Tensor, rows: torch.Tensor, g: torch.Tensor, row: dict,
         m, n, rows_per_program,
         row["inv_n"], row["eps"], *dy.stride(), *rows.stride(), *res.stride(), shift.stride(0),
         HAS_DRES=dres is not None, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=8 if block_n >= 2048 else 4)
-    dg, dbeta = partials.sum(1)
-    return dx, dg.to(dtypes["dg"]), dbeta.to(dtypes["dbeta"])
+    dg = torch.empty(n, device=rows.device, dtype=dtypes["dg"])
+    dbeta = torch.empty(n, device=rows.device, dtype=dtypes["dbeta"])
+    column_sums_kernel[(triton.cdiv(n, SUM_COLUMNS),)](partials, dg, dbeta, programs, n,
+                                                        BLOCK_P=64, BLOCK_N=SUM_COLUMNS)
+    return dx, dg, dbeta
 
 
 @triton.jit
@@ -178,6 +184,25 @@ def row_grad_kernel(dy_ptr, x_ptr, dres_ptr, dx_ptr, g_ptr, shift_ptr, s_ptr, ss
     programs = tl.num_programs(0)
     tl.store(partial_ptr + pid * N + cols, dg, mask=col_in)
     tl.store(partial_ptr + (programs + pid) * N + cols, dbeta, mask=col_in)
+
+
+@triton.jit
+def column_sums_kernel(partial_ptr, dg_ptr, dbeta_ptr, programs, N, BLOCK_P: tl.constexpr,
+                       BLOCK_N: tl.constexpr):
+    """dg and dβ: the sums of `row_grad_kernel`'s partials ([2, programs, N]) over its programs,
+    BLOCK_N columns a program, in index order (deterministic), stored in their own dtypes."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_in = cols < N
+    dg = tl.zeros([BLOCK_N], tl.float32)
+    dbeta = tl.zeros([BLOCK_N], tl.float32)
+    for p0 in range(0, programs, BLOCK_P):
+        p = p0 + tl.arange(0, BLOCK_P)
+        inside = (p < programs)[:, None] & col_in[None, :]
+        at = p[:, None] * N + cols[None, :]
+        dg += tl.sum(tl.load(partial_ptr + at, mask=inside, other=0.0), axis=0)
+        dbeta += tl.sum(tl.load(partial_ptr + programs * N + at, mask=inside, other=0.0), axis=0)
+    tl.store(dg_ptr + cols, dg.to(dg_ptr.dtype.element_ty), mask=col_in)
+    tl.store(dbeta_ptr + cols, dbeta.to(dbeta_ptr.dtype.element_ty), mask=col_in)
 
 
 def layer_norm(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5,
