@@ -1,4 +1,5 @@
-"""GPU checks of coda.ops.rms_norm_linear, layer_norm_linear and out_proj_residual: bf16, real shapes.
+"""GPU checks of coda.ops.rms_norm_linear, layer_norm_linear, out_proj_residual and coda.nn.layer_norm:
+bf16, real shapes.
 
 For the output and every gradient: CODA's relative error against float64 (the unfused formula run
 on the same bf16 inputs, upcast) must be at most twice the relative error of eager PyTorch running
@@ -108,9 +109,9 @@ def test_layer_norm_linear_bf16(tokens, k, n, mean):
 @pytest.mark.parametrize(("tokens", "n", "sums", "mean"),
                          [(16384, 768, True, 0.0), (4099, 1024, False, 30.0), (1000, 4096, True, 0.0)])
 def test_layer_norm_bf16(tokens, n, sums, mean):
-    """coda.nn.layer_norm (its backward: the one-pass kernel), with the row sums given as
-    out_proj_residual would give them (BERT's, GPT-2's ln_2) or computed (shifted), and with x
-    passed through (the residual's gradient joined to dx)."""
+    """coda.nn.layer_norm, with the row sums given as out_proj_residual would give them (BERT's,
+    GPT-2's ln_2) or computed (shifted), and with x passed through (the residual's gradient
+    joined to dx)."""
     torch.manual_seed(4)
     inputs = [param(tokens, n, shift=mean), param(n, scale=0.2, shift=1.0), param(n, scale=0.1)]
 

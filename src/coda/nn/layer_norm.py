@@ -13,11 +13,6 @@ backward  (dxhat = dy ⊙ g)
           a, b, dg, dβ  = LN_GRAD_SUMS.map(dy): a = Σ_k dxhat, b = Σ_k dxhat xhat per row,
                           dg = Σ_m dy xhat, dβ = Σ_m dy per column (no tile is written)
           dx            = LN_GRAD_DX.map(dy): rstd (dxhat - (a + xhat b) / n)
-          On a GPU (and under the Triton interpreter), for rows of up to ROW_LIMIT values in
-          half or single precision, both in one pass instead (nn/layer_norm_kernels.py):
-          `row_grad_kernel` holds whole rows, so a and b are summed where dx needs them; dg and
-          dβ leave as one partial per program, summed by `column_sums_kernel` (one read of dy
-          and x less, the same count of kernels).
 Only x and the row sums are saved; xhat is recomputed in each epilogue (a few flops per element).
 The sums are statistics, not differentiated: the backward differentiates through rstd(x) and
 mean(x) itself, so given sums must be those of this x.
@@ -32,7 +27,6 @@ from ..errors import LaunchError
 from ..ops import checks
 from ..ops.common import as_rows
 from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS, residual_grad, row_shift
-from ..runtime.program import interpreter_enabled
 
 XHAT = "xhat = (xin - mean) * rstd;"
 LAYER_NORM = compile_program(f"EPILOGUE layer_norm({LN_ROW_PARAMS}, g: col, beta: col) {{ {LN_ROW}"
@@ -76,13 +70,9 @@ class LayerNormFunction(torch.autograd.Function):
             return dres, None, None, None, None, None, None
         rows, dy = as_rows(x)[0], as_rows(dy)[0]
         row = dict(shift=shift, s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
-        dtypes = {"dg": g.dtype, "dbeta": ctx.beta_dtype}
-        if one_pass(rows, dy):
-            dx, dg, dbeta = row_grad(dy, rows, g, row, dres, dtypes)
-            return (dx.reshape(x.shape) if need_x else None, dg if need_g else None,
-                    dbeta if need_beta else None, None, None, None, None)
         wanted = ["a", "b"] * need_x + ["dg"] * need_g + ["dbeta"] * need_beta
-        sums = LN_GRAD_SUMS.map(dy, **row, g=g, xin=rows, outputs=wanted, dtypes=dtypes) if wanted else {}
+        sums = LN_GRAD_SUMS.map(dy, **row, g=g, xin=rows, outputs=wanted,
+                                dtypes={"dg": g.dtype, "dbeta": ctx.beta_dtype}) if wanted else {}
         dx = dg = dbeta = None
         if need_x:
             dx = LN_GRAD_DX[dres is not None].map(dy, **row, g=g, xin=rows, a=sums["a"], b=sums["b"],
@@ -93,57 +83,6 @@ class LayerNormFunction(torch.autograd.Function):
         if need_beta:
             dbeta = sums["dbeta"]
         return dx, dg, dbeta, None, None, None, None
-
-
-# -- the backward in one pass: whole rows in one program ------------------------------------------
-#: The widest row `row_grad_kernel` holds (a BERT-large or LLaMA-7B hidden size fits).
-ROW_LIMIT = 8192
-#: Programs per SM of the one-pass backward: each sums its rows' dg and dβ into one partial.
-PROGRAMS_PER_SM = 4
-#: Columns per program of `column_sums_kernel` (768 columns: 24 programs).
-SUM_COLUMNS = 32
-
-
-def one_pass(rows: torch.Tensor, dy: torch.Tensor) -> bool:
-    """Whether the backward runs as `row_grad_kernel`: Triton tensors (a GPU, or the
-    interpreter), half or single precision, rows of at most ROW_LIMIT."""
-    return ((rows.is_cuda or interpreter_enabled()) and rows.shape[1] <= ROW_LIMIT
-            and rows.dtype in (torch.float16, torch.bfloat16, torch.float32) and dy.dtype == rows.dtype)
-
-
-def row_grad(dy: torch.Tensor, rows: torch.Tensor, g: torch.Tensor, row: dict,
-             dres: torch.Tensor | None, dtypes: dict[str, torch.dtype]
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dx, dg, dbeta) of LayerNorm from dy [M, n] and x's rows, in one pass (`row_grad_kernel`)
-    and the sum of its column partials (`column_sums_kernel`, dg and dbeta stored in `dtypes`);
-    dres, the passed-through x's gradient, joins dx."""
-    # here, not at import: Triton reads TRITON_INTERPRET when first imported, which `coda demo`
-    # sets after `import coda` (the generated kernels are imported as late: runtime/program.py)
-    import triton
-
-    from .layer_norm_kernels import column_sums_kernel, row_grad_kernel
-
-    m, n = rows.shape
-    block_n = triton.next_power_of_2(n)
-    block_m = max(1, 4096 // block_n)
-    sms = torch.cuda.get_device_properties(rows.device).multi_processor_count if rows.is_cuda else 4
-    programs = min(triton.cdiv(m, block_m), PROGRAMS_PER_SM * sms)
-    rows_per_program = triton.cdiv(triton.cdiv(m, programs), block_m) * block_m
-    programs = triton.cdiv(m, rows_per_program)
-    dx = torch.empty((m, n), device=rows.device, dtype=rows.dtype)
-    partials = torch.empty((2, programs, n), device=rows.device, dtype=torch.float32)
-    res = as_rows(dres)[0] if dres is not None else dy   # dy: a stand-in never read
-    shift = row["shift"]
-    row_grad_kernel[(programs,)](
-        dy, rows, res, dx, g, shift, row["s"].contiguous(), row["ss"].contiguous(), partials,
-        m, n, rows_per_program,
-        row["inv_n"], row["eps"], *dy.stride(), *rows.stride(), *res.stride(), shift.stride(0),
-        HAS_DRES=dres is not None, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=8 if block_n >= 2048 else 4)
-    dg = torch.empty(n, device=rows.device, dtype=dtypes["dg"])
-    dbeta = torch.empty(n, device=rows.device, dtype=dtypes["dbeta"])
-    column_sums_kernel[(triton.cdiv(n, SUM_COLUMNS),)](partials, dg, dbeta, programs, n,
-                                                        BLOCK_P=64, BLOCK_N=SUM_COLUMNS)
-    return dx, dg, dbeta
 
 
 def layer_norm(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5,
