@@ -249,6 +249,21 @@ def test_bert_base_model_and_state_dict():
         assert torch.equal(before[key], after[key]), key
 
 
+def test_bert_chunked_feed_forward():
+    """config.chunk_size_feed_forward: HF calls the patched feed-forward once per chunk of the
+    sequence; outputs and gradients are the unpatched model's."""
+    ref = tiny_bert(torch.float64, chunk_size_feed_forward=4)
+    model = coda.patch(copy.deepcopy(ref))
+    ids, labels = batch()
+    out, expected = model(input_ids=ids, labels=labels), ref(input_ids=ids, labels=labels)
+    torch.testing.assert_close(out.loss, expected.loss, rtol=1e-10, atol=1e-10)
+    out.loss.backward()
+    expected.loss.backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+        if q.grad is not None and not name.endswith("key.bias"):   # key.bias: see above
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-8, atol=1e-10, msg=name)
+
+
 def tiny_bert_decoder(dtype: torch.dtype) -> torch.nn.Module:
     """BERT as a causal LM (is_decoder): its self-attention runs through the KV cache."""
     torch.manual_seed(0)
