@@ -200,6 +200,11 @@ def _with_sums(out: Tensor | tuple[Tensor, ...], like: Tensor) -> tuple[Tensor, 
     return y, *sums, *(like.new_empty(0) for _ in range(2 - len(sums)))
 
 
+def _as_returned(stats: str | None, y: Tensor, ss: Tensor, s: Tensor) -> Tensor | tuple[Tensor, ...]:
+    """The inverse of `_with_sums`: y, (y, ss) or (y, ss, s), as the op returns them by `stats`."""
+    return {None: y, "rms": (y, ss), "layer": (y, ss, s)}[stats]
+
+
 def _sums_fake(x: Tensor, stats: str | None) -> tuple[Tensor, Tensor]:
     """The fake (ss, s) of `_with_sums`: [...] float32 rows for the sums `stats` names, else empty."""
     return tuple(x.new_empty(x.shape[:-1] if name in STATS[stats] else 0, dtype=_stat_dtype(x))
@@ -356,7 +361,7 @@ def mlp_op(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | No
     or (y, ss, s) as the op returns them."""
     y, _, _, ss, s = torch.ops.coda.mlp(x, w1, b1, w2, b2, activation, p, _seed(p, seed), residual,
                                         grad, stats, residual is x)
-    return {None: y, "rms": (y, ss), "layer": (y, ss, s)}[stats]
+    return _as_returned(stats, y, ss, s)
 
 
 # dropout -----------------------------------------------------------------------------------------
@@ -902,7 +907,7 @@ def out_proj_residual_op(x: Tensor, w: Tensor, residual: Tensor, bias: Tensor | 
     """out_proj_residual's launch (checked arguments, the caller's seed) through
     coda::out_proj_residual: y, (y, ss) or (y, ss, s) as the op returns them."""
     y, ss, s = torch.ops.coda.out_proj_residual(x, w, residual, bias, p, _seed(p, seed), stats)
-    return {None: y, "rms": (y, ss), "layer": (y, ss, s)}[stats]
+    return _as_returned(stats, y, ss, s)
 
 
 # interleave with a gain ----------------------------------------------------------------------------
