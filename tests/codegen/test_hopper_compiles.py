@@ -88,7 +88,7 @@ def compile_all() -> dict[str, dict]:
         for label, config in configs.items():
             variant = config.mainloop("hopper")
             built = prog.triton._build(kernel_module._signature(launch, variant, config.stage_tiles),
-                                       variant, pdl=True)   # as on an H200
+                                       variant)
             results[f"{name}/{label}"] = compile_sm90(kernel_module, built, config, launch)
             # the tile operands given TMA descriptors (staged in shared memory)
             results[f"{name}/{label}"]["staged"] = sorted(set(re.findall(r"(op_\w+)_desc = ", built.source)))
@@ -104,12 +104,11 @@ def compile_sm90(kernel_module, built, config, launch) -> dict[str, int]:
 
     recorder = Recorder(built.fn.arg_names)
     finish = built.finish and Recorder(built.finish.arg_names)   # no kernel runs here
-    kernel = kernel_module.Kernel(built.variant, built.source, recorder, finish, built.pdl)
-    plan = kernel_module.Plan(kernel, config, launch)
+    plan = kernel_module.Plan(kernel_module.Kernel(built.variant, built.source, recorder, finish), config,
+                              launch)
     plan.run(launch.a, launch.b, launch.values, None, launch.seed)
     meta = dict(recorder.meta)
-    options = {key: meta.pop(key) for key in ("num_warps", "num_stages", "maxnreg", "launch_pdl")
-               if key in meta}
+    options = {key: meta.pop(key) for key in ("num_warps", "num_stages", "maxnreg") if key in meta}
     fn = built.fn
     values = dict(zip([p for p in fn.arg_names if p not in meta], recorder.args, strict=True))
     signature = {p: "constexpr" if p in meta else _type(values[p]) for p in fn.arg_names}
@@ -117,7 +116,6 @@ def compile_sm90(kernel_module, built, config, launch) -> dict[str, int]:
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     ptx = compiled.asm["ptx"]
     return dict(wgmma=ptx.count("wgmma.mma_async"), tma=ptx.count("cp.async.bulk.tensor"),
-                grid_wait=ptx.count("griddepcontrol.wait"), pdl=compiled.metadata.launch_pdl,
                 warp_specialized="setmaxnreg" in ptx, shared=compiled.metadata.shared,
                 **ptxas_report(ptx))
 
@@ -180,8 +178,6 @@ def test_hopper_kernels_compile_for_sm90():
     for key, found in results.items():
         assert found["wgmma"] > 0, key   # the tensor-core path of sm_90
         assert found["tma"] > 0, key     # TMA loads of A and B
-        # programmatic dependent launch: the kernel waits for its predecessor, once
-        assert found["pdl"] and found["grid_wait"] == 1, key
         # a residual comes by TMA except where the ping-pong kernel's epilogue loads it
         if "residual" in PROGRAMS[key.split("/")[0]]:
             assert found["staged"] == ([] if key.endswith("pingpong_loads_split8") else ["op_residual"]), key

@@ -53,11 +53,10 @@ def _params(program: Program, sig: Signature) -> list[str]:
     return params
 
 
-def generate_finish(program: Program, sig: Signature, wait: str = "") -> str:
+def generate_finish(program: Program, sig: Signature) -> str:
     """The source of `finish(M, N, row_parts, col_parts, ..., ROW_P, ROW_BLOCK, COL_P, COL_BLOCK)`:
     ROW_P partials of ROW_BLOCK rows a step for the row reductions, COL_P of COL_BLOCK columns for
-    the column ones (`merge_tile`), "" when the launch writes no reduction. `wait` is its first
-    statements (mainloops.grid_wait, or none)."""
+    the column ones (`merge_tile`), "" when the launch writes no reduction."""
     by_axis = {axis: [o for o in _written(program, sig) if o.axis == axis] for axis in ("row", "col")}
     if not any(by_axis.values()):
         return ""
@@ -65,7 +64,7 @@ def generate_finish(program: Program, sig: Signature, wait: str = "") -> str:
     params = ", ".join(["M", "N", "row_parts", "col_parts", *_params(program, sig),
                         *(f"{c}: tl.constexpr" for c in ("ROW_P", "ROW_BLOCK", "COL_P", "COL_BLOCK"))])
     body = "\n".join("    " + line for line in lines)
-    return f"\n@triton.jit\ndef finish({params}):\n{wait}    pid = tl.program_id(0)\n{body}\n"
+    return f"\n@triton.jit\ndef finish({params}):\n    pid = tl.program_id(0)\n{body}\n"
 
 
 def _merge(program: Program, axis: str, outs: list) -> list[str]:

@@ -38,7 +38,7 @@ from .epilogue import (
     pingpong_parts,
 )
 from .finish import generate_finish, merge_tile
-from .mainloops import HEADER, MAINLOOPS, ZERO_PAST_EDGES, grid_wait
+from .mainloops import HEADER, MAINLOOPS, ZERO_PAST_EDGES
 from .tuning import Config
 
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -52,7 +52,6 @@ class Kernel:
     source: str
     fn: Callable
     finish: Callable | None = None   # the kernel that finishes the launch's reductions
-    pdl: bool = False   # launched with programmatic dependent launch (mainloops.grid_wait)
 
 
 class TritonProgram:
@@ -104,11 +103,11 @@ class TritonProgram:
             raise LaunchError(f"{self.program.name} reads its prior output (`output += ...`), which "
                               f"the ping-pong kernel cannot: give a configuration without pingpong")
         sig = _signature(launch, variant, config is None or config.stage_tiles)
-        key = (sig, variant, _pdl(launch))
+        key = (sig, variant)
         kernel = self._kernels.get(key)
         if kernel is None:
             with self._lock:
-                kernel = self._kernels.get(key) or self._build(sig, variant, key[2])
+                kernel = self._kernels.get(key) or self._build(sig, variant)
                 self._kernels[key] = kernel
         return kernel
 
@@ -149,7 +148,7 @@ class TritonProgram:
                 f"{kernel.source}")
 
     # building ---------------------------------------------------------------------------------
-    def _build(self, sig: Signature, variant: str, pdl: bool = False) -> Kernel:
+    def _build(self, sig: Signature, variant: str) -> Kernel:
         gluon = variant == "pingpong"
         parts = pingpong_parts(self.program, sig) if gluon else {
             "{EPILOGUE_ARGS}": "".join(f", {p}" for p in epilogue_args(self.program, sig)),
@@ -158,13 +157,12 @@ class TritonProgram:
         # the kernel's name, what profilers show: coda_gemm_<program> or coda_map_<program>
         name = f"coda_{'map' if variant == 'map' else 'gemm'}_" + re.sub(r"\W", "_", self.program.name)
         parts["{KERNEL}"] = name
-        parts["{GRID_WAIT}\n"] = grid_wait("gl" if gluon else "tl") if pdl else ""
         mainloop = MAINLOOPS[variant]
         for placeholder, text in parts.items():
             mainloop = mainloop.replace(placeholder, text)
         source = (HEADER.format(NAME=self.program.name, VARIANT=variant)
                   + generate_epilogue(self.program, sig, gluon, variant in ZERO_PAST_EDGES) + mainloop
-                  + generate_finish(self.program, sig, grid_wait("tl") if pdl else ""))
+                  + generate_finish(self.program, sig))
         digest = hashlib.sha256(source.encode()).hexdigest()[:20]
         path = tuning.cache_dir() / "kernels" / f"{self.program.name}_{digest}.py"
         if not path.exists():
@@ -175,7 +173,7 @@ class TritonProgram:
         spec = importlib.util.spec_from_file_location(f"coda_generated_{digest}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return Kernel(variant, source, getattr(module, name), getattr(module, "finish", None), pdl)
+        return Kernel(variant, source, getattr(module, name), getattr(module, "finish", None))
 
 
 class Plan:
@@ -206,15 +204,13 @@ class Plan:
                 self.meta["NUM_SMS"] = self.grid[0]
         else:
             self.grid, self.meta = (tiles,), config.meta(kernel.variant)
-        if kernel.pdl:
-            self.meta["launch_pdl"] = True
         names = kernel.fn.arg_names
         self.constexprs = [self.meta[name] for name in names if name in self.meta]
         self.launcher = None
         self.compiled = None   # Triton's CompiledKernel after the first run (n_regs, n_spills, asm)
         reductions = [spec for spec in launch.outputs if spec.reduction is not None]
         axes = {spec.reduction[:3] for spec in reductions}
-        self.finisher = _Finisher(kernel.finish, m, n, self.partial_rows, axes, kernel.pdl) if axes else None
+        self.finisher = _Finisher(kernel.finish, m, n, self.partial_rows, axes) if axes else None
         # float32 partials of each reduction: [tiles along the reduced axis, its length], two
         # (max and sum) for a log-sum-exp
         self.partial_shapes = {spec.name: [(self.partial_rows[spec.reduction[:3]], spec.shape[0])]
@@ -289,16 +285,13 @@ class _Finisher:
     """The launch of a Plan's finishing kernel (codegen/finish.py): program i merges row block i
     of the row partials and column block i of the column ones, in steps of `merge_tile`."""
 
-    def __init__(self, fn: Callable, m: int, n: int, partial_rows: dict[str, int], axes: set[str],
-                 pdl: bool):
+    def __init__(self, fn: Callable, m: int, n: int, partial_rows: dict[str, int], axes: set[str]):
         row_p, row_block = merge_tile(partial_rows["row"])
         col_p, col_block = merge_tile(partial_rows["col"])
         self.fn, self.sizes = fn, (m, n, partial_rows["row"], partial_rows["col"])
         programs = {"row": math.ceil(m / row_block), "col": math.ceil(n / col_block)}
         self.grid = (max(programs[axis] for axis in axes),)
         self.meta = dict(ROW_P=row_p, ROW_BLOCK=row_block, COL_P=col_p, COL_BLOCK=col_block)
-        if pdl:
-            self.meta["launch_pdl"] = True
         self.constexprs = [self.meta[name] for name in fn.arg_names if name in self.meta]
         self.launcher = None
 
@@ -427,14 +420,6 @@ def _variant(launch: Launch) -> str:
     if a.dtype not in (torch.float16, torch.bfloat16):
         return "portable"
     return "hopper" if _tma_ok(a) and _tma_ok(b) else "portable"
-
-
-def _pdl(launch: Launch) -> bool:
-    """Whether the launch's kernels use programmatic dependent launch (mainloops.grid_wait):
-    on CUDA GPUs of sm_90 and later, unless `CODA_PDL=0`."""
-    a = launch.a
-    return (a.is_cuda and torch.cuda.get_device_capability(a.device)[0] >= 9
-            and os.environ.get("CODA_PDL", "1") != "0")
 
 
 def _tma_ok(x: torch.Tensor, row_major: bool = False) -> bool:
