@@ -148,7 +148,7 @@ def maps(setup: Setup) -> list[dict]:
     cases = [("col_sum", SUMS, 768, ["cols"]), ("col_sum", SUMS, 2304, ["cols"]),
              ("col_sum", SUMS, 3072, ["cols"]), ("col_sum", SUMS, 2048, ["cols"]),
              ("ln_grad_sums", layer_norm.LN_GRAD_SUMS, 768, ["a", "b", "dg", "dbeta"]),
-             ("ln_grad_dx", layer_norm.LN_GRAD_DX[False], 768, ["output"]),
+             ("ln_grad_dx", layer_norm.LN_GRAD_DX[False], 768, None),
              ("layer_norm", layer_norm.LAYER_NORM, 768, None),
              ("ln_dx", norms.LN_DX[False], 768, ["output", "xhat"]),
              ("ln_stats", norms.LN_STATS, 768, ["s", "ss"]),

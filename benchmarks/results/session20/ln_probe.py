@@ -86,8 +86,7 @@ def two_maps(dy, x, g, row):
     """coda.nn.layer_norm's backward as it is: LN_GRAD_SUMS then LN_GRAD_DX."""
     sums = ln.LN_GRAD_SUMS.map(dy, **row, g=g, xin=x, outputs=["a", "b", "dg", "dbeta"],
                                dtypes={"dg": g.dtype, "dbeta": g.dtype})
-    dx = ln.LN_GRAD_DX[False].map(dy, **row, g=g, xin=x, a=sums["a"], b=sums["b"],
-                                  outputs=["output"])["output"]
+    dx = ln.LN_GRAD_DX[False].map(dy, **row, g=g, xin=x, a=sums["a"], b=sums["b"])["output"]
     return dx, sums["dg"], sums["dbeta"]
 
 

@@ -825,9 +825,8 @@ def _layer_norm_linear_backward(dy: Tensor, x: Tensor, g: Tensor, beta: Tensor, 
                                 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(dx, dg, dbeta, dw, dbias): LayerNormLinearFunction.backward; empty where `needs` is
     False. `shifted`: s and ss are the op's own sums about each row's first value (not given)."""
-    # column_sums=None: inside a graph the producer's bias gradient is its own (ops.common)
     ctx = _Ctx((x, g, beta, w, s.reshape(-1), ss.reshape(-1)), needs, eps=eps, shifted=shifted,
-               bias_dtype=bias_dtype, column_sums=None)
+               bias_dtype=bias_dtype)
     return _gradients(LayerNormLinearFunction.backward(ctx, dy)[:5], x)
 
 
@@ -1044,8 +1043,7 @@ def _layer_norm_backward(dy: Tensor, x: Tensor, g: Tensor, s: Tensor, ss: Tensor
     """(dx, dg, dbeta): LayerNormFunction.backward; empty where `needs` is False. `shifted`: s
     and ss are the op's own sums about each row's first value (not given)."""
     shift = row_shift(ops.as_rows(x)[0], shifted)
-    ctx = _Ctx((x, g, shift, s.reshape(-1), ss.reshape(-1)), needs, eps=eps, beta_dtype=beta_dtype,
-               column_sums=None)   # as in _layer_norm_linear_backward
+    ctx = _Ctx((x, g, shift, s.reshape(-1), ss.reshape(-1)), needs, eps=eps, beta_dtype=beta_dtype)
     return _gradients(LayerNormFunction.backward(ctx, dy)[:3], x)
 
 

@@ -12,8 +12,7 @@ forward   s, ss         = LN_STATS.map(x): shifted row sums (coda.ops.norms), sk
 backward  (dxhat = dy ⊙ g)
           a, b, dg, dβ  = LN_GRAD_SUMS.map(dy): a = Σ_k dxhat, b = Σ_k dxhat xhat per row,
                           dg = Σ_m dy xhat, dβ = Σ_m dy per column (no tile is written)
-          dx            = LN_GRAD_DX.map(dy): rstd (dxhat - (a + xhat b) / n), and Σ_m dx when x's
-                          producer asked for it (its bias gradient: coda.ops.common.bias_grad)
+          dx            = LN_GRAD_DX.map(dy): rstd (dxhat - (a + xhat b) / n)
 Only x and the row sums are saved; xhat is recomputed in each epilogue (a few flops per element).
 The sums are statistics, not differentiated: the backward differentiates through rstd(x) and
 mean(x) itself, so given sums must be those of this x.
@@ -26,7 +25,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..ops import checks
-from ..ops.common import as_rows, leave_column_sums, stored, wanted_column_sums
+from ..ops.common import as_rows
 from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS, residual_grad, row_shift
 
 XHAT = "xhat = (xin - mean) * rstd;"
@@ -39,8 +38,7 @@ LN_GRAD_SUMS = compile_program(f"EPILOGUE layer_norm_sums({LN_ROW_PARAMS}, g: co
 # [True]: plus dres, the gradient of the passed-through x (layer_norm(..., passthrough=True))
 LN_GRAD_DX = {res: compile_program(
     f"EPILOGUE layer_norm_dx({LN_ROW_PARAMS}, g: col, xin: tile, a: row, b: row{', dres: tile' * res}) {{"
-    f" {LN_ROW} {XHAT} output = rstd * (input * g - (a + xhat * b) * inv_n){' + dres' * res};"
-    " cols = col_sum(output); }")
+    f" {LN_ROW} {XHAT} output = rstd * (input * g - (a + xhat * b) * inv_n){' + dres' * res}; }}")
     for res in (False, True)}
 
 
@@ -61,7 +59,6 @@ class LayerNormFunction(torch.autograd.Function):
         y = LAYER_NORM.map(rows, **row, g=g, beta=beta)["output"]
         ctx.save_for_backward(x, g, shift, row["s"], row["ss"])
         ctx.eps, ctx.beta_dtype = eps, beta.dtype
-        ctx.column_sums = wanted_column_sums(x)
         y = y.reshape(x.shape)
         return (y, x) if passthrough else y
 
@@ -78,14 +75,9 @@ class LayerNormFunction(torch.autograd.Function):
                                 dtypes={"dg": g.dtype, "dbeta": ctx.beta_dtype}) if wanted else {}
         dx = dg = dbeta = None
         if need_x:
-            sums_wanted = ctx.column_sums is not None
-            outs = LN_GRAD_DX[dres is not None].map(dy, **row, g=g, xin=rows, a=sums["a"], b=sums["b"],
-                                                    **residual_grad(dres),
-                                                    outputs=["output"] + ["cols"] * sums_wanted,
-                                                    dtypes=stored(cols=ctx.column_sums))
-            dx = outs["output"].reshape(x.shape)
-            if sums_wanted:
-                leave_column_sums(dx, outs["cols"])
+            dx = LN_GRAD_DX[dres is not None].map(dy, **row, g=g, xin=rows, a=sums["a"], b=sums["b"],
+                                                  **residual_grad(dres))["output"]
+            dx = dx.reshape(x.shape)
         if need_g:
             dg = sums["dg"]
         if need_beta:

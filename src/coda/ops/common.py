@@ -11,7 +11,6 @@ accumulator rounded once to bf16, strided `out=`.
 from __future__ import annotations
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import compile as compile_program
 
@@ -42,46 +41,6 @@ def column_sum(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tenso
     (default float32; float64 for float64): one map reading t, which writes nothing else (a
     bias gradient)."""
     return SUMS.map(t, outputs=["cols"], dtypes=stored(cols=dtype))["cols"]
-
-
-# -- bias gradients summed by the kernel that forms their gradient ------------------------------
-# A bias gradient is the column sum of the output's gradient dy: one more map reading dy, unless
-# the kernel that forms dy sums it. An op whose backward needs it marks its output y in its
-# forward (`want_column_sums`); an op that takes y and forms y's whole gradient in a map of its
-# own (a LayerNorm's dx) then sums that map's columns too and leaves the sums with the gradient
-# (`leave_column_sums`); the first op's backward takes them (`bias_grad`). A left gradient is
-# held until the backward pass ends (autograd then hands the consumer that very tensor), and
-# one changed in place since (autograd summing a second gradient into it) or another tensor
-# does not match: the bias gradient is then one map over dy, as without.
-_WANTED: WeakIdKeyDictionary = WeakIdKeyDictionary()   # y -> the dtype its bias wants
-_LEFT: dict[int, tuple[torch.Tensor, int, torch.Tensor]] = {}   # id(dy) -> (dy, version, sums)
-
-
-def want_column_sums(y: torch.Tensor, dtype: torch.dtype) -> None:
-    """Ask the op that will form y's gradient to sum its columns too, in `dtype` (the bias's)."""
-    _WANTED[y] = dtype
-
-
-def wanted_column_sums(x: torch.Tensor) -> torch.dtype | None:
-    """The dtype in which the column sums of x's gradient are wanted, if an op asked."""
-    return _WANTED.get(x)
-
-
-def leave_column_sums(grad: torch.Tensor, sums: torch.Tensor) -> None:
-    """Keep `sums`, the column sums of `grad` formed with it, for the op that asked for them,
-    until the running backward pass ends (called from a backward)."""
-    if not _LEFT:
-        torch.autograd.Variable._execution_engine.queue_callback(_LEFT.clear)
-    _LEFT[id(grad)] = (grad, grad._version, sums)
-
-
-def bias_grad(dy: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The column sums of dy [..., N] in `dtype`: those left with dy by the kernel that formed
-    it (`leave_column_sums`), else one map over dy."""
-    grad, version, sums = _LEFT.pop(id(dy), (None, None, None))
-    if grad is dy and version == dy._version and sums.dtype == dtype:
-        return sums
-    return column_sum(as_rows(dy)[0], dtype)
 
 
 def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:

@@ -19,8 +19,7 @@ mlp(x, w1, b1, w2, b2, activation, dropout_p, residual, stats):
             y, [ss, s]    = forward_program  GEMM h @ w2.T; epilogue: + b2, dropout, + residual,
                             and with stats the next norm's row sums ss = Σ y², s = Σ y
   backward  dy', db2      = backward_program.map(dy): dropout(dy, p), db2 = col_sum(dy')
-                            (without dropout: dy' = dy and db2 = column_sum(dy), or the sums
-                            that the norm taking y formed with dy: common.bias_grad)
+                            (without dropout: dy' = dy and db2 = column_sum(dy))
             dw2           = dy'.T @ h     (weight_grad; h is the saved fc1 output)
             dpre, db1     = backward_program  GEMM dy' @ w2; epilogue: * f'(pre), db1 = col_sum
             dx, dw1       = dpre @ w1, dpre.T @ x
@@ -46,7 +45,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import STATS, as_rows, bias_grad, input_grad, present, stored, want_column_sums, weight_grad
+from .common import STATS, as_rows, column_sum, input_grad, present, stored, weight_grad
 from .dropout import check_probability, resolve_seed
 
 #: activation -> (f, f') as DSL expressions of the pre-activation `{h}`; f' None: no derivative
@@ -112,14 +111,13 @@ def backward_program(activation: str | None, dropout: bool, bias_grad: bool) -> 
 def grad_at_preactivation(dy: torch.Tensor, activation: str | None, p: float, seed: int | None,
                           pre: torch.Tensor | None, bias_dtype: torch.dtype | None
                           ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(dpre [M, N], db) for an incoming gradient dy [..., N] that no CODA GEMM produced:
+    """(dpre, db) for an incoming gradient dy [M, N] that no CODA GEMM produced:
     dpre = dropout(dy, p) * f'(pre) and db = col_sum(dpre), stored in `bias_dtype` (None: no
-    bias, no db). Without activation and dropout db may come with dy (common.bias_grad)."""
-    rows = as_rows(dy)[0]
+    bias, no db)."""
     if activation is None and p == 0.0:
-        return rows, None if bias_dtype is None else bias_grad(dy, bias_dtype)
+        return dy, None if bias_dtype is None else column_sum(dy, bias_dtype)
     prog = backward_program(activation, p > 0.0, bias_dtype is not None)
-    outs = prog.map(rows, seed=seed, dtypes=stored(db=bias_dtype), **present(pre=pre, p=p or None))
+    outs = prog.map(dy, seed=seed, dtypes=stored(db=bias_dtype), **present(pre=pre, p=p or None))
     return outs["output"], outs.get("db")
 
 
@@ -142,7 +140,7 @@ class LinearFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         x, w, pre = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        dpre, db = grad_at_preactivation(dy, ctx.activation, ctx.p, ctx.seed, pre,
+        dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, pre,
                                          ctx.bias_dtype if need_b else None)
         dx = input_grad(dpre, w).reshape(x.shape) if need_x else None
         dw = weight_grad(dpre, as_rows(x)[0], like=w) if need_w else None
@@ -173,8 +171,6 @@ class MLPFunction(torch.autograd.Function):
         ctx.bias_dtypes = tuple(None if b is None else b.dtype for b in (b1, b2))
         ctx.residual_is_x = residual is x
         y = fc2_outs["output"].reshape(*lead, w2.shape[0])
-        if b2 is not None and p == 0.0 and ctx.needs_input_grad[4]:
-            want_column_sums(y, b2.dtype)   # b2's gradient, from the kernel forming y's (a norm's)
         sums = [fc2_outs[name].reshape(lead) for name in STATS[stats]]
         ctx.mark_non_differentiable(*sums)
         return (y, *sums) if sums else y
@@ -190,7 +186,7 @@ class MLPFunction(torch.autograd.Function):
             return None, None, None, None, None, None, None, None, dresidual, None, None
         b1_dtype, b2_dtype = (dtype if need else None
                               for dtype, need in zip(ctx.bias_dtypes, (need_b1, need_b2), strict=True))
-        dy2, db2 = grad_at_preactivation(dy, None, ctx.p, ctx.seed, None, b2_dtype)
+        dy2, db2 = grad_at_preactivation(as_rows(dy)[0], None, ctx.p, ctx.seed, None, b2_dtype)
         dw2 = weight_grad(dy2, h, like=w2) if need_w2 else None
         dx = dw1 = db1 = None
         if need_x or need_w1 or need_b1:

@@ -33,7 +33,6 @@ layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq):
             dxhat, a, b   = LN_DXHAT  GEMM dy @ w; epilogue: * g, a = row_sum(dxhat),
                             b = row_sum(dxhat * xhat)
             dx, xhat      = LN_DX.map(dxhat): rstd (dxhat − (a + xhat b) / n),  save xhat
-                            (and Σ_m dx when x's producer asked: its bias gradient)
             db            = column_sum(dy)
             dw, dg, dbeta = LN_DW  GEMM dy.T @ xhat; epilogue: dw = input * g + db ⊗ beta,
                             dg = col_sum(input * w), dbeta = col_sum(db * w)
@@ -43,8 +42,7 @@ out_proj_residual(x, w, residual, bias, dropout_p, seed, stats):
   forward   y, [ss, s]    = linear.forward_program  GEMM x @ w.T; epilogue: + bias, dropout, + residual,
                             ss = row_sum(output * output), s = row_sum(output)
   backward  dpre, db      = DROPOUT_GRAD.map(dy): dropout(dy, p), db = col_sum   (with dropout;
-                            without, dpre = dy and db = column_sum(dy), or the column sums
-                            that the next norm's dx map formed with dy: common.bias_grad)
+                            without, dpre = dy and db = column_sum(dy))
             dx, dw        = dpre @ w, dpre.T @ x;   dresidual = dy
   ss and s are statistics, not differentiated: the consumer's backward differentiates through
   its own rstd(x) (see above), so out_proj_residual -> rms_norm_linear(sumsq=ss) is exact.
@@ -66,20 +64,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from . import checks
-from .common import (
-    STATS,
-    SUMS,
-    as_rows,
-    bias_grad,
-    column_sum,
-    leave_column_sums,
-    matmul,
-    present,
-    stored,
-    want_column_sums,
-    wanted_column_sums,
-    weight_grad,
-)
+from .common import STATS, SUMS, as_rows, column_sum, matmul, present, stored, weight_grad
 from .dropout import resolve_seed
 from .linear import forward_program
 
@@ -127,12 +112,11 @@ NORM_DW = compile_program("EPILOGUE norm_dw(g: col, w: tile) {"
 LN_DXHAT = compile_program(f"EPILOGUE ln_dxhat({LN_ROW_PARAMS}, g: col, xin: tile) {{ {LN_ROW}"
                            " output = input * g; a = row_sum(output);"
                            " b = row_sum(output * (xin - mean) * rstd); }")
-# dx = rstd (dxhat − (a + xhat b) / n), and xhat, the B operand of the weight gradient; cols,
-# dx's column sums, when the op whose output x is wants them as its bias gradient (common.py).
+# dx = rstd (dxhat − (a + xhat b) / n), and xhat, the B operand of the weight gradient.
 LN_DX = {res: compile_program(
     f"EPILOGUE ln_dx({LN_ROW_PARAMS}, a: row, b: row, xin: tile{', dres: tile' * res}) {{ {LN_ROW}"
     f" save xhat = (xin - mean) * rstd;"
-    f" output = rstd * (input - (a + xhat * b) * inv_n){' + dres' * res}; cols = col_sum(output); }}")
+    f" output = rstd * (input - (a + xhat * b) * inv_n){' + dres' * res}; }}")
     for res in (False, True)}
 LN_XHAT = compile_program(f"EPILOGUE ln_xhat({LN_ROW_PARAMS}) {{ {LN_ROW} output = (input - mean) * rstd; }}")
 # dy.T @ xhat: dw = input * g + db ⊗ beta, dg = Σ_n input w, dbeta = Σ_n db w (db is a row of [N, K]).
@@ -264,7 +248,6 @@ class LayerNormLinearFunction(torch.autograd.Function):
         ctx.save_for_backward(x, g, beta, w, s, ss)
         ctx.eps, ctx.shifted = eps, rowsum is None
         ctx.bias_dtype = None if bias is None else bias.dtype
-        ctx.column_sums = wanted_column_sums(x)
         y = y.reshape(*lead, w.shape[0])
         return (y, x) if passthrough else y
 
@@ -282,12 +265,8 @@ class LayerNormLinearFunction(torch.autograd.Function):
             pre = LN_DXHAT(dy, w, **row, g=g, xin=rows)
             outs = LN_DX[dres is not None].map(pre["output"], **row, a=pre["a"], b=pre["b"], xin=rows,
                                                **residual_grad(dres),
-                                               outputs=_wanted(output=True, xhat=need_weights,
-                                                               cols=ctx.column_sums is not None),
-                                               dtypes=stored(cols=ctx.column_sums))
+                                               outputs=_wanted(output=True, xhat=need_weights))
             dx, xhat = outs["output"].reshape(x.shape), outs.get("xhat")
-            if "cols" in outs:
-                leave_column_sums(dx, outs["cols"])
         elif need_weights:
             xhat = LN_XHAT.map(rows, **row)["output"]
         if need_weights or need_b:   # float32 while LN_DW reads it, else the bias's dtype
@@ -316,8 +295,6 @@ class OutProjResidualFunction(torch.autograd.Function):
         ctx.save_for_backward(x, w)
         ctx.p, ctx.seed = p, seed
         ctx.dtypes = residual.dtype, None if bias is None else bias.dtype
-        if bias is not None and p == 0.0 and ctx.needs_input_grad[3]:
-            want_column_sums(y, bias.dtype)   # the bias gradient, from the kernel forming y's
         sums = [outs[name].reshape(lead) for name in STATS[stats]]
         ctx.mark_non_differentiable(*sums)
         return (y, *sums) if sums else y
@@ -333,7 +310,7 @@ class OutProjResidualFunction(torch.autograd.Function):
                                     dtypes=stored(db=bias_dtype))
             dpre, db = outs["output"], outs.get("db")
         elif need_b:
-            db = bias_grad(dy, bias_dtype)
+            db = column_sum(dpre, bias_dtype)
         dx = matmul(dpre, w).reshape(x.shape) if need_x else None
         dw = weight_grad(dpre, as_rows(x)[0], like=w).to(w.dtype) if need_w else None
         dresidual = dy.to(residual_dtype) if need_r else None
