@@ -260,5 +260,7 @@ def test_outputs_selects_what_is_written():
     assert sorted(ref) == ["t"]
     with pytest.raises(coda.LaunchError, match="not an output"):
         prog(a, b, target=target, outputs=["logits"])
+    with pytest.raises(coda.LaunchError, match="outputs= takes a list of output names, got 'lse'"):
+        prog(a, b, target=target, outputs="lse")   # a name, not a list of names
     with pytest.raises(coda.LaunchError, match="must include 'output'"):
         coda.compile("output += input; s = row_sum(input);")(a, b, out=torch.zeros(m, n), outputs=["s"])

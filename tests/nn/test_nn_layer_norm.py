@@ -126,6 +126,8 @@ def test_errors_name_the_argument():
     x, g, beta = inputs((4, 8))
     with pytest.raises(coda.LaunchError, match="passthrough must be True or False"):
         layer_norm(x, g, beta, passthrough=1)
+    with pytest.raises(coda.LaunchError, match="x must be a floating-point tensor"):
+        layer_norm(x.long(), g, beta)
     with pytest.raises(coda.LaunchError, match="beta"):
         layer_norm(x, g, beta[:5])
     with pytest.raises(coda.LaunchError, match="rowsum and sumsq"):

@@ -248,6 +248,10 @@ def test_errors_name_the_argument():
         (dict(ignore_index=1.0), "ignore_index"),
         (dict(norm_eps=-1.0), "norm_eps"),
         (dict(low_memory=1), "low_memory"),
+        (dict(w=w.detach().tolist()), "w must be a tensor \\[V, H\\], got list"),
+        (dict(target=target.tolist()), "target must be a tensor"),
+        # 2**24 classes (a stride-0 view: no memory): targets are compared as float32
+        (dict(w=w.detach()[:1].expand(2**24, w.shape[1]), bias=None), "V = 16777216 rows"),
     ]
     for change, name in bad:
         args = dict(x=x, w=w, target=target, bias=b, norm_weight=nw) | change

@@ -250,6 +250,8 @@ def test_interleave_errors():
         interleave(torch.randn(3), torch.randn(3), gain=torch.randn(3))
     with pytest.raises(coda.LaunchError, match="even first dimension"):
         deinterleave(torch.randn(3, 4))
+    with pytest.raises(coda.LaunchError, match="w_up must be a tensor \\[F, H\\], got float"):
+        interleave(torch.randn(3, 4), 1.0)
 
 
 # --- QKV projection + RoPE ------------------------------------------------------------------------
@@ -449,6 +451,7 @@ def test_rope_gradcheck_float64():
     ({"head_dim": 7}, "head_dim must be even"),
     ({"cos": torch.randn(3, 8)}, "cos must be .*take cos\\[..., :4\\]"),
     ({"x": torch.ones(3, 16, dtype=torch.int32)}, "x must be a floating-point tensor"),
+    ({"sin": torch.ones(3, 4, dtype=torch.int32)}, "sin must be a floating-point tensor broadcastable"),
 ])
 def test_rope_errors_name_the_argument(kwargs, match):
     args = {"x": torch.randn(3, 16), "cos": torch.randn(3, 4), "sin": torch.randn(3, 4),
@@ -471,6 +474,7 @@ def test_rope_errors_name_the_argument(kwargs, match):
     ({"norm_weight": torch.rand(8), "sumsq": torch.rand(4)}, "sumsq must have one value per row"),
     ({"norm_weight": torch.rand(8), "eps": -1.0}, "eps"),
     ({"passthrough": 1}, "passthrough"),
+    ({"x": torch.ones(3, 8, dtype=torch.int32)}, "x must be a floating-point tensor \\[..., hidden\\]"),
 ])
 def test_qkv_rope_errors_name_the_argument(kwargs, match):
     args = {"x": torch.randn(3, 8), "w_qkv": torch.randn(32, 8), "cos": torch.randn(3, 4),

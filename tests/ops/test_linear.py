@@ -293,6 +293,8 @@ def test_errors_name_the_argument():
         (lambda: mlp(x, w1, None, w2, stats="layernorm"), "stats must be one of"),
         (lambda: dropout(x, -0.1), "p must be"),
         (lambda: dropout(x.long(), 0.1), "x has dtype"),
+        (lambda: dropout(x[0, 0], 0.1), "x must be a tensor with at least one dimension, got"),
+        (lambda: dropout([1.0, 2.0], 0.1), "x must be a tensor .*got list"),
     ]
     for fn, words in cases:
         with pytest.raises(coda.LaunchError, match=words):
