@@ -155,8 +155,3 @@ KINDS = ("tile", "row", "col", "scalar", "head")
 REDUCTION_AXIS = {"row_sum": "row", "row_max": "row", "row_logsumexp": "row",
                   "col_sum": "col", "col_max": "col"}
 INFIX = {p.infix: p.name for p in PRIMITIVES.values() if p.infix}
-
-
-def lookup(name: str) -> Primitive | None:
-    """The primitive called `name`, or None."""
-    return PRIMITIVES.get(name)
