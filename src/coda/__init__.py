@@ -16,6 +16,7 @@ from .dsl.lower import lower
 from .dsl.parser import parse
 from .dsl.tracer import FUNCTIONS, trace
 from .errors import CodaError, DslError, LaunchError
+from .runtime.binding import Concat
 from .runtime.program import Program
 
 __version__ = "0.1.0"
@@ -52,7 +53,7 @@ _TOO_DEEP = ("the program nests expressions too deeply for the compiler (hundred
              "split long expressions into several statements")
 
 
-__all__ = ["CodaError", "DslError", "LaunchError", "Program", "col", "compile", "epilogue",
+__all__ = ["CodaError", "Concat", "DslError", "LaunchError", "Program", "col", "compile", "epilogue",
            "head", "row", "scalar", "tile", *FUNCTIONS]
 
 

@@ -10,6 +10,7 @@ and, with reduction outputs, one direct launch of the small kernel that finishes
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import math
@@ -25,7 +26,7 @@ from triton.runtime.errors import OutOfResources
 from ..errors import LaunchError
 from ..ir import format_epilogue
 from ..passes.widths import DOUBLE
-from ..runtime.binding import Launch
+from ..runtime.binding import MAX_PIECES, Concat, Launch
 from ..runtime.program import Program, interpreter_enabled
 from . import tuning
 from .epilogue import (
@@ -83,22 +84,35 @@ class TritonProgram:
         _check_dtypes(launch)
         kernel = self.kernel(launch)
         chosen = config or self.config(launch, kernel)
-        fallbacks = [] if config else [c for c in tuning.candidates(kernel.variant, self.pingpong)
+        fallbacks = [] if config else [c for c in tuning.candidates(kernel.variant,
+                                                                    self.pingpong and len(launch.a_pieces) == 1)
                                        if c != chosen]
         for candidate in (chosen, *fallbacks):
-            plan = Plan(self.kernel(launch, candidate), candidate, launch)
+            plan = self.plan(launch, candidate)
             try:
-                return plan, plan.run(launch.a, launch.b, launch.values, launch.out, launch.seed)
+                return plan, plan.run(_a_argument(launch), launch.b, launch.values, launch.out, launch.seed)
             except OutOfResources:
                 if config:
                     raise
         raise LaunchError(f"no kernel configuration of {self.program.name} fits this GPU")
+
+    def plan(self, launch: Launch, config: Config) -> Plan:
+        """The launch's Plan in `config`; a Concat A whose pieces one kernel cannot read as they
+        lie is joined (torch.cat) at every run."""
+        if _readable_pieces(launch, config):
+            return Plan(self.kernel(launch, config), config, launch)
+        joined = _joined(launch)
+        plan = Plan(self.kernel(joined, config), config, joined)
+        plan.join_pieces = True
+        return plan
 
     def kernel(self, launch: Launch, config: Config | None = None) -> Kernel:
         """The kernel for this launch's operand signature, in the mainloop `config` picks."""
         variant = _variant(launch)
         if config is not None:
             variant = config.mainloop(variant)
+        if variant == "pingpong" and len(launch.a_pieces) > 1:
+            variant = "hopper"   # the ping-pong kernel reads one A (a Concat runs in the Triton one)
         if variant == "pingpong" and not self.pingpong:
             raise LaunchError(f"{self.program.name} reads its prior output (`output += ...`), which "
                               f"the ping-pong kernel cannot: give a configuration without pingpong")
@@ -123,8 +137,9 @@ class TritonProgram:
                   _layout(launch))
         config = self._configs.get(bucket)
         if config is None:
+            pingpong = self.pingpong and len(launch.a_pieces) == 1
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
-                config = tuning.heuristic(kernel.variant, m, n, k, self.pingpong, self.packs)
+                config = tuning.heuristic(kernel.variant, m, n, k, pingpong, self.packs)
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))
@@ -133,10 +148,10 @@ class TritonProgram:
 
                 def run(c: Config) -> None:
                     if c not in plans:
-                        plans[c] = Plan(self.kernel(launch, c), c, launch)
-                    plans[c].run(launch.a, launch.b, launch.values, scratch, launch.seed)
+                        plans[c] = self.plan(launch, c)
+                    plans[c].run(_a_argument(launch), launch.b, launch.values, scratch, launch.seed)
 
-                config = tuning.autotune(key, tuning.candidates(kernel.variant, self.pingpong), run,
+                config = tuning.autotune(key, tuning.candidates(kernel.variant, pingpong), run,
                                          f"{self.program.name} {m}x{n}x{k}")
             self._configs[bucket] = config
         return config
@@ -191,6 +206,13 @@ class Plan:
             self.sizes = (m, n, a.stride(0), a.stride(1))
         else:
             self.sizes = (m, n, launch.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
+        # A Concat A: its pieces' pointers follow the sizes, then where pieces 1-3 start along
+        # the joined axis (padded with its length; one piece spans K). `join_pieces`: the plan
+        # was made for the joined tensor (TritonProgram.start), so each run joins the pieces.
+        pieces, self.join_pieces = launch.a_pieces, False
+        axis = "mk".index(launch.concat or "k")
+        ends = [sum(p.shape[axis] for p in pieces[:i + 1]) for i in range(len(pieces))]
+        self.cuts = tuple(ends[:-1]) + (ends[-1],) * (MAX_PIECES - len(pieces))
         # persistent Hopper kernels: one program per SM, TMA descriptors made on the device
         self.persistent = persistent = kernel.variant in ("hopper", "pingpong")
         epilogue_n = config.epilogue_block_n if persistent else config.block_n
@@ -204,6 +226,10 @@ class Plan:
                 self.meta["NUM_SMS"] = self.grid[0]
         else:
             self.grid, self.meta = (tiles,), config.meta(kernel.variant)
+        if kernel.variant in ("hopper", "portable"):
+            self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=launch.concat != "m" or len(pieces) == 1)
+            if len(pieces) > 1:
+                self.meta["FLATTEN"] = False   # pieces_product's loops are no plain nest
         names = kernel.fn.arg_names
         self.constexprs = [self.meta[name] for name in names if name in self.meta]
         self.launcher = None
@@ -219,10 +245,18 @@ class Plan:
         self.keep_partials = partial_bytes <= KEPT_PARTIAL_BYTES
         self.kept_partials: dict[int | None, dict[str, list[torch.Tensor]]] = {}
 
-    def run(self, a: torch.Tensor, b: torch.Tensor, values: dict, out: torch.Tensor | None,
+    def run(self, a: torch.Tensor | Concat, b: torch.Tensor, values: dict, out: torch.Tensor | None,
             seed: int) -> dict[str, torch.Tensor]:
+        if b is None:
+            args = [a, *self.sizes, seed]
+        else:
+            if isinstance(a, Concat):
+                pieces = (a.materialize(),) if self.join_pieces else a.pieces
+            else:
+                pieces = (a,)
+            a = pieces[0]
+            args = [a, b, *self.sizes, *(pieces[1:] + (a,) * MAX_PIECES)[:MAX_PIECES - 1], *self.cuts, seed]
         device = a.device
-        args = [a, *self.sizes, seed] if b is None else [a, b, *self.sizes, seed]
         for name, kind, default in self.operands:
             value = values.get(name)
             if value is None:
@@ -407,11 +441,35 @@ def _check_dtypes(launch: Launch) -> None:
 
 def _layout(launch: Launch) -> str:
     b_layout = "-" if launch.b is None else int(launch.b.stride(1) == 1)
-    return f"a{int(launch.a.stride(1) == 1)}b{b_layout}"
+    pieces = f"{len(launch.a_pieces)}{launch.concat}" if launch.concat else ""
+    return f"a{int(launch.a.stride(1) == 1)}{pieces}b{b_layout}"
+
+
+def _a_argument(launch: Launch) -> torch.Tensor | Concat:
+    """The A a Plan runs with: the launch's tensor, or its Concat."""
+    if launch.concat:
+        return Concat(launch.a_pieces, "mk".index(launch.concat))
+    return launch.a
+
+
+def _joined(launch: Launch) -> Launch:
+    """The launch with a Concat A joined into one tensor."""
+    whole = launch.whole_a()
+    return dataclasses.replace(launch, a=whole, a_pieces=(whole,), concat=None)
+
+
+def _readable_pieces(launch: Launch, config: Config) -> bool:
+    """Whether one kernel reads a Concat A's pieces as they lie: every piece with the first one's
+    strides, and pieces joined along M in whole row blocks (a tile then reads one piece)."""
+    pieces = launch.a_pieces
+    if any(p.stride() != pieces[0].stride() for p in pieces):
+        return False
+    return launch.concat != "m" or all(p.shape[0] % config.block_m == 0 for p in pieces[:-1])
 
 
 def _variant(launch: Launch) -> str:
-    """`map` without B, `hopper` where TMA descriptors can describe A and B, else `portable`."""
+    """`map` without B, `hopper` where TMA descriptors can describe A (each piece of a Concat)
+    and B, else `portable`."""
     a, b = launch.a, launch.b
     if b is None:
         return "map"
@@ -419,7 +477,7 @@ def _variant(launch: Launch) -> str:
         return "portable"
     if a.dtype not in (torch.float16, torch.bfloat16):
         return "portable"
-    return "hopper" if _tma_ok(a) and _tma_ok(b) else "portable"
+    return "hopper" if all(map(_tma_ok, launch.a_pieces)) and _tma_ok(b) else "portable"
 
 
 def _tma_ok(x: torch.Tensor, row_major: bool = False) -> bool:

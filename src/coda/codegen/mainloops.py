@@ -26,9 +26,10 @@ descriptors (codegen/epilogue.py). EPILOGUE_N is the width of the tile the epilo
 
 PORTABLE = '''
 @triton.jit(do_not_specialize=["seed"])
-def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
+def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, A3, CUT1, CUT2, CUT3,
+              seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              GROUP_M: tl.constexpr):
+              GROUP_M: tl.constexpr, A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr):
     pid = tl.program_id(0)
     row_blocks = tl.cdiv(M, BLOCK_M)
     col_blocks = tl.cdiv(N, BLOCK_N)
@@ -43,16 +44,29 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPI
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = A + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = B + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
+    # A is one tensor, or A_PIECES joined along K or M (a Concat): piece i spans [start, end)
+    # of that axis. Along K each piece is a K loop of its own; along M the tile's rows lie in one
+    # piece (the launcher checks that BLOCK_M divides the pieces), whose K loop alone runs.
+    starts, ends = piece_bounds(CUT1, CUT2, CUT3, K if A_CONCAT_K else M)
+    for i in tl.static_range(A_PIECES):
+        start, end = starts[i], ends[i]
+        if A_CONCAT_K:
+            rows, k_first, k_len, k_blocks = offs_m, start, end - start, tl.cdiv(end - start, BLOCK_K)
+        else:   # rows past M (never stored) are clamped into the piece
+            row0 = pid_m * BLOCK_M
+            rows = tl.minimum(row0 - start + tl.arange(0, BLOCK_M), end - start - 1)
+            k_first, k_len = 0, K
+            k_blocks = tl.where((row0 >= start) & (row0 < end), tl.cdiv(K, BLOCK_K), 0)
+        a_ptrs = (A, A1, A2, A3)[i] + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
+        b_ptrs = B + (k_first + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
+        for k in range(0, k_blocks):
+            k_left = k_len - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            acc = tl.dot(a, b, acc)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
     epilogue(acc, pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N)
 '''
 
@@ -70,17 +84,78 @@ def tile_coords(tile_id, row_blocks, col_blocks, GROUP_M: tl.constexpr):
     pid_m = first_row_block + (tile_id % group_size) % rows_in_group
     pid_n = (tile_id % group_size) // rows_in_group
     return pid_m, pid_n
+
+
+@triton.jit
+def piece_bounds(CUT1, CUT2, CUT3, TOTAL):
+    # (starts, ends) of the up to four pieces of a Concat A along its joined axis; the launcher
+    # pads the cuts past the last piece with TOTAL
+    return (0, CUT1, CUT2, CUT3), (CUT1, CUT2, CUT3, TOTAL)
+'''
+
+HOPPER_PIECES = '''
+@triton.jit
+def piece_descriptors(A, A1, A2, A3, starts, ends, M, K, stride_am, stride_ak,
+                      BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, A_PIECES: tl.constexpr,
+                      A_CONCAT_K: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr):
+    # one TMA descriptor per piece of a Concat A, each spanning its own extent of the joined axis
+    descs = ()
+    for i in tl.static_range(A_PIECES):
+        rows = M if A_CONCAT_K else ends[i] - starts[i]
+        depth = ends[i] - starts[i] if A_CONCAT_K else K
+        if A_K_CONTIGUOUS:
+            desc = tl.make_tensor_descriptor((A, A1, A2, A3)[i], shape=[rows, depth], strides=[stride_am, 1],
+                                             block_shape=[BLOCK_M, BLOCK_K])
+        else:
+            desc = tl.make_tensor_descriptor((A, A1, A2, A3)[i], shape=[depth, rows], strides=[stride_ak, 1],
+                                             block_shape=[BLOCK_K, BLOCK_M])
+        descs += (desc,)
+    return descs
+
+
+@triton.jit
+def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, K, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_PIECES: tl.constexpr,
+                   A_CONCAT_K: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr, B_N_CONTIGUOUS: tl.constexpr):
+    # A @ B for one tile of a Concat A: along K one pipelined K loop per piece (past a piece's
+    # end its descriptor reads zeros, so B's rows there add nothing); along M only the loop of
+    # the tile's own piece runs (the others have no trips)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    row0 = pid_m * BLOCK_M
+    for i in tl.static_range(A_PIECES):
+        if A_CONCAT_K:
+            row, k_first, k_blocks = row0, starts[i], tl.cdiv(ends[i] - starts[i], BLOCK_K)
+        else:
+            row, k_first = row0 - starts[i], 0
+            k_blocks = tl.where((row0 >= starts[i]) & (row0 < ends[i]), tl.cdiv(K, BLOCK_K), 0)
+        for kb in range(k_blocks):
+            if A_K_CONTIGUOUS:
+                a = a_descs[i].load([row, kb * BLOCK_K])
+            else:
+                a = a_descs[i].load([kb * BLOCK_K, row]).T
+            if B_N_CONTIGUOUS:
+                b = b_desc.load([k_first + kb * BLOCK_K, pid_n * BLOCK_N])
+            else:
+                b = b_desc.load([pid_n * BLOCK_N, k_first + kb * BLOCK_K]).T
+            acc = tl.dot(a, b, acc)
+    return acc
 '''
 
 HOPPER = '''
 @triton.jit(do_not_specialize=["seed"])
-def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
+def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, A3, CUT1, CUT2, CUT3,
+              seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr,
               B_N_CONTIGUOUS: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr,
-              EPILOGUE_N: tl.constexpr):
-    # A is [M, K] with K contiguous, or its transpose is: describe whichever is row-major.
-    if A_K_CONTIGUOUS:
+              EPILOGUE_N: tl.constexpr, A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr):
+    # A is [M, K] with K contiguous, or its transpose is: describe whichever is row-major (each
+    # piece of a Concat A: `piece_descriptors`; such a launch does not flatten its loops).
+    starts, ends = piece_bounds(CUT1, CUT2, CUT3, K if A_CONCAT_K else M)
+    if A_PIECES > 1:
+        a_descs = piece_descriptors(A, A1, A2, A3, starts, ends, M, K, stride_am, stride_ak, BLOCK_M,
+                                    BLOCK_K, A_PIECES, A_CONCAT_K, A_K_CONTIGUOUS)
+    elif A_K_CONTIGUOUS:
         a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[stride_am, 1],
                                            block_shape=[BLOCK_M, BLOCK_K])
     else:
@@ -102,17 +177,21 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPI
     epilogue_tile = tl.program_id(0) - NUM_SMS
     for tile_id in tl.range(tl.program_id(0), row_blocks * col_blocks, NUM_SMS, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for kb in range(k_blocks):
-            if A_K_CONTIGUOUS:
-                a = a_desc.load([pid_m * BLOCK_M, kb * BLOCK_K])
-            else:
-                a = a_desc.load([kb * BLOCK_K, pid_m * BLOCK_M]).T
-            if B_N_CONTIGUOUS:
-                b = b_desc.load([kb * BLOCK_K, pid_n * BLOCK_N])
-            else:
-                b = b_desc.load([pid_n * BLOCK_N, kb * BLOCK_K]).T
-            acc = tl.dot(a, b, acc)
+        if A_PIECES > 1:
+            acc = pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K,
+                                 A_PIECES, A_CONCAT_K, A_K_CONTIGUOUS, B_N_CONTIGUOUS)
+        else:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for kb in range(k_blocks):
+                if A_K_CONTIGUOUS:
+                    a = a_desc.load([pid_m * BLOCK_M, kb * BLOCK_K])
+                else:
+                    a = a_desc.load([kb * BLOCK_K, pid_m * BLOCK_M]).T
+                if B_N_CONTIGUOUS:
+                    b = b_desc.load([kb * BLOCK_K, pid_n * BLOCK_N])
+                else:
+                    b = b_desc.load([pid_n * BLOCK_N, kb * BLOCK_K]).T
+                acc = tl.dot(a, b, acc)
         epilogue_tile += NUM_SMS
         pid_m, pid_n = tile_coords(epilogue_tile, row_blocks, col_blocks, GROUP_M)
         # The epilogue sees EPILOGUE_SPLIT column slices of the tile, one after the other, so its
@@ -259,7 +338,8 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_AR
 
 
 @gluon.jit(do_not_specialize=["seed"])
-def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, seed{EPILOGUE_PARAMS},
+def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, A3, CUT1, CUT2, CUT3,
+              seed{EPILOGUE_PARAMS},
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr,
               B_N_CONTIGUOUS: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr,
@@ -320,7 +400,7 @@ def {KERNEL}(X, M, N, stride_xm, stride_xn, seed{EPILOGUE_PARAMS},
         epilogue(acc.to(tl.float32), pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N)
 '''
 
-MAINLOOPS = {"portable": PORTABLE, "hopper": TILE_HELPERS + HOPPER,
+MAINLOOPS = {"portable": TILE_HELPERS + PORTABLE, "hopper": TILE_HELPERS + HOPPER_PIECES + HOPPER,
              "pingpong": TILE_HELPERS + PINGPONG, "map": MAP}
 #: The mainloops whose accumulator is zero past the output's edges (A and B read zero-filled by
 #: TMA, the map's masked loads); the portable one wraps its rows and columns around instead.

@@ -32,10 +32,62 @@ class OutputSpec:
     reduction: str | None
 
 
+#: The most pieces a `Concat` operand may have (the kernels take that many pointers).
+MAX_PIECES = 4
+
+
+@dataclass(frozen=True)
+class Concat:
+    """`torch.cat(pieces, dim)` of 2-D tensors, given to a GEMM as its A operand without being
+    formed: the kernel reads each piece where it lies. Concatenated along K (`dim=1` of A) the
+    K loop walks the pieces in turn; along M (`dim=0`) each row block of the output reads its
+    own piece. `.T` is the concatenation of the transposes (an A given transposed, as a
+    weight gradient's `dy.T` is). Every piece has one dtype, device and stride pattern.
+
+        dx = prog(coda.Concat((dq, dk, dv), dim=1), w_qkv)      # (dq | dk | dv) @ w_qkv
+        dw = prog(coda.Concat((dq, dk, dv), dim=1).T, x)        # (dq | dk | dv).T @ x
+    """
+
+    pieces: tuple[torch.Tensor, ...]
+    dim: int
+
+    def __post_init__(self):
+        pieces, dim = tuple(self.pieces), self.dim
+        object.__setattr__(self, "pieces", pieces)
+        if dim not in (0, 1) or isinstance(dim, bool):
+            raise LaunchError(f"Concat: dim must be 0 or 1, got {dim!r}")
+        if not 1 <= len(pieces) <= MAX_PIECES:
+            raise LaunchError(f"Concat: takes 1 to {MAX_PIECES} pieces, got {len(pieces)}")
+        for i, piece in enumerate(pieces):
+            _check_matrix(f"Concat piece {i}", piece)
+            first = pieces[0]
+            if (piece.dtype, piece.device) != (first.dtype, first.device):
+                raise LaunchError(f"Concat: piece {i} is {piece.dtype} on {piece.device}, piece 0 "
+                                  f"{first.dtype} on {first.device}; they must match")
+            if piece.shape[1 - dim] != first.shape[1 - dim]:
+                raise LaunchError(f"Concat along dim {dim}: piece {i} has shape {list(piece.shape)}, "
+                                  f"piece 0 {list(first.shape)}; their dim {1 - dim} must match")
+
+    @property
+    def shape(self) -> torch.Size:
+        sizes = list(self.pieces[0].shape)
+        sizes[self.dim] = sum(p.shape[self.dim] for p in self.pieces)
+        return torch.Size(sizes)
+
+    @property
+    def T(self) -> Concat:  # noqa: N802 - torch's name
+        return Concat(tuple(p.T for p in self.pieces), 1 - self.dim)
+
+    def materialize(self) -> torch.Tensor:
+        return torch.cat(self.pieces, self.dim)
+
+
 @dataclass
 class Launch:
     """One bound launch: the program, the GEMM operands and sizes (`b` None for a map, whose
-    `input` is `a`), and the epilogue's operands."""
+    `input` is `a`), and the epilogue's operands. An A given as a `Concat` is its first piece
+    here, with every piece in `a_pieces` and the axis they join along in `concat` ("m" or
+    "k"; None for one tensor)."""
 
     program: Program
     a: torch.Tensor
@@ -48,6 +100,12 @@ class Launch:
     outputs: tuple[OutputSpec, ...]
     out: torch.Tensor | None
     seed: int
+    a_pieces: tuple[torch.Tensor, ...] = ()
+    concat: str | None = None
+
+    def whole_a(self) -> torch.Tensor:
+        """A as one tensor (a Concat's pieces joined: the reference backend's input)."""
+        return torch.cat(self.a_pieces, "mk".index(self.concat)) if self.concat else self.a
 
     def allocate_outputs(self) -> dict[str, torch.Tensor]:
         """Fresh output tensors (the primary one is `out=` when given)."""
@@ -67,16 +125,21 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     With `b` None the launch is a map: `input` is `a` itself ([M, N]), no GEMM runs. `outputs`
     names the outputs to produce (default: all); the others are neither computed nor written.
     `dtypes` maps output names to the dtype each is stored in (default: tiles in `out_dtype`,
-    reductions in float32)."""
+    reductions in float32). A `Concat` A stays in pieces (`Launch.a_pieces`)."""
+    pieces, concat = (a.pieces, "mk"[a.dim]) if isinstance(a, Concat) else ((a,), None)
     if b is None:
+        if concat:
+            raise LaunchError("a map takes one tensor, not a Concat (materialize it first)")
         _check_matrix("X", a)
         (m, n), k = a.shape, 0
     else:
-        _check_matrix("A", a)
+        if not concat:
+            _check_matrix("A", a)
         _check_matrix("B", b)
+        (m, k), (k2, n) = a.shape, b.shape
+        a = pieces[0]
         if b.device != a.device:
             raise LaunchError(f"B is on {b.device} but A is on {a.device}")
-        (m, k), (k2, n) = a.shape, b.shape
         if k != k2:
             raise LaunchError(f"A is [M, K] = {list(a.shape)} and B is [K, N] = {list(b.shape)}: "
                               f"their K differ ({k} vs {k2})")
@@ -104,7 +167,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     selected = _select(specs, outputs)
     if epi.accumulates and selected[0].name != "output":
         raise LaunchError("the program accumulates into `output`: outputs= must include 'output'")
-    return Launch(program, a, b, m, n, k, kinds, values, selected, out, seed)
+    return Launch(program, a, b, m, n, k, kinds, values, selected, out, seed, pieces, concat)
 
 
 def _stored_as(specs: tuple[OutputSpec, ...], dtypes) -> tuple[OutputSpec, ...]:

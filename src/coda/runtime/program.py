@@ -10,7 +10,7 @@ from ..errors import LaunchError
 from ..ir import Epilogue, format_epilogue
 from ..passes import optimize, widths
 from ..passes.widths import COLUMNS
-from .binding import Launch, bind, check_per_call, probability_operands
+from .binding import Concat, Launch, bind, check_per_call, probability_operands
 from .reference import run_reference
 from .rng import seed_word
 
@@ -19,9 +19,11 @@ BACKENDS = ("auto", "triton", "reference")
 
 def _meta(x) -> tuple | type:
     """What a launch plan depends on: a tensor's layout (and 16-byte alignment, on which Triton
-    specializes pointers), or a non-tensor's type."""
+    specializes pointers), a Concat's pieces' and axis, or a non-tensor's type."""
     if isinstance(x, torch.Tensor):
         return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0)
+    if isinstance(x, Concat):
+        return (x.dim, *map(_meta, x.pieces))
     return type(x)
 
 
@@ -81,8 +83,9 @@ class Program:
     def _launch(self, a, b, backend, out, out_dtype, seed, outputs, dtypes, operands
                 ) -> dict[str, torch.Tensor]:
         key = None
-        if backend != "reference" and isinstance(a, torch.Tensor) and (
-                a.is_cuda or interpreter_enabled()):
+        first = a.pieces[0] if isinstance(a, Concat) else a
+        if backend != "reference" and isinstance(first, torch.Tensor) and (
+                first.is_cuda or interpreter_enabled()):
             # The cached fast path: same shapes, strides, dtypes and alignment as a launch
             # that was validated before, so only the values outside this key are checked.
             key = (backend, _meta(a), _meta(b), _meta(out), out_dtype, seed is None,
@@ -96,7 +99,7 @@ class Program:
                 return plan.run(a, b, operands, out, seed_word(seed))
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
                       outputs=outputs, dtypes=dtypes)
-        if self._pick_backend(backend, a) == "reference":
+        if self._pick_backend(backend, launch.a) == "reference":
             return run_reference(launch)
         plan, outputs = self.triton.start(launch)
         if key is not None:
