@@ -271,7 +271,7 @@ def _linear_backward(dy: Tensor, x: Tensor, w: Tensor, pre: Tensor, activation: 
                      ) -> tuple[Tensor, Tensor, Tensor]:
     """(dx, dw, db): LinearFunction.backward; empty where `needs` is False."""
     ctx = _Ctx((x, w, pre if _saves_pre(activation, True) else None), needs, activation=activation,
-               p=p, seed=_int(seed), bias_dtype=bias_dtype)
+               p=p, seed=_int(seed), bias_dtype=bias_dtype, split=None)
     return _gradients(LinearFunction.backward(ctx, dy)[:3], x)
 
 
@@ -825,7 +825,7 @@ def _layer_norm_linear_backward(dy: Tensor, x: Tensor, g: Tensor, beta: Tensor, 
                                 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(dx, dg, dbeta, dw, dbias): LayerNormLinearFunction.backward; empty where `needs` is
     False. `shifted`: s and ss are the op's own sums about each row's first value (not given)."""
-    ctx = _Ctx((x, g, beta, w, s.reshape(-1), ss.reshape(-1)), needs, eps=eps, shifted=shifted,
+    ctx = _Ctx((x, g, beta, w, s.reshape(-1), ss.reshape(-1)), needs, eps=eps, shifted=shifted, split=None,
                bias_dtype=bias_dtype)
     return _gradients(LayerNormLinearFunction.backward(ctx, dy)[:5], x)
 

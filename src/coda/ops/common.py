@@ -10,9 +10,13 @@ accumulator rounded once to bf16, strided `out=`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from .. import compile as compile_program
+from ..errors import LaunchError
+from ..runtime.binding import Concat
 
 PLAIN = compile_program("EPILOGUE plain() { output = input; }")
 ACCUMULATE = compile_program("EPILOGUE accumulate() { output += input; }")
@@ -36,11 +40,45 @@ def stored(**dtypes: torch.dtype | None) -> dict[str, torch.dtype] | None:
     return {name: dtype for name, dtype in dtypes.items() if dtype is not None} or None
 
 
-def column_sum(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+def column_sum(t: torch.Tensor | Concat, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The sum over the rows of t [M, N] -> [N], summed in float32 and stored in `dtype`
     (default float32; float64 for float64): one map reading t, which writes nothing else (a
-    bias gradient)."""
+    bias gradient); one per piece of a Concat joined along its columns."""
+    if isinstance(t, Concat):
+        return torch.cat([column_sum(piece, dtype) for piece in t.pieces])
     return SUMS.map(t, outputs=["cols"], dtypes=stored(cols=dtype))["cols"]
+
+
+# -- a GEMM's output returned in column blocks (`split=`): q, k and v of one q/k/v projection --
+def check_split(op: str, split: Sequence[int] | None, n: int) -> tuple[int, ...] | None:
+    """`split=`: None, or positive column widths that add up to the output's N."""
+    if split is None:
+        return None
+    widths = tuple(split) if isinstance(split, (list, tuple)) else None
+    if (not widths or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths)
+            or sum(widths) != n):
+        raise LaunchError(f"{op}: split must be a list of positive column widths adding up to N = {n}, "
+                          f"got {split!r}")
+    return widths
+
+
+def split_columns(y: torch.Tensor, widths: tuple[int, ...] | None) -> tuple[torch.Tensor, ...]:
+    """y [..., N] as views of its column blocks (y alone without widths)."""
+    return (y,) if widths is None else y.split(widths, dim=-1)
+
+
+def joined_grad(grads: Sequence[torch.Tensor | None], widths: tuple[int, ...] | None, rows: int,
+                like: torch.Tensor) -> torch.Tensor | Concat | None:
+    """The gradient of a GEMM's output from the gradients of its column blocks (`split=`), as
+    rows [M, N]: one tensor, or a Concat of the blocks' gradients that the backward GEMMs read
+    where cuDNN's attention left them (no torch.cat of q, k and v's gradients). A block whose
+    output was not used gets zeros; None when none was."""
+    if all(g is None for g in grads):
+        return None
+    if widths is None:
+        return grads[0].reshape(rows, -1)
+    return Concat(tuple(like.new_zeros(rows, w) if g is None else g.reshape(rows, w)
+                        for g, w in zip(grads, widths, strict=True)), 1)
 
 
 def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:
@@ -48,8 +86,11 @@ def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:
     return x.reshape(-1, x.shape[-1]), x.shape[:-1]
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """`a @ b` (any strides: pass `w.T` for an nn.Linear weight)."""
+def matmul(a: torch.Tensor | Concat, b: torch.Tensor) -> torch.Tensor:
+    """`a @ b` (any strides: pass `w.T` for an nn.Linear weight); a Concat `a` is read in its
+    pieces by CODA's plain GEMM."""
+    if isinstance(a, Concat):
+        return PLAIN(a, b)["output"]
     return torch.matmul(a, b)
 
 
@@ -62,13 +103,16 @@ def input_grad(dpre: torch.Tensor, w: torch.Tensor, dres: torch.Tensor | None = 
     return ADD_PARTIAL(dpre, w, partial=as_rows(dres)[0])["output"]
 
 
-def weight_grad(dy: torch.Tensor, x: torch.Tensor, into: torch.Tensor | None = None,
+def weight_grad(dy: torch.Tensor | Concat, x: torch.Tensor, into: torch.Tensor | None = None,
                 like: torch.Tensor | None = None) -> torch.Tensor:
     """`dy.T @ x` ([N, M] @ [M, K] = [N, K]), the gradient of an nn.Linear weight; with `into`
     (a [N, K] buffer of the output dtype, e.g. an existing `.grad`) it is accumulated there, in
     one GEMM (beta = 1). With `like` (the weight) a transposed weight (HF's Conv1D stores
     [in, out] and passes `weight.T`) gets its gradient as `(x.T @ dy).T`: the parameter then
-    receives a contiguous gradient, where autograd would copy a transposed one."""
+    receives a contiguous gradient, where autograd would copy a transposed one. A Concat dy
+    (the blocks of a `split=` output) is read in its pieces by CODA's GEMM."""
+    if isinstance(dy, Concat):   # its pieces read in place by CODA's GEMM
+        return PLAIN(dy.T, x)["output"] if into is None else ACCUMULATE(dy.T, x, out=into)["output"]
     if into is None:
         if like is not None and like.stride(0) == 1 and like.stride(1) != 1:
             return torch.matmul(x.T, dy).T

@@ -64,7 +64,19 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from . import checks
-from .common import STATS, SUMS, as_rows, column_sum, matmul, present, stored, weight_grad
+from .common import (
+    STATS,
+    SUMS,
+    as_rows,
+    check_split,
+    column_sum,
+    joined_grad,
+    matmul,
+    present,
+    split_columns,
+    stored,
+    weight_grad,
+)
 from .dropout import resolve_seed
 from .linear import forward_program
 
@@ -225,12 +237,14 @@ def rms_norm_linear_grads(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, w:
 
 class LayerNormLinearFunction(torch.autograd.Function):
     """rstd ⊙_row (x @ W'.T − mean ⊗ u) + cv: 3 CODA kernels forward (4 without rowsum/sumsq),
-    4 backward."""
+    4 backward. With `split` (column widths) the output is returned in column blocks, and the
+    backward GEMMs read the blocks' gradients in place (common.joined_grad)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: torch.Tensor,
                 bias: torch.Tensor | None, eps: float, rowsum: torch.Tensor | None,
-                sumsq: torch.Tensor | None, passthrough: bool = False):
+                sumsq: torch.Tensor | None, passthrough: bool = False,
+                split: tuple[int, ...] | None = None):
         ctx.set_materialize_grads(False)
         rows, lead = as_rows(x)
         shift = row_shift(rows, rowsum is None)
@@ -246,19 +260,22 @@ class LayerNormLinearFunction(torch.autograd.Function):
         prog = LN_LINEAR[bias is not None]
         y = prog(rows, folded.T, **row, u=u, cv=fold["cv"], **present(bias=bias))["output"]
         ctx.save_for_backward(x, g, beta, w, s, ss)
-        ctx.eps, ctx.shifted = eps, rowsum is None
+        ctx.eps, ctx.shifted, ctx.split = eps, rowsum is None, split
         ctx.bias_dtype = None if bias is None else bias.dtype
-        y = y.reshape(*lead, w.shape[0])
-        return (y, x) if passthrough else y
+        y = split_columns(y.reshape(*lead, w.shape[0]), split)
+        return (*y, x) if passthrough else y if split else y[0]
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor | None, dres: torch.Tensor | None = None):
+    def backward(ctx, *grads: torch.Tensor | None):
         x, g, beta, w, s, ss = ctx.saved_tensors
         need_x, need_g, need_beta, need_w, need_b = ctx.needs_input_grad[:5]
+        blocks = len(ctx.split or (0,))
+        rows = as_rows(x)[0]
+        dy = joined_grad(grads[:blocks], ctx.split, rows.shape[0], rows)
+        dres = grads[blocks] if len(grads) > blocks else None
         if dy is None:   # only the passed-through x was used
-            return dres, None, None, None, None, None, None, None, None
+            return dres, *[None] * 9
         need_weights = need_g or need_beta or need_w
-        rows, dy = as_rows(x)[0], as_rows(dy)[0]
         row = dict(shift=row_shift(rows, ctx.shifted), s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
         dx = dg = dbeta = dw = db = None
         if need_x:
@@ -277,7 +294,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
                          dtypes=stored(output=w.dtype, dg=g.dtype, dbeta=beta.dtype))
             dw, dg, dbeta = outs.get("output"), outs.get("dg"), outs.get("dbeta")
         db = db.to(ctx.bias_dtype) if need_b else None
-        return dx, dg, dbeta, dw, db, None, None, None, None
+        return dx, dg, dbeta, dw, db, None, None, None, None, None
 
 
 class OutProjResidualFunction(torch.autograd.Function):
@@ -345,15 +362,18 @@ def rms_norm_linear(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, eps: floa
 def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: torch.Tensor,
                       bias: torch.Tensor | None = None, eps: float = 1e-5,
                       rowsum: torch.Tensor | None = None,
-                      sumsq: torch.Tensor | None = None, passthrough: bool = False
-                      ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+                      sumsq: torch.Tensor | None = None, passthrough: bool = False,
+                      split: list[int] | tuple[int, ...] | None = None
+                      ) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """LayerNorm(x; g, beta, eps) @ w.T (+ bias), the norm folded into the GEMM.
 
     x: [..., K]; g, beta: [K]; w: [N, K] with x's dtype; bias: [N]. `rowsum` and `sumsq` are
     the float32 per-row Σ x and Σ x² ([...] or [M]) when the producer of x computed them
     (out_proj_residual(..., stats="layer")); give both or neither. Without them one map program
     computes shifted sums, accurate also when |mean| >> std. Returns [..., N] in x's dtype, or
-    (y, x) with `passthrough=True`, as rms_norm_linear does.
+    (y, x) with `passthrough=True`, as rms_norm_linear does. `split`: column widths adding up to
+    N; y is then returned as views of its column blocks (q, k and v of a fused projection), whose
+    gradients the backward GEMMs read where they are (`coda.Concat`), with no concatenation.
     """
     m, k, n = _check_linear("layer_norm_linear", x, w)
     checks.vector("layer_norm_linear", "g", g, k, x)
@@ -365,11 +385,12 @@ def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: t
         raise LaunchError(f"layer_norm_linear: rowsum and sumsq come together; {missing} is missing")
     eps = checks.eps("layer_norm_linear", eps)
     passthrough = checks.flag("passthrough", passthrough)
+    split = check_split("layer_norm_linear", split, n)
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::layer_norm_linear, no graph break
-        y = custom.layer_norm_linear_op(x, g, beta, w, bias, eps, rowsum, sumsq)
-        return (y, x) if passthrough else y   # autograd adds the two gradients of x
-    return LayerNormLinearFunction.apply(x, g, beta, w, bias, eps, rowsum, sumsq, passthrough)
+        y = split_columns(custom.layer_norm_linear_op(x, g, beta, w, bias, eps, rowsum, sumsq), split)
+        return (*y, x) if passthrough else y if split else y[0]   # autograd adds x's two gradients
+    return LayerNormLinearFunction.apply(x, g, beta, w, bias, eps, rowsum, sumsq, passthrough, split)
 
 
 def out_proj_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor,
