@@ -15,7 +15,8 @@ import torch
 import coda
 from coda.codegen import kernel as kernel_module
 
-PROG = coda.compile("EPILOGUE(bias: col) { output = input + bias; s = row_sum(output); c = col_sum(output); }")
+PROG = coda.compile("EPILOGUE(bias: col) { output = input + bias;"
+                    " s = row_sum(output); c = col_sum(output); }")
 TOL = 2e-4   # float32 sums of up to ~130 products of unit normals, relative to their scale
 
 
@@ -102,8 +103,10 @@ def test_reference_backend_joins():
     (lambda: coda.Concat([torch.randn(3, 4)] * 5, 1), "1 to 4 pieces"),
     (lambda: coda.Concat([torch.randn(3)], 1), "2-D"),
     (lambda: coda.Concat([torch.randn(3, 4)], 2), "dim must be 0 or 1"),
-    (lambda: PROG(coda.Concat([torch.randn(3, 4)] * 2, 1), torch.randn(7, 2), bias=torch.randn(2)), "K differ"),
-    (lambda: PROG.map(coda.Concat([torch.randn(3, 4)] * 2, 1), bias=torch.randn(8)), "a map takes one tensor"),
+    (lambda: PROG(coda.Concat([torch.randn(3, 4)] * 2, 1), torch.randn(7, 2), bias=torch.randn(2)),
+     "K differ"),
+    (lambda: PROG.map(coda.Concat([torch.randn(3, 4)] * 2, 1), bias=torch.randn(8)),
+     "a map takes one tensor"),
 ])
 def test_concat_errors(make, message):
     with pytest.raises(coda.LaunchError, match=message):

@@ -84,9 +84,8 @@ class TritonProgram:
         _check_dtypes(launch)
         kernel = self.kernel(launch)
         chosen = config or self.config(launch, kernel)
-        fallbacks = [] if config else [c for c in tuning.candidates(kernel.variant,
-                                                                    self.pingpong and len(launch.a_pieces) == 1)
-                                       if c != chosen]
+        pingpong = self.pingpong and len(launch.a_pieces) == 1
+        fallbacks = [] if config else [c for c in tuning.candidates(kernel.variant, pingpong) if c != chosen]
         for candidate in (chosen, *fallbacks):
             plan = self.plan(launch, candidate)
             try:

@@ -196,10 +196,13 @@ def _gpt2_block(block: nn.Module) -> Callable:
         resid_p = attn.resid_dropout.p if self.training else 0.0
         # Conv1D stores weight [in, out]: w.T is the nn.Linear-layout [out, in] view (no copy).
         # passthrough: the residual's gradient joins hidden_states' inside the norm's dx kernel
-        qkv, hidden_states = ops.layer_norm_linear(hidden_states, ln1.weight, ln1.bias,
-                                                   attn.c_attn.weight.T, bias=attn.c_attn.bias,
-                                                   eps=ln1.eps, passthrough=True)
-        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(attn.split_size, dim=-1))
+        # split: q, k, v as blocks of the GEMM's output, whose gradients (from SDPA's backward)
+        # the backward GEMMs read where they are instead of concatenating them
+        *qkv, hidden_states = ops.layer_norm_linear(hidden_states, ln1.weight, ln1.bias,
+                                                    attn.c_attn.weight.T, bias=attn.c_attn.bias,
+                                                    eps=ln1.eps, passthrough=True,
+                                                    split=[attn.split_size] * 3)
+        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv)
         out = _attend(hf, attn, q, k, v, attention_mask,
                       attn.attn_dropout.p if self.training else 0.0, cache, kwargs)
         h, ss, s = ops.out_proj_residual(out.reshape(*lead, -1), attn.c_proj.weight.T, hidden_states,
@@ -226,8 +229,9 @@ def _bert_self_attention(attn: nn.Module) -> Callable:
         lead, d = hidden_states.shape[:-1], self.attention_head_size
         projections = (self.query, self.key, self.value)   # nn.Linear(..., bias=True) each
         qkv = ops.linear(hidden_states, torch.cat([p.weight for p in projections]),
-                         torch.cat([p.bias for p in projections]))
-        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(self.all_head_size, dim=-1))
+                         torch.cat([p.bias for p in projections]),
+                         split=[p.out_features for p in projections])   # as in _gpt2_block
+        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv)
         out = _attend(hf, self, q, k, v, attention_mask, self.dropout.p if self.training else 0.0,
                       cache, kwargs)
         return out.reshape(*lead, -1), None

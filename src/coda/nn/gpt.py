@@ -6,7 +6,7 @@
     loss = cross_entropy(ln_f(x) @ wte.T, targets)     the LM head is tied to the token embedding
 
 `fused=True` runs a block as (coda.ops, except attention)
-    qkv, x   = layer_norm_linear(x, ln_1, qkv)          ln_1 folded into the QKV GEMM (x passed through)
+    q, k, v, x = layer_norm_linear(x, ln_1, qkv)        ln_1 folded into the QKV GEMM (x passed through)
     y        = scaled_dot_product_attention(q, k, v)    PyTorch (a flash kernel on a GPU)
     x, ss, s = out_proj_residual(y, attn_out, x)        + residual; the epilogue also sums x's rows
     h, x     = layer_norm(x, ln_2, rowsum=s, sumsq=ss)  one map program (coda.nn.layer_norm)
@@ -69,10 +69,10 @@ class Block(nn.Module):
         self.qkv, self.attn_out = nn.Linear(c, 3 * c), nn.Linear(c, c)
         self.fc1, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
 
-    def attend(self, qkv: torch.Tensor) -> torch.Tensor:
-        """Causal multi-head attention of the [B, T, 3C] projections -> [B, T, C]."""
-        b, t, _ = qkv.shape
-        q, k, v = qkv.view(b, t, 3, self.n_head, -1).permute(2, 0, 3, 1, 4)
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal multi-head attention of the [B, T, C] projections -> [B, T, C]."""
+        b, t, _ = q.shape
+        q, k, v = (x.view(b, t, self.n_head, -1).transpose(1, 2) for x in (q, k, v))
         return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, -1)
 
     def forward(self, x: torch.Tensor, fused: bool) -> torch.Tensor:
@@ -80,12 +80,14 @@ class Block(nn.Module):
             self.ln_1, self.qkv, self.attn_out, self.ln_2, self.fc1, self.fc2))
         if fused:
             # passthrough: each residual's gradient joins x's inside the norm's backward kernel
-            qkv_out, x = layer_norm_linear(x, *ln_1, *qkv, eps=self.eps, passthrough=True)
-            x, ss, s = out_proj_residual(self.attend(qkv_out), attn_out[0], x, attn_out[1], stats="layer")
+            # split: q, k, v's gradients are read in place by the backward GEMMs (no concatenation)
+            *qkv_out, x = layer_norm_linear(x, *ln_1, *qkv, eps=self.eps, passthrough=True,
+                                            split=[x.shape[-1]] * 3)
+            x, ss, s = out_proj_residual(self.attend(*qkv_out), attn_out[0], x, attn_out[1], stats="layer")
             h, x = layer_norm(x, *ln_2, eps=self.eps, rowsum=s, sumsq=ss, passthrough=True)
             return mlp(h, *fc1, *fc2, activation="gelu", residual=x)
         c = x.shape[-1]
-        y = self.attend(F.linear(F.layer_norm(x, (c,), *ln_1, self.eps), *qkv))
+        y = self.attend(*F.linear(F.layer_norm(x, (c,), *ln_1, self.eps), *qkv).split(c, -1))
         x = x + F.linear(y, *attn_out)
         h = F.layer_norm(x, (c,), *ln_2, self.eps)
         return x + F.linear(F.gelu(F.linear(h, *fc1), approximate="tanh"), *fc2)

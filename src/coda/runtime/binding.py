@@ -75,7 +75,7 @@ class Concat:
         return torch.Size(sizes)
 
     @property
-    def T(self) -> Concat:  # noqa: N802 - torch's name
+    def T(self) -> Concat:
         return Concat(tuple(p.T for p in self.pieces), 1 - self.dim)
 
     def materialize(self) -> torch.Tensor:
