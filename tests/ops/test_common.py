@@ -1,6 +1,6 @@
 """coda.ops.common: the plain GEMM and the weight gradient, also accumulated into a buffer; the
-outputs in column blocks (`split=`) of linear and layer_norm_linear, whose gradients the
-backward reads in place (a Concat), against float64 autograd of the unsplit formula."""
+column sums of a Concat; layer_norm_linear's output in column blocks (`split=`), whose gradients
+the backward reads in place (a Concat), against float64 autograd of the unsplit formula."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 
 import coda
-from coda.ops import linear
 from coda.ops.common import column_sum, matmul, weight_grad
 from coda.ops.norms import layer_norm_linear
 
@@ -55,21 +54,6 @@ def test_weight_grad_takes_a_transposed_weights_layout():
     torch.testing.assert_close(param.grad.double(), x.double().T @ dy.double(), rtol=1e-5, atol=1e-4)
 
 
-def test_concat_in_the_plain_gemm_and_the_weight_gradient():
-    g = torch.Generator().manual_seed(6)
-    blocks = [torch.randn(48, w, generator=g) for w in (16, 16, 32)]
-    w, x = torch.randn(64, 24, generator=g), torch.randn(48, 40, generator=g)
-    whole = torch.cat(blocks, 1).double()
-    cat = coda.Concat(blocks, 1)
-    torch.testing.assert_close(matmul(cat, w).double(), whole @ w.double(), rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(weight_grad(cat, x).double(), whole.T @ x.double(), rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(column_sum(cat).double(), whole.sum(0), rtol=1e-5, atol=1e-4)
-    into = torch.randn(64, 40)
-    start = into.double().clone()
-    weight_grad(cat, x, into=into)
-    torch.testing.assert_close(into.double(), start + whole.T @ x.double(), rtol=1e-5, atol=1e-4)
-
-
 def _weights(seed, shapes):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(*s, generator=g, dtype=torch.float64) for s in shapes]
@@ -82,20 +66,6 @@ def _grads_of(fn, tensors, upstream):
     loss = sum((o * u).sum() for o, u in zip(outs, upstream, strict=False) if u is not None)
     loss.backward()
     return [o.detach() for o in outs], [t.grad for t in leaves]
-
-
-@pytest.mark.parametrize("unused", [None, 1])
-def test_linear_split_blocks_and_gradients(unused):
-    x, w, b = _weights(1, [(2, 24, 32), (48, 32), (48,)])
-    widths = [16, 16, 16]
-    g = torch.Generator().manual_seed(2)
-    upstream = [None if i == unused else torch.randn(2, 24, width, generator=g, dtype=torch.float64)
-                for i, width in enumerate(widths)]
-    outs, grads = _grads_of(lambda *t: [o.float() for o in linear(*(u.float() for u in t), split=widths)],
-                            (x, w, b), upstream)
-    want_outs, want = _grads_of(lambda *t: F.linear(*t).split(widths, -1), (x, w, b), upstream)
-    for got, exact in zip([*outs, *grads], [*want_outs, *want], strict=True):
-        torch.testing.assert_close(got.double(), exact, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("passthrough", [False, True])
@@ -120,12 +90,19 @@ def test_layer_norm_linear_split_blocks_and_gradients(passthrough):
         torch.testing.assert_close(got.double(), exact, rtol=1e-4, atol=2e-4)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda x, w: linear(x, w, split=[8, 9]), "adding up to N = 16"),
-    (lambda x, w: linear(x, w, split=[8, 0, 8]), "positive column widths"),
-    (lambda x, w: linear(x, w, split=8), "list of positive"),
-    (lambda x, w: linear(x, w, activation="gelu", split=[8, 8]), "no activation or dropout"),
+def test_column_sum_of_a_concat():
+    g = torch.Generator().manual_seed(6)
+    blocks = [torch.randn(48, w, generator=g) for w in (16, 16, 32)]
+    exact = torch.cat(blocks, 1).double().sum(0)
+    torch.testing.assert_close(column_sum(coda.Concat(blocks, 1)).double(), exact, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("split, message", [
+    ([8, 9], "adding up to N = 16"),
+    ([8, 0, 8], "positive column widths"),
+    (8, "list of positive"),
 ])
-def test_split_errors(call, message):
+def test_split_errors(split, message):
+    x, g, beta, w = torch.randn(4, 12), torch.ones(12), torch.zeros(12), torch.randn(16, 12)
     with pytest.raises(coda.LaunchError, match=message):
-        call(torch.randn(4, 12), torch.randn(16, 12))
+        layer_norm_linear(x, g, beta, w, split=split)

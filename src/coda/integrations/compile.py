@@ -271,7 +271,7 @@ def _linear_backward(dy: Tensor, x: Tensor, w: Tensor, pre: Tensor, activation: 
                      ) -> tuple[Tensor, Tensor, Tensor]:
     """(dx, dw, db): LinearFunction.backward; empty where `needs` is False."""
     ctx = _Ctx((x, w, pre if _saves_pre(activation, True) else None), needs, activation=activation,
-               p=p, seed=_int(seed), bias_dtype=bias_dtype, split=None)
+               p=p, seed=_int(seed), bias_dtype=bias_dtype)
     return _gradients(LinearFunction.backward(ctx, dy)[:3], x)
 
 

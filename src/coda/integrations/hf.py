@@ -228,10 +228,11 @@ def _bert_self_attention(attn: nn.Module) -> Callable:
                 cache=None, **kwargs) -> tuple[torch.Tensor, None]:
         lead, d = hidden_states.shape[:-1], self.attention_head_size
         projections = (self.query, self.key, self.value)   # nn.Linear(..., bias=True) each
+        # q, k and v's gradients are concatenated for cuBLAS's dx and dw GEMMs: CODA's GEMM reading
+        # them in place (a Concat, as GPT-2's layer_norm_linear does) measured slower here
         qkv = ops.linear(hidden_states, torch.cat([p.weight for p in projections]),
-                         torch.cat([p.bias for p in projections]),
-                         split=[p.out_features for p in projections])   # as in _gpt2_block
-        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv)
+                         torch.cat([p.bias for p in projections]))
+        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(self.all_head_size, dim=-1))
         out = _attend(hf, self, q, k, v, attention_mask, self.dropout.p if self.training else 0.0,
                       cache, kwargs)
         return out.reshape(*lead, -1), None

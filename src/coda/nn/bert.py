@@ -69,7 +69,7 @@ class BertLayer(nn.Module):
             return norm2(a + F.dropout(out2(i), p, self.training))
         w_qkv = torch.cat([layer.weight for layer in qkv_layers])
         b_qkv = torch.cat([layer.bias for layer in qkv_layers])
-        q, k, v = ops.linear(x, w_qkv, b_qkv, split=[layer.out_features for layer in qkv_layers])
+        q, k, v = ops.linear(x, w_qkv, b_qkv).chunk(3, dim=-1)
         a, ss, s = ops.out_proj_residual(self.attend(q, k, v, attention_mask), out1.weight, x, bias=out1.bias,
                                          dropout_p=p, stats="layer")
         a = layer_norm(a, norm1.weight, norm1.bias, norm1.eps, rowsum=s, sumsq=ss)

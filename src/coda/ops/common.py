@@ -86,11 +86,8 @@ def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:
     return x.reshape(-1, x.shape[-1]), x.shape[:-1]
 
 
-def matmul(a: torch.Tensor | Concat, b: torch.Tensor) -> torch.Tensor:
-    """`a @ b` (any strides: pass `w.T` for an nn.Linear weight); a Concat `a` is read in its
-    pieces by CODA's plain GEMM."""
-    if isinstance(a, Concat):
-        return PLAIN(a, b)["output"]
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`a @ b` (any strides: pass `w.T` for an nn.Linear weight)."""
     return torch.matmul(a, b)
 
 
@@ -103,16 +100,13 @@ def input_grad(dpre: torch.Tensor, w: torch.Tensor, dres: torch.Tensor | None = 
     return ADD_PARTIAL(dpre, w, partial=as_rows(dres)[0])["output"]
 
 
-def weight_grad(dy: torch.Tensor | Concat, x: torch.Tensor, into: torch.Tensor | None = None,
+def weight_grad(dy: torch.Tensor, x: torch.Tensor, into: torch.Tensor | None = None,
                 like: torch.Tensor | None = None) -> torch.Tensor:
     """`dy.T @ x` ([N, M] @ [M, K] = [N, K]), the gradient of an nn.Linear weight; with `into`
     (a [N, K] buffer of the output dtype, e.g. an existing `.grad`) it is accumulated there, in
     one GEMM (beta = 1). With `like` (the weight) a transposed weight (HF's Conv1D stores
     [in, out] and passes `weight.T`) gets its gradient as `(x.T @ dy).T`: the parameter then
-    receives a contiguous gradient, where autograd would copy a transposed one. A Concat dy
-    (the blocks of a `split=` output) is read in its pieces by CODA's GEMM."""
-    if isinstance(dy, Concat):   # its pieces read in place by CODA's GEMM
-        return PLAIN(dy.T, x)["output"] if into is None else ACCUMULATE(dy.T, x, out=into)["output"]
+    receives a contiguous gradient, where autograd would copy a transposed one."""
     if into is None:
         if like is not None and like.stride(0) == 1 and like.stride(1) != 1:
             return torch.matmul(x.T, dy).T

@@ -45,18 +45,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import (
-    STATS,
-    as_rows,
-    check_split,
-    column_sum,
-    input_grad,
-    joined_grad,
-    present,
-    split_columns,
-    stored,
-    weight_grad,
-)
+from .common import STATS, as_rows, column_sum, input_grad, present, stored, weight_grad
 from .dropout import check_probability, resolve_seed
 
 #: activation -> (f, f') as DSL expressions of the pre-activation `{h}`; f' None: no derivative
@@ -133,39 +122,29 @@ def grad_at_preactivation(dy: torch.Tensor, activation: str | None, p: float, se
 
 
 class LinearFunction(torch.autograd.Function):
-    """y = dropout(f(x @ w.T + bias), p): one GEMM forward; one map and two GEMMs backward. With
-    `split` (column widths, no activation or dropout) y comes back in column blocks, whose
-    gradients the backward GEMMs read in place (common.joined_grad)."""
+    """y = dropout(f(x @ w.T + bias), p): one GEMM forward; one map and two GEMMs backward."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
-                activation: str | None, p: float, seed: int | None, grad: bool,
-                split: tuple[int, ...] | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+                activation: str | None, p: float, seed: int | None, grad: bool) -> torch.Tensor:
         rows, lead = as_rows(x)
         save_pre = grad and ACTIVATIONS[activation][1] is not None
         prog = forward_program(activation, bias is not None, p > 0.0, False, save_pre)
         outs = prog(rows, w.T, seed=seed, **present(bias=bias, p=p or None))
         ctx.save_for_backward(x, w, outs.get("pre"))
-        ctx.activation, ctx.p, ctx.seed, ctx.split = activation, p, seed, split
+        ctx.activation, ctx.p, ctx.seed = activation, p, seed
         ctx.bias_dtype = None if bias is None else bias.dtype
-        if split:
-            ctx.set_materialize_grads(False)
-            return split_columns(outs["output"].reshape(*lead, w.shape[0]), split)
         return outs["output"].reshape(*lead, w.shape[0])
 
     @staticmethod
-    def backward(ctx, *grads: torch.Tensor | None):
+    def backward(ctx, dy: torch.Tensor):
         x, w, pre = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        rows = as_rows(x)[0]
-        dy = joined_grad(grads, ctx.split, rows.shape[0], rows)
-        if dy is None:
-            return None, None, None, None, None, None, None, None
-        dpre, db = grad_at_preactivation(dy, ctx.activation, ctx.p, ctx.seed, pre,
+        dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, pre,
                                          ctx.bias_dtype if need_b else None)
         dx = input_grad(dpre, w).reshape(x.shape) if need_x else None
-        dw = weight_grad(dpre, rows, like=w) if need_w else None
-        return dx, dw, db, None, None, None, None, None
+        dw = weight_grad(dpre, as_rows(x)[0], like=w) if need_w else None
+        return dx, dw, db, None, None, None, None
 
 
 class MLPFunction(torch.autograd.Function):
@@ -221,30 +200,23 @@ class MLPFunction(torch.autograd.Function):
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
-           activation: str | None = None, dropout_p: float = 0.0, seed: int | None = None,
-           split: list[int] | tuple[int, ...] | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+           activation: str | None = None, dropout_p: float = 0.0, seed: int | None = None
+           ) -> torch.Tensor:
     """`dropout(f(x @ w.T + bias), dropout_p)`: x [..., K], w [N, K], bias [N] -> [..., N].
 
     activation: None, "gelu" (tanh approximation), "gelu_erf", "relu", "silu" or "squared_relu"
     (relu(x)**2). The dropout mask is keyed on `seed` (drawn from torch's CPU generator when None).
-    `split`: column widths adding up to N (no activation or dropout); the output is then returned
-    as views of its column blocks (q, k and v of a fused projection), whose gradients the
-    backward GEMMs read where they are (`coda.Concat`), with no concatenation.
     """
     _check_activation(activation)
     _check_input(x)
     n = checks.weight("w", w, x, x.shape[-1])
     checks.optional_tensor("bias", bias, (n,), x)
     p = check_probability(dropout_p, "dropout_p")
-    split = check_split("linear", split, n)
-    if split and (activation is not None or p > 0.0):
-        raise LaunchError("linear: split= takes no activation or dropout (a q/k/v projection's)")
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::linear, no graph break
-        y = custom.linear_op(x, w, bias, activation, p, seed, _grad_wanted(x, w, bias))
-        return split_columns(y, split) if split else y
+        return custom.linear_op(x, w, bias, activation, p, seed, _grad_wanted(x, w, bias))
     seed = resolve_seed(p, seed)
-    return LinearFunction.apply(x, w, bias, activation, p, seed, _grad_wanted(x, w, bias), split)
+    return LinearFunction.apply(x, w, bias, activation, p, seed, _grad_wanted(x, w, bias))
 
 
 def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
