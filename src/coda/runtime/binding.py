@@ -100,8 +100,8 @@ class Launch:
     outputs: tuple[OutputSpec, ...]
     out: torch.Tensor | None
     seed: int
-    a_pieces: tuple[torch.Tensor, ...] = ()
-    concat: str | None = None
+    a_pieces: tuple[torch.Tensor, ...]
+    concat: str | None
 
     def whole_a(self) -> torch.Tensor:
         """A as one tensor (a Concat's pieces joined: the reference backend's input)."""
