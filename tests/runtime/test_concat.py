@@ -60,8 +60,8 @@ def test_concat_read_in_place_or_joined(monkeypatch):
     made = []
     original = kernel_module.Plan.__init__
 
-    def spy(self, kernel, config, launch):
-        original(self, kernel, config, launch)
+    def spy(self, kernel, config, launch, **options):
+        original(self, kernel, config, launch, **options)
         made.append(self.meta["A_PIECES"])
 
     monkeypatch.setattr(kernel_module.Plan, "__init__", spy)

@@ -84,12 +84,13 @@ class TritonProgram:
         _check_dtypes(launch)
         kernel = self.kernel(launch)
         chosen = config or self.config(launch, kernel)
-        pingpong = self.pingpong and len(launch.a_pieces) == 1
-        fallbacks = [] if config else [c for c in tuning.candidates(kernel.variant, pingpong) if c != chosen]
+        fallbacks = [] if config else [c for c in tuning.candidates(kernel.variant, self._pingpong(launch))
+                                       if c != chosen]
         for candidate in (chosen, *fallbacks):
             plan = self.plan(launch, candidate)
             try:
-                return plan, plan.run(_a_argument(launch), launch.b, launch.values, launch.out, launch.seed)
+                return plan, plan.run(launch.concat or launch.a, launch.b, launch.values, launch.out,
+                                      launch.seed)
             except OutOfResources:
                 if config:
                     raise
@@ -100,17 +101,20 @@ class TritonProgram:
         lie is joined (torch.cat) at every run."""
         if _readable_pieces(launch, config):
             return Plan(self.kernel(launch, config), config, launch)
-        joined = _joined(launch)
-        plan = Plan(self.kernel(joined, config), config, joined)
-        plan.join_pieces = True
-        return plan
+        joined = dataclasses.replace(launch, a=launch.whole_a(), concat=None)
+        return Plan(self.kernel(joined, config), config, joined, join_pieces=True)
+
+    def _pingpong(self, launch: Launch) -> bool:
+        """Whether the ping-pong kernel may run the launch: not for a program that reads its
+        prior output, nor for a Concat A (its loader reads one A)."""
+        return self.pingpong and launch.concat is None
 
     def kernel(self, launch: Launch, config: Config | None = None) -> Kernel:
         """The kernel for this launch's operand signature, in the mainloop `config` picks."""
         variant = _variant(launch)
         if config is not None:
             variant = config.mainloop(variant)
-        if variant == "pingpong" and len(launch.a_pieces) > 1:
+        if variant == "pingpong" and launch.concat is not None:
             variant = "hopper"   # the ping-pong kernel reads one A (a Concat runs in the Triton one)
         if variant == "pingpong" and not self.pingpong:
             raise LaunchError(f"{self.program.name} reads its prior output (`output += ...`), which "
@@ -136,7 +140,7 @@ class TritonProgram:
                   _layout(launch))
         config = self._configs.get(bucket)
         if config is None:
-            pingpong = self.pingpong and len(launch.a_pieces) == 1
+            pingpong = self._pingpong(launch)
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
                 config = tuning.heuristic(kernel.variant, m, n, k, pingpong, self.packs)
             else:
@@ -148,7 +152,7 @@ class TritonProgram:
                 def run(c: Config) -> None:
                     if c not in plans:
                         plans[c] = self.plan(launch, c)
-                    plans[c].run(_a_argument(launch), launch.b, launch.values, scratch, launch.seed)
+                    plans[c].run(launch.concat or launch.a, launch.b, launch.values, scratch, launch.seed)
 
                 config = tuning.autotune(key, tuning.candidates(kernel.variant, pingpong), run,
                                          f"{self.program.name} {m}x{n}x{k}")
@@ -195,7 +199,7 @@ class Plan:
     JIT (which compiles or finds the binary); later runs call the compiled kernel directly, with
     the arguments in its signature order, skipping the per-call specialization work."""
 
-    def __init__(self, kernel: Kernel, config: Config, launch: Launch):
+    def __init__(self, kernel: Kernel, config: Config, launch: Launch, join_pieces: bool = False):
         a, b, m, n = launch.a, launch.b, launch.m, launch.n
         self.kernel, self.config = kernel, config
         defaults = {p.name: p.default for p in launch.program.ir.params.values()}
@@ -205,12 +209,13 @@ class Plan:
             self.sizes = (m, n, a.stride(0), a.stride(1))
         else:
             self.sizes = (m, n, launch.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
-        # A Concat A: its pieces' pointers follow the sizes, then where pieces 1-3 start along
-        # the joined axis (padded with its length; one piece spans K). `join_pieces`: the plan
-        # was made for the joined tensor (TritonProgram.start), so each run joins the pieces.
-        pieces, self.join_pieces = launch.a_pieces, False
-        axis = "mk".index(launch.concat or "k")
-        ends = [sum(p.shape[axis] for p in pieces[:i + 1]) for i in range(len(pieces))]
+        # A Concat A: pieces 1-3's pointers follow the sizes (A itself in unused places), then
+        # where they start along the joined axis (padded with its length; one piece spans K).
+        # `join_pieces`: the plan was made for the joined tensor (TritonProgram.plan), so each
+        # run joins a Concat's pieces.
+        pieces, self.join_pieces = launch.a_pieces, join_pieces
+        concat_k = len(pieces) == 1 or launch.concat.dim == 1
+        ends = [sum(p.shape[1 if concat_k else 0] for p in pieces[:i + 1]) for i in range(len(pieces))]
         self.cuts = tuple(ends[:-1]) + (ends[-1],) * (MAX_PIECES - len(pieces))
         # persistent Hopper kernels: one program per SM, TMA descriptors made on the device
         self.persistent = persistent = kernel.variant in ("hopper", "pingpong")
@@ -226,7 +231,7 @@ class Plan:
         else:
             self.grid, self.meta = (tiles,), config.meta(kernel.variant)
         if kernel.variant in ("hopper", "portable"):
-            self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=launch.concat != "m" or len(pieces) == 1)
+            self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=concat_k)
             if len(pieces) > 1:
                 self.meta["FLATTEN"] = False   # pieces_product's loops are no plain nest
         names = kernel.fn.arg_names
@@ -249,12 +254,11 @@ class Plan:
         if b is None:
             args = [a, *self.sizes, seed]
         else:
+            pieces = (a,)
             if isinstance(a, Concat):
                 pieces = (a.materialize(),) if self.join_pieces else a.pieces
-            else:
-                pieces = (a,)
             a = pieces[0]
-            args = [a, b, *self.sizes, *(pieces[1:] + (a,) * MAX_PIECES)[:MAX_PIECES - 1], *self.cuts, seed]
+            args = [a, b, *self.sizes, *pieces[1:], *(a,) * (MAX_PIECES - len(pieces)), *self.cuts, seed]
         device = a.device
         for name, kind, default in self.operands:
             value = values.get(name)
@@ -440,21 +444,8 @@ def _check_dtypes(launch: Launch) -> None:
 
 def _layout(launch: Launch) -> str:
     b_layout = "-" if launch.b is None else int(launch.b.stride(1) == 1)
-    pieces = f"{len(launch.a_pieces)}{launch.concat}" if launch.concat else ""
+    pieces = f"{len(launch.a_pieces)}{'mk'[launch.concat.dim]}" if launch.concat else ""
     return f"a{int(launch.a.stride(1) == 1)}{pieces}b{b_layout}"
-
-
-def _a_argument(launch: Launch) -> torch.Tensor | Concat:
-    """The A a Plan runs with: the launch's tensor, or its Concat."""
-    if launch.concat:
-        return Concat(launch.a_pieces, "mk".index(launch.concat))
-    return launch.a
-
-
-def _joined(launch: Launch) -> Launch:
-    """The launch with a Concat A joined into one tensor."""
-    whole = launch.whole_a()
-    return dataclasses.replace(launch, a=whole, a_pieces=(whole,), concat=None)
 
 
 def _readable_pieces(launch: Launch, config: Config) -> bool:
@@ -463,7 +454,8 @@ def _readable_pieces(launch: Launch, config: Config) -> bool:
     pieces = launch.a_pieces
     if any(p.stride() != pieces[0].stride() for p in pieces):
         return False
-    return launch.concat != "m" or all(p.shape[0] % config.block_m == 0 for p in pieces[:-1])
+    return launch.concat is None or launch.concat.dim == 1 or all(
+        p.shape[0] % config.block_m == 0 for p in pieces[:-1])
 
 
 def _variant(launch: Launch) -> str:

@@ -86,8 +86,7 @@ class Concat:
 class Launch:
     """One bound launch: the program, the GEMM operands and sizes (`b` None for a map, whose
     `input` is `a`), and the epilogue's operands. An A given as a `Concat` is its first piece
-    here, with every piece in `a_pieces` and the axis they join along in `concat` ("m" or
-    "k"; None for one tensor)."""
+    here, the Concat itself in `concat` (None for one tensor)."""
 
     program: Program
     a: torch.Tensor
@@ -100,12 +99,15 @@ class Launch:
     outputs: tuple[OutputSpec, ...]
     out: torch.Tensor | None
     seed: int
-    a_pieces: tuple[torch.Tensor, ...]
-    concat: str | None
+    concat: Concat | None
+
+    @property
+    def a_pieces(self) -> tuple[torch.Tensor, ...]:
+        return self.concat.pieces if self.concat else (self.a,)
 
     def whole_a(self) -> torch.Tensor:
         """A as one tensor (a Concat's pieces joined: the reference backend's input)."""
-        return torch.cat(self.a_pieces, "mk".index(self.concat)) if self.concat else self.a
+        return self.concat.materialize() if self.concat else self.a
 
     def allocate_outputs(self) -> dict[str, torch.Tensor]:
         """Fresh output tensors (the primary one is `out=` when given)."""
@@ -125,8 +127,8 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     With `b` None the launch is a map: `input` is `a` itself ([M, N]), no GEMM runs. `outputs`
     names the outputs to produce (default: all); the others are neither computed nor written.
     `dtypes` maps output names to the dtype each is stored in (default: tiles in `out_dtype`,
-    reductions in float32). A `Concat` A stays in pieces (`Launch.a_pieces`)."""
-    pieces, concat = (a.pieces, "mk"[a.dim]) if isinstance(a, Concat) else ((a,), None)
+    reductions in float32). A `Concat` A stays in pieces (`Launch.concat`)."""
+    concat = a if isinstance(a, Concat) else None
     if b is None:
         if concat:
             raise LaunchError("a map takes one tensor, not a Concat (materialize it first)")
@@ -137,7 +139,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
             _check_matrix("A", a)
         _check_matrix("B", b)
         (m, k), (k2, n) = a.shape, b.shape
-        a = pieces[0]
+        a = concat.pieces[0] if concat else a
         if b.device != a.device:
             raise LaunchError(f"B is on {b.device} but A is on {a.device}")
         if k != k2:
@@ -167,7 +169,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     selected = _select(specs, outputs)
     if epi.accumulates and selected[0].name != "output":
         raise LaunchError("the program accumulates into `output`: outputs= must include 'output'")
-    return Launch(program, a, b, m, n, k, kinds, values, selected, out, seed, pieces, concat)
+    return Launch(program, a, b, m, n, k, kinds, values, selected, out, seed, concat)
 
 
 def _stored_as(specs: tuple[OutputSpec, ...], dtypes) -> tuple[OutputSpec, ...]:
