@@ -260,7 +260,7 @@ def classify(kernel: str) -> str:
 
 
 def breakdown(step, device: torch.device) -> dict:
-    """One step under torch.profiler: its GPU kernel time per class in µs, the total, and the 25
+    """One step under torch.profiler: its GPU kernel time per class in µs, the total, and the 40
     longest kernels (name cut to 120 characters, class, µs, launches; CODA's are named by program),
     and the number of kernel launches."""
     from torch.autograd import DeviceType
@@ -279,7 +279,7 @@ def breakdown(step, device: torch.device) -> dict:
     per_class = dict.fromkeys(CLASSES, 0.0)
     for kernel, us in per_kernel.items():
         per_class[classify(kernel)] += us
-    top = sorted(per_kernel.items(), key=lambda item: -item[1])[:25]
+    top = sorted(per_kernel.items(), key=lambda item: -item[1])[:40]
     return {**per_class, "total": sum(per_class.values()),
             "launches": sum(launches.values()),
             "top": [[kernel[:120], classify(kernel), us, launches[kernel]] for kernel, us in top]}

@@ -34,7 +34,7 @@ FakeTensors or meta tensors).
 
 What each forward op returns. A custom op may not return its inputs, views of them, or two views
 of one tensor, nor None in place of a tensor. So each forward op returns its result plus the
-intermediates its backward needs (the pre-activation, h, the log-sum-exp, ...), marked
+intermediates its backward needs (the activation's slope f'(pre), h, the log-sum-exp, ...), marked
 non-differentiable; the tensors that are inputs are saved by `setup_context`; a tensor a variant
 lacks is an empty placeholder (so the norms return their row sums only when they computed them;
 given `sumsq` / `rowsum` are saved as inputs instead). out_proj_residual always returns y, ss and s
@@ -224,8 +224,8 @@ def _stat_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def _saves_pre(activation: str | None, grad: bool) -> bool:
-    """Whether linear / mlp keep the pre-activation for the backward (LinearFunction's rule)."""
+def _saves_slope(activation: str | None, grad: bool) -> bool:
+    """Whether linear / mlp keep the slope f'(pre) for the backward (LinearFunction's rule)."""
     return grad and ACTIVATIONS[activation][1] is not None
 
 
@@ -233,7 +233,7 @@ def _saves_pre(activation: str | None, grad: bool) -> bool:
 @_custom_op("coda::linear")
 def _linear(x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None, p: float,
             seed: Tensor | None, grad: bool) -> tuple[Tensor, Tensor]:
-    """(y, pre): LinearFunction.forward; pre is empty unless the backward needs it."""
+    """(y, slope): LinearFunction.forward; slope is empty unless the backward needs it."""
     ctx = _Ctx()
     y = LinearFunction.forward(ctx, x, w, bias, activation, p, _int(seed), grad)
     return y, _or_empty(ctx.saved_tensors[2], x)
@@ -241,8 +241,8 @@ def _linear(x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None, p
 
 @_register_fake(_linear)
 def _linear_fake(x, w, bias, activation, p, seed, grad):
-    pre = x.new_empty(_rows(x), w.shape[0]) if _saves_pre(activation, grad) else x.new_empty(0)
-    return x.new_empty(*x.shape[:-1], w.shape[0]), pre
+    slope = x.new_empty(_rows(x), w.shape[0]) if _saves_slope(activation, grad) else x.new_empty(0)
+    return x.new_empty(*x.shape[:-1], w.shape[0]), slope
 
 
 def _linear_setup(ctx, inputs, output):
@@ -255,9 +255,9 @@ def _linear_setup(ctx, inputs, output):
 
 
 def _linear_grad(ctx, dy, _):
-    x, w, pre, seed = ctx.saved_tensors
+    x, w, slope, seed = ctx.saved_tensors
     needs = ctx.needs_input_grad[:3]
-    grads = torch.ops.coda.linear_backward(dy, x, w, pre, ctx.activation, ctx.p, seed, needs,
+    grads = torch.ops.coda.linear_backward(dy, x, w, slope, ctx.activation, ctx.p, seed, needs,
                                            ctx.bias_dtype)
     return *_wanted(grads, needs), None, None, None, None
 
@@ -266,17 +266,17 @@ _linear.register_autograd(_linear_grad, setup_context=_linear_setup)
 
 
 @_custom_op("coda::linear_backward")
-def _linear_backward(dy: Tensor, x: Tensor, w: Tensor, pre: Tensor, activation: str | None,
+def _linear_backward(dy: Tensor, x: Tensor, w: Tensor, slope: Tensor, activation: str | None,
                      p: float, seed: Tensor | None, needs: list[bool], bias_dtype: torch.dtype | None
                      ) -> tuple[Tensor, Tensor, Tensor]:
     """(dx, dw, db): LinearFunction.backward; empty where `needs` is False."""
-    ctx = _Ctx((x, w, pre if _saves_pre(activation, True) else None), needs, activation=activation,
+    ctx = _Ctx((x, w, slope if _saves_slope(activation, True) else None), needs, activation=activation,
                p=p, seed=_int(seed), bias_dtype=bias_dtype)
     return _gradients(LinearFunction.backward(ctx, dy)[:3], x)
 
 
 @_register_fake(_linear_backward)
-def _linear_backward_fake(dy, x, w, pre, activation, p, seed, needs, bias_dtype):
+def _linear_backward_fake(dy, x, w, slope, activation, p, seed, needs, bias_dtype):
     need_x, need_w, need_b = needs
     return (x.new_empty(x.shape) if need_x else x.new_empty(0),
             w.new_empty(w.shape) if need_w else x.new_empty(0),
@@ -294,20 +294,20 @@ def linear_op(x: Tensor, w: Tensor, bias: Tensor | None, activation: str | None,
 def _mlp(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | None,
          activation: str | None, p: float, seed: Tensor | None, residual: Tensor | None, grad: bool,
          stats: str | None, residual_is_x: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(y, pre, h, ss, s): MLPFunction.forward; pre is empty unless the backward needs it, ss
+    """(y, slope, h, ss, s): MLPFunction.forward; slope is empty unless the backward needs it, ss
     and s unless `stats` asks for them."""
     ctx = _Ctx()
     out = MLPFunction.forward(ctx, x, w1, b1, w2, b2, activation, p, _int(seed), residual, grad, stats)
     y, ss, s = _with_sums(out, x)
-    pre, h = ctx.saved_tensors[3:]
-    return y, _or_empty(pre, x), h, ss, s
+    slope, h = ctx.saved_tensors[3:]
+    return y, _or_empty(slope, x), h, ss, s
 
 
 @_register_fake(_mlp)
 def _mlp_fake(x, w1, b1, w2, b2, activation, p, seed, residual, grad, stats, residual_is_x):
     h = x.new_empty(_rows(x), w1.shape[0])
-    pre = x.new_empty(h.shape) if _saves_pre(activation, grad) else x.new_empty(0)
-    return x.new_empty(*x.shape[:-1], w2.shape[0]), pre, h, *_sums_fake(x, stats)
+    slope = x.new_empty(h.shape) if _saves_slope(activation, grad) else x.new_empty(0)
+    return x.new_empty(*x.shape[:-1], w2.shape[0]), slope, h, *_sums_fake(x, stats)
 
 
 def _mlp_setup(ctx, inputs, output):
@@ -320,11 +320,11 @@ def _mlp_setup(ctx, inputs, output):
 
 
 def _mlp_grad(ctx, dy, _pre, _h, _ss, _s):
-    x, w1, w2, pre, h, seed = ctx.saved_tensors
+    x, w1, w2, slope, h, seed = ctx.saved_tensors
     needs = ctx.needs_input_grad[:5]
     # with the residual x itself, dx includes the residual's gradient (MLPFunction)
     fold = ctx.residual_is_x and needs[0]
-    grads = torch.ops.coda.mlp_backward(dy, x, w1, w2, pre, h, ctx.activation, ctx.p, seed, needs,
+    grads = torch.ops.coda.mlp_backward(dy, x, w1, w2, slope, h, ctx.activation, ctx.p, seed, needs,
                                         *ctx.bias_dtypes, fold)
     dresidual = dy if ctx.needs_input_grad[8] and not fold else None   # outside the op: dy itself
     return *_wanted(grads, needs), None, None, None, dresidual, None, None, None
@@ -334,19 +334,19 @@ _mlp.register_autograd(_mlp_grad, setup_context=_mlp_setup)
 
 
 @_custom_op("coda::mlp_backward")
-def _mlp_backward(dy: Tensor, x: Tensor, w1: Tensor, w2: Tensor, pre: Tensor, h: Tensor,
+def _mlp_backward(dy: Tensor, x: Tensor, w1: Tensor, w2: Tensor, slope: Tensor, h: Tensor,
                   activation: str | None, p: float, seed: Tensor | None, needs: list[bool],
                   b1_dtype: torch.dtype | None, b2_dtype: torch.dtype | None, residual_is_x: bool
                   ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(dx, dw1, db1, dw2, db2): MLPFunction.backward; empty where `needs` is False."""
-    ctx = _Ctx((x, w1, w2, pre if _saves_pre(activation, True) else None, h), needs,
+    ctx = _Ctx((x, w1, w2, slope if _saves_slope(activation, True) else None, h), needs,
                activation=activation, p=p, seed=_int(seed), bias_dtypes=(b1_dtype, b2_dtype),
                residual_is_x=residual_is_x)
     return _gradients(MLPFunction.backward(ctx, dy)[:5], x)
 
 
 @_register_fake(_mlp_backward)
-def _mlp_backward_fake(dy, x, w1, w2, pre, h, activation, p, seed, needs, b1_dtype, b2_dtype,
+def _mlp_backward_fake(dy, x, w1, w2, slope, h, activation, p, seed, needs, b1_dtype, b2_dtype,
                        residual_is_x):
     shapes = (x.shape, w1.shape, w1.shape[:1], w2.shape, w2.shape[:1])
     dtypes = (x.dtype, w1.dtype, b1_dtype, w2.dtype, b2_dtype)

@@ -1,13 +1,16 @@
 """Linear layers and the two-layer MLP, with bias, activation and dropout fused into the GEMMs.
 
 x is [..., K] (viewed as rows [M, K]); weights have nn.Linear's layout, w: [N, K]; f is the
-activation and f' its derivative, both evaluated at the pre-activation.
+activation and f' its derivative, both evaluated at the pre-activation. The backward needs the
+pre-activation only through f'(pre): the forward saves that slope, not the pre-activation (same
+size, computed beside f from the same tanh or erf), so the backward multiplies by a tile instead
+of evaluating f' again (measured: docs/benchmarks.md, twenty-third session).
 
 linear(x, w, bias, activation, dropout_p):
     pre = x @ w.T + bias,  y = dropout(f(pre), p)
-  forward   y (and pre)   = forward_program  GEMM x @ w.T; epilogue: + bias, save pre (only when
-                            f' needs it and a gradient is wanted), f, dropout
-  backward  dpre, db      = backward_program.map(dy): dropout(dy, p) * f'(pre), db = col_sum(dpre)
+  forward   y (and slope) = forward_program  GEMM x @ w.T; epilogue: + bias, save slope = f'(pre)
+                            (only when f' exists and a gradient is wanted), f, dropout
+  backward  dpre, db      = backward_program.map(dy): dropout(dy, p) * slope, db = col_sum(dpre)
             dx            = dpre @ w      (matmul)
             dw            = dpre.T @ x    (weight_grad)
   dy comes from outside CODA (no CODA GEMM produces it), so f' and the bias gradient take one map
@@ -15,13 +18,13 @@ linear(x, w, bias, activation, dropout_p):
 
 mlp(x, w1, b1, w2, b2, activation, dropout_p, residual, stats):
     pre = x @ w1.T + b1,  h = f(pre),  y = dropout(h @ w2.T + b2, p) + residual
-  forward   h, pre        = forward_program  GEMM x @ w1.T; epilogue: + b1, save pre, f
+  forward   h, slope      = forward_program  GEMM x @ w1.T; epilogue: + b1, save slope = f'(pre), f
             y, [ss, s]    = forward_program  GEMM h @ w2.T; epilogue: + b2, dropout, + residual,
                             and with stats the next norm's row sums ss = Σ y², s = Σ y
   backward  dy', db2      = backward_program.map(dy): dropout(dy, p), db2 = col_sum(dy')
                             (without dropout: dy' = dy and db2 = column_sum(dy))
             dw2           = dy'.T @ h     (weight_grad; h is the saved fc1 output)
-            dpre, db1     = backward_program  GEMM dy' @ w2; epilogue: * f'(pre), db1 = col_sum
+            dpre, db1     = backward_program  GEMM dy' @ w2; epilogue: * slope, db1 = col_sum
             dx, dw1       = dpre @ w1, dpre.T @ x
             dresidual     = dy
   The fc1 derivative and its bias gradient ride in the epilogue of the GEMM that produces dh, so
@@ -32,7 +35,7 @@ mlp(x, w1, b1, w2, b2, activation, dropout_p, residual, stats):
 Dropout's mask is a function of (seed, row, column) of the output (docs/dsl.md#dropout): the
 backward regenerates it from the saved seed. Without a seed one is drawn from torch's CPU
 generator. Programs are built from one template per role (forward, backward) and cached per
-variant (activation x bias x dropout x residual x saved pre-activation).
+variant (activation x bias x dropout x residual x saved slope).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from .common import STATS, as_rows, column_sum, input_grad, present, stored, wei
 from .dropout import check_probability, resolve_seed
 
 #: activation -> (f, f') as DSL expressions of the pre-activation `{h}`; f' None: no derivative
-#: to apply, so nothing is saved for it.
+#: to apply, so no slope is saved for it.
 ACTIVATIONS: dict[str | None, tuple[str, str | None]] = {
     None: ("{h}", None),
     "gelu": ("gelu({h})", "gelu_grad({h})"),             # tanh approximation
@@ -62,23 +65,24 @@ ACTIVATIONS: dict[str | None, tuple[str, str | None]] = {
 
 @functools.cache
 def forward_program(activation: str | None, bias: bool, dropout: bool, residual: bool,
-                    save_pre: bool, stats: bool = False) -> Program:
-    """`output = dropout(f(input + bias), p) + residual`, with `save pre = input + bias` if asked,
-    and with `stats` the row sums a following norm needs, `ss = Σ output²` and `s = Σ output`
-    (launched with outputs= naming those wanted).
+                    save_slope: bool, stats: bool = False) -> Program:
+    """`output = dropout(f(input + bias), p) + residual`, with `save slope = f'(input + bias)` if
+    asked, and with `stats` the row sums a following norm needs, `ss = Σ output²` and
+    `s = Σ output` (launched with outputs= naming those wanted).
 
     For example ("gelu", True, True, False, True) is
         EPILOGUE linear_gelu(bias: col, p: scalar) {
-          h = input + bias; save pre = h; output = dropout(gelu(h), p);
+          h = input + bias; save slope = gelu_grad(h); output = dropout(gelu(h), p);
         }
+    (the compiler computes the tanh gelu and gelu_grad share once).
     """
     f = ACTIVATIONS[activation][0].format(h="h")
     y = f"dropout({f}, p)" if dropout else f
     y = f"{y} + residual" if residual else y
     params = ["bias: col"] * bias + ["p: scalar"] * dropout + ["residual: tile"] * residual
     body = ["h = input + bias;" if bias else "h = input;"]
-    if save_pre:
-        body.append("save pre = h;")
+    if save_slope:
+        body.append(f"save slope = {ACTIVATIONS[activation][1].format(h='h')};")
     body.append(f"output = {y};")
     if stats:
         body.append("ss = row_sum(output * output); s = row_sum(output);")
@@ -88,19 +92,20 @@ def forward_program(activation: str | None, bias: bool, dropout: bool, residual:
 
 @functools.cache
 def backward_program(activation: str | None, dropout: bool, bias_grad: bool) -> Program:
-    """`output = dropout(input, p) * f'(pre)` and `db = col_sum(output)` if asked: the gradient at
-    the pre-activation and the bias gradient. Launched as `.map(dy)` on an incoming gradient, or
-    as the epilogue of the GEMM `dy @ w` that produces it.
+    """`output = dropout(input, p) * slope` (slope = f'(pre), saved by the forward) and
+    `db = col_sum(output)` if asked: the gradient at the pre-activation and the bias gradient.
+    Launched as `.map(dy)` on an incoming gradient, or as the epilogue of the GEMM `dy @ w` that
+    produces it.
 
     For example ("gelu", False, True) is
-        EPILOGUE linear_gelu_grad(pre: tile) {
-          output = input * (gelu_grad(pre)); db = col_sum(output);
+        EPILOGUE linear_gelu_grad(slope: tile) {
+          output = input * slope; db = col_sum(output);
         }
     """
-    df = ACTIVATIONS[activation][1]
+    slope = ACTIVATIONS[activation][1] is not None
     g = "dropout(input, p)" if dropout else "input"
-    g = f"{g} * ({df.format(h='pre')})" if df else g
-    params = ["pre: tile"] * (df is not None) + ["p: scalar"] * dropout
+    g = f"{g} * slope" if slope else g
+    params = ["slope: tile"] * slope + ["p: scalar"] * dropout
     body = [f"output = {g};"]
     if bias_grad:
         body.append("db = col_sum(output);")
@@ -109,15 +114,15 @@ def backward_program(activation: str | None, dropout: bool, bias_grad: bool) -> 
 
 
 def grad_at_preactivation(dy: torch.Tensor, activation: str | None, p: float, seed: int | None,
-                          pre: torch.Tensor | None, bias_dtype: torch.dtype | None
+                          slope: torch.Tensor | None, bias_dtype: torch.dtype | None
                           ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(dpre, db) for an incoming gradient dy [M, N] that no CODA GEMM produced:
-    dpre = dropout(dy, p) * f'(pre) and db = col_sum(dpre), stored in `bias_dtype` (None: no
-    bias, no db)."""
+    dpre = dropout(dy, p) * slope (f' at the pre-activation) and db = col_sum(dpre), stored in
+    `bias_dtype` (None: no bias, no db)."""
     if activation is None and p == 0.0:
         return dy, None if bias_dtype is None else column_sum(dy, bias_dtype)
     prog = backward_program(activation, p > 0.0, bias_dtype is not None)
-    outs = prog.map(dy, seed=seed, dtypes=stored(db=bias_dtype), **present(pre=pre, p=p or None))
+    outs = prog.map(dy, seed=seed, dtypes=stored(db=bias_dtype), **present(slope=slope, p=p or None))
     return outs["output"], outs.get("db")
 
 
@@ -128,19 +133,19 @@ class LinearFunction(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
                 activation: str | None, p: float, seed: int | None, grad: bool) -> torch.Tensor:
         rows, lead = as_rows(x)
-        save_pre = grad and ACTIVATIONS[activation][1] is not None
-        prog = forward_program(activation, bias is not None, p > 0.0, False, save_pre)
+        save_slope = grad and ACTIVATIONS[activation][1] is not None
+        prog = forward_program(activation, bias is not None, p > 0.0, False, save_slope)
         outs = prog(rows, w.T, seed=seed, **present(bias=bias, p=p or None))
-        ctx.save_for_backward(x, w, outs.get("pre"))
+        ctx.save_for_backward(x, w, outs.get("slope"))
         ctx.activation, ctx.p, ctx.seed = activation, p, seed
         ctx.bias_dtype = None if bias is None else bias.dtype
         return outs["output"].reshape(*lead, w.shape[0])
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
-        x, w, pre = ctx.saved_tensors
+        x, w, slope = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, pre,
+        dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, slope,
                                          ctx.bias_dtype if need_b else None)
         dx = input_grad(dpre, w).reshape(x.shape) if need_x else None
         dw = weight_grad(dpre, as_rows(x)[0], like=w) if need_w else None
@@ -157,8 +162,8 @@ class MLPFunction(torch.autograd.Function):
                 b2: torch.Tensor | None, activation: str | None, p: float, seed: int | None,
                 residual: torch.Tensor | None, grad: bool, stats: str | None = None):
         rows, lead = as_rows(x)
-        save_pre = grad and ACTIVATIONS[activation][1] is not None
-        fc1 = forward_program(activation, b1 is not None, False, False, save_pre)
+        save_slope = grad and ACTIVATIONS[activation][1] is not None
+        fc1 = forward_program(activation, b1 is not None, False, False, save_slope)
         outs = fc1(rows, w1.T, **present(bias=b1))
         h = outs["output"]
         fc2 = forward_program(None, b2 is not None, p > 0.0, residual is not None, False,
@@ -166,7 +171,7 @@ class MLPFunction(torch.autograd.Function):
         res = None if residual is None else as_rows(residual)[0]
         fc2_outs = fc2(h, w2.T, seed=seed, outputs=["output", *STATS[stats]],
                        **present(bias=b2, p=p or None, residual=res))
-        ctx.save_for_backward(x, w1, w2, outs.get("pre"), h)
+        ctx.save_for_backward(x, w1, w2, outs.get("slope"), h)
         ctx.activation, ctx.p, ctx.seed = activation, p, seed
         ctx.bias_dtypes = tuple(None if b is None else b.dtype for b in (b1, b2))
         ctx.residual_is_x = residual is x
@@ -177,7 +182,7 @@ class MLPFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor, *unused_stat_grads):
-        x, w1, w2, pre, h = ctx.saved_tensors
+        x, w1, w2, slope, h = ctx.saved_tensors
         need_x, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:5]
         # the residual's gradient, dy, joins x's in dx's epilogue when the residual is x
         fold = ctx.residual_is_x and need_x
@@ -190,9 +195,9 @@ class MLPFunction(torch.autograd.Function):
         dw2 = weight_grad(dy2, h, like=w2) if need_w2 else None
         dx = dw1 = db1 = None
         if need_x or need_w1 or need_b1:
-            # dh = dy' @ w2 is never written: its epilogue applies f'(pre) and sums db1.
+            # dh = dy' @ w2 is never written: its epilogue applies the slope and sums db1.
             prog = backward_program(ctx.activation, False, need_b1)
-            outs = prog(dy2, w2, dtypes=stored(db=b1_dtype), **present(pre=pre))
+            outs = prog(dy2, w2, dtypes=stored(db=b1_dtype), **present(slope=slope))
             dpre, db1 = outs["output"], outs.get("db")
             dx = input_grad(dpre, w1, dy if fold else None).reshape(x.shape) if need_x else None
             dw1 = weight_grad(dpre, as_rows(x)[0], like=w1) if need_w1 else None
@@ -255,7 +260,7 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Te
 
 
 def _grad_wanted(*tensors: torch.Tensor | None) -> bool:
-    """Whether a backward can follow (the forward saves the pre-activation only then)."""
+    """Whether a backward can follow (the forward saves the slope only then)."""
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
