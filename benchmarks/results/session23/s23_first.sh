@@ -1,24 +1,10 @@
 #!/usr/bin/env bash
 # Twenty-third session, first device call: the activations' saved slope f'(pre) in place of the
 # pre-activation. Kernel probe (fc1 forward and dh backward, before and after, tanh and erf
-# GELU), the bf16 tests of the ops and models it touches, then GPT-2's and BERT's training
-# steps against torch.compile, profiled.
+# GELU) and the bf16 tests of the ops and models it touches.
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
-timeout 150 python benchmarks/results/session23/slope_probe.py > $OUT/slope_probe.txt 2>&1
+timeout 280 python benchmarks/results/session23/slope_probe.py > $OUT/slope_probe.txt 2>&1
 tail -40 $OUT/slope_probe.txt
-timeout 200 python -m pytest -q -x -p no:cacheprovider tests/gpu/test_ops_linear.py tests/gpu/test_nn_gpt.py \
+timeout 270 python -m pytest -q -x -p no:cacheprovider tests/gpu/test_ops_linear.py tests/gpu/test_nn_gpt.py \
   tests/gpu/test_hf_gpu.py > $OUT/gpu_tests.txt 2>&1
 tail -3 $OUT/gpu_tests.txt
-timeout 400 python benchmarks/train.py --models gpt2,bert --modes compile,coda+graph --profile coda+graph \
-  --steps 8 --warmup 2 --curve none --timeout 200 --json $OUT/train.json > $OUT/train.log 2>&1
-grep -E "tokens/s" $OUT/train.log
-python - <<'PY'
-import json, os
-d = json.load(open(os.environ["OUT"] + "/train.json"))
-for r in d["rows"]:
-    b = r.get("breakdown") or {}
-    print(r["model"], r["mode"], round(r.get("tokens_per_s") or 0), r.get("step_ms"),
-          {k: round(v) for k, v in b.items() if k != "top"})
-    for t in b.get("top", []):
-        print("   ", t[0][:70], t[1], round(t[2]), t[3])
-PY

@@ -64,8 +64,7 @@ def main() -> None:
     dy = torch.randn(M, K, device=dev, dtype=DT)
     w2 = torch.randn(K, N, device=dev, dtype=DT) * N ** -0.5   # fc2's weight [768, 3072]
     configs = {"s2": Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True),
-               "s4": Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True),
-               "s4st5": Config(128, 128, 64, 4, 5, split_epilogue=4, pingpong=True)}
+               "s4": Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True)}
     cases = {}
     plain, _ = runner("EPILOGUE plain() { output = input; }", x, w1.T, configs["s2"])
     cases["coda_plain"] = plain
