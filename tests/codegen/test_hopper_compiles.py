@@ -156,8 +156,7 @@ def _type(value) -> str:
     import torch
 
     if isinstance(value, torch.Tensor):
-        return "*" + {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
-                      torch.int32: "i32"}[value.dtype]
+        return "*" + {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[value.dtype]
     if isinstance(value, float):
         return "fp32"
     return "i32"

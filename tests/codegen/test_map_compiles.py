@@ -2,8 +2,7 @@
 50257-column cross-entropy block, rows padded to 50272) its whole column blocks load and store
 16 bytes at a time. Masked on the ragged column everywhere, as before the eighth session, every
 access was a 2-byte one, and the gradient map ran at 0.95 TB/s instead of 3.1 on the H200
-(benchmarks/results/session8/run2/map_merge.log). And a map with row and column sums compiles
-with the merges that end it (codegen/finish.py: atomic counters, partials read past L1)."""
+(benchmarks/results/session8/run2/map_merge.log)."""
 
 from __future__ import annotations
 
@@ -21,7 +20,12 @@ def compile_map(rows: int, vocab: int, stride: int) -> dict[str, int]:
     """Vector and scalar global loads and stores in the PTX of the cross-entropy's gradient map
     over a [rows, vocab] view with row stride `stride` (run with TRITON_INTERPRET=0)."""
     import torch
+    import triton
+    from test_hopper_compiles import Recorder, _type
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
 
+    from coda.codegen import kernel as kernel_module
     from coda.codegen.tuning import MAP_CONFIGS
     from coda.ops.cross_entropy import grad_program
 
@@ -30,39 +34,10 @@ def compile_map(rows: int, vocab: int, stride: int) -> dict[str, int]:
     rowvec = torch.empty(rows)
     launch = prog.bind(block, None, out=block, target=rowvec, offset=0.0, lse=rowvec, alpha=rowvec,
                        hit=1.0, smooth=0.0)
-    ptx = map_ptx(prog, launch, MAP_CONFIGS["tile"])
-    # `ld.global.v4.b32 {...}`: four 32-bit words; `ld.global.b16 %rs1`: one bf16 value
-    patterns = {"v4": r"[\w.]*\.v4\.", "b16": r"[\w.]*\.b16\s"}
-    return {f"{kind}_{width}": len(re.findall(rf"{kind}\.global{pattern}", ptx))
-            for kind in ("ld", "st") for width, pattern in patterns.items()}
-
-
-def compile_sums_map() -> dict[str, int]:
-    """Atomics and L1-bypassing loads in the PTX of a map with row and column sums (its merges)."""
-    import torch
-
-    import coda
-    from coda.codegen.tuning import MAP_CONFIGS
-
-    prog = coda.compile("EPILOGUE sums() { output = input; rows = row_sum(input); cols = col_sum(input); }")
-    launch = prog.bind(torch.empty(4096, 768, dtype=torch.bfloat16), None, outputs=["rows", "cols"])
-    ptx = map_ptx(prog, launch, MAP_CONFIGS["sums"])
-    return {"atom": ptx.count("atom.global"), "ld_cg": ptx.count("ld.global.cg")}
-
-
-def map_ptx(prog, launch, config) -> str:
-    """The PTX of `prog`'s map kernel for `launch`, specialized as Triton would specialize it."""
-    import torch
-    import triton
-    from test_hopper_compiles import Recorder, _type
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from coda.codegen import kernel as kernel_module
-
     built = prog.triton._build(kernel_module._signature(launch, "map"), "map")
     recorder = Recorder(built.fn.arg_names)
-    kernel_module.Plan(kernel_module.Kernel("map", built.source, recorder), config,
+    finish = built.finish and Recorder(built.finish.arg_names)   # nor the reductions' finish
+    kernel_module.Plan(kernel_module.Kernel("map", built.source, recorder, finish), MAP_CONFIGS["tile"],
                        launch).run(launch.a, None, launch.values, launch.out, launch.seed)
     meta = dict(recorder.meta)
     options = {key: meta.pop(key) for key in ("num_warps", "num_stages") if key in meta}
@@ -79,12 +54,14 @@ def map_ptx(prog, launch, config) -> str:
             attrs[(index,)] = [["tt.divisibility", 16]]
     signature = {p: "constexpr" if p in meta else _type(values[p]) for p in built.fn.arg_names}
     source = ASTSource(built.fn, signature, constexprs=meta, attrs=attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    # `ld.global.v4.b32 {...}`: four 32-bit words; `ld.global.b16 %rs1`: one bf16 value
+    patterns = {"v4": r"[\w.]*\.v4\.", "b16": r"[\w.]*\.b16\s"}
+    return {f"{kind}_{width}": len(re.findall(rf"{kind}\.global{pattern}", ptx))
+            for kind in ("ld", "st") for width, pattern in patterns.items()}
 
 
-@pytest.fixture(scope="module")
-def compiled() -> dict[str, dict[str, int]]:
-    """Both maps compiled once, in a subprocess (the test session's Triton interprets)."""
+def test_map_of_a_ragged_padded_block_vectorizes():
     pytest.importorskip("triton.backends.nvidia", reason="this Triton has no NVIDIA backend")
     env = dict(os.environ, TRITON_INTERPRET="0")
     done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True,
@@ -92,22 +69,12 @@ def compiled() -> dict[str, dict[str, int]]:
     if done.returncode != 0 and "ptxas" in done.stderr.lower():
         pytest.skip(f"Triton cannot run ptxas here: {done.stderr[-300:]}")
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def test_map_of_a_ragged_padded_block_vectorizes(compiled):
-    counts = compiled["ragged"]
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
     # whole column blocks: 16-byte loads and stores of the block
     assert counts["ld_v4"] > 0 and counts["st_v4"] > 0, counts
     # the last, ragged block still masks column by column
     assert counts["ld_b16"] > 0 and counts["st_b16"] > 0, counts
 
 
-def test_map_with_sums_compiles_with_its_merges(compiled):
-    counts = compiled["sums"]
-    # a counter per row block and per column block; partials merged from L2
-    assert counts["atom"] >= 2 and counts["ld_cg"] >= 2, counts
-
-
 if __name__ == "__main__":
-    print(json.dumps({"ragged": compile_map(2560, 50257, 50272), "sums": compile_sums_map()}))
+    print(json.dumps(compile_map(2560, 50257, 50272)))

@@ -4,8 +4,8 @@ Source is generated once per (operand signature, mainloop) and imported from a f
 directory (Triton reads kernel source from files); Triton caches the compiled binaries per dtype
 and configuration in memory and on disk. The first launch of a shape returns a `Plan`, which
 `Program` keeps: a later launch of the same layout is allocate outputs, one direct kernel launch,
-and, with reduction outputs of a GEMM, one direct launch of the small kernel that finishes them
-all (a map finishes its own: codegen/finish.py).
+and, with reduction outputs, one direct launch of the small kernel that finishes them all
+(codegen/finish.py).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from .epilogue import (
     kernel_params,
     pingpong_parts,
 )
-from .finish import generate_merges, map_tail, merge_step, merge_tile, result_params
+from .finish import generate_finish, merge_tile
 from .mainloops import HEADER, MAINLOOPS, ZERO_PAST_EDGES
 from .tuning import Config
 
@@ -52,7 +52,7 @@ class Kernel:
     variant: str
     source: str
     fn: Callable
-    finish: Callable | None = None   # the kernel that finishes a GEMM's reductions
+    finish: Callable | None = None   # the kernel that finishes the launch's reductions
 
 
 class TritonProgram:
@@ -172,11 +172,6 @@ class TritonProgram:
             "{EPILOGUE_ARGS}": "".join(f", {p}" for p in epilogue_args(self.program, sig)),
             "{PROLOGUE}": descriptor_prologue(self.program, sig)}
         parts["{EPILOGUE_PARAMS}"] = "".join(f", {p}" for p in kernel_params(self.program, sig))
-        if variant == "map":   # the counters and results of the reductions the map finishes
-            results = result_params(self.program, sig)
-            parts["{MERGE_PARAMS}"] = "".join(f", {p}" for p in ["row_count", "col_count", *results]) \
-                if results else ""
-            parts["{MERGE}"] = map_tail(self.program, sig)
         # the kernel's name, what profilers show: coda_gemm_<program> or coda_map_<program>
         name = f"coda_{'map' if variant == 'map' else 'gemm'}_" + re.sub(r"\W", "_", self.program.name)
         parts["{KERNEL}"] = name
@@ -185,7 +180,7 @@ class TritonProgram:
             mainloop = mainloop.replace(placeholder, text)
         source = (HEADER.format(NAME=self.program.name, VARIANT=variant)
                   + generate_epilogue(self.program, sig, gluon, variant in ZERO_PAST_EDGES) + mainloop
-                  + generate_merges(self.program, sig, finish_kernel=variant != "map"))
+                  + generate_finish(self.program, sig))
         digest = hashlib.sha256(source.encode()).hexdigest()[:20]
         path = tuning.cache_dir() / "kernels" / f"{self.program.name}_{digest}.py"
         if not path.exists():
@@ -226,7 +221,6 @@ class Plan:
         self.persistent = persistent = kernel.variant in ("hopper", "pingpong")
         epilogue_n = config.epilogue_block_n if persistent else config.block_n
         self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": math.ceil(m / config.block_m)}
-        blocks = {"row": math.ceil(m / config.block_m), "col": math.ceil(n / config.block_n)}
         tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
         if persistent:
             self.grid = (min(tiles, _num_sms(a.device)),)
@@ -236,9 +230,6 @@ class Plan:
                 self.meta["NUM_SMS"] = self.grid[0]
         else:
             self.grid, self.meta = (tiles,), config.meta(kernel.variant)
-        if kernel.variant == "map":   # partials a step of the merges that end the map
-            self.meta |= dict(ROW_P=merge_step(self.partial_rows["row"], config.block_m),
-                              COL_P=merge_step(self.partial_rows["col"], config.block_n))
         if kernel.variant in ("hopper", "portable"):
             self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=concat_k)
             if len(pieces) > 1:
@@ -249,12 +240,7 @@ class Plan:
         self.compiled = None   # Triton's CompiledKernel after the first run (n_regs, n_spills, asm)
         reductions = [spec for spec in launch.outputs if spec.reduction is not None]
         axes = {spec.reduction[:3] for spec in reductions}
-        # a GEMM's reductions are finished by a kernel of their own, a map's by its last tiles
-        self.finisher = (_Finisher(kernel.finish, m, n, self.partial_rows, axes)
-                         if axes and kernel.finish else None)
-        # a map's merge counters: one per row block and one per column block (finish.map_tail)
-        self.counter_blocks = blocks if kernel.variant == "map" and axes else None
-        self.counters: dict[int | None, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.finisher = _Finisher(kernel.finish, m, n, self.partial_rows, axes) if axes else None
         # float32 partials of each reduction: [tiles along the reduced axis, its length], two
         # (max and sum) for a log-sum-exp
         self.partial_shapes = {spec.name: [(self.partial_rows[spec.reduction[:3]], spec.shape[0])]
@@ -287,7 +273,7 @@ class Plan:
             else:   # a row or a column: its one stride
                 args += (value, value.stride()[0])
         partials = self._partials(device)
-        outputs, finish_args, results = {}, [], []
+        outputs, finish_args = {}, []
         for spec in self.outputs:
             if spec.reduction is None:
                 tensor = out if spec.name == "output" and out is not None else torch.empty(
@@ -297,10 +283,7 @@ class Plan:
                 tensor = torch.empty(spec.shape, dtype=spec.dtype, device=device)
                 args += partials[spec.name]
                 finish_args += (*partials[spec.name], tensor)
-                results.append(tensor)
             outputs[spec.name] = tensor
-        if self.counter_blocks is not None:
-            args += (*self._counters(device), *results)
         if self.launcher is not None:
             self.launcher(*args, *self.constexprs)
         else:
@@ -312,9 +295,9 @@ class Plan:
         return outputs
 
     def _partials(self, device: torch.device) -> dict[str, list[torch.Tensor]]:
-        """The reductions' partial buffers: the kernel writes them and the finishing kernel (or
-        a map's last tiles) reads them right after, on one stream, so one set per stream serves
-        every launch (stream order keeps launches apart; an allocation costs ~4 us of host time on the H200
+        """The reductions' partial buffers: the kernel writes them and the finishing kernel
+        reads them right after, on one stream, so one set per stream serves every launch
+        (stream order keeps launches apart; an allocation costs ~4 us of host time on the H200
         machine, docs/performance.md).
         Fresh ones while a CUDA graph is captured (its memory pool owns what its kernels
         touch) and above KEPT_PARTIAL_BYTES (a large launch does not notice the allocation)."""
@@ -329,18 +312,6 @@ class Plan:
             if self.keep_partials:
                 self.kept_partials[stream] = kept
         return kept
-
-    def _counters(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The map's (row, column) merge counters on this stream: zeros when made (a memset in a
-        graph captured then), each back at 0 when a launch ends, so one pair serves launch after
-        launch on its stream (stream order keeps them apart, as for the partials)."""
-        stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else None
-        pair = self.counters.get(stream)
-        if pair is None:
-            rows = self.counter_blocks["row"]
-            counts = torch.zeros(rows + self.counter_blocks["col"], dtype=torch.int32, device=device)
-            pair = self.counters[stream] = (counts[:rows], counts[rows:])
-        return pair
 
     def _new_partials(self, device: torch.device) -> dict[str, list[torch.Tensor]]:
         return {name: [torch.empty(shape, dtype=torch.float32, device=device) for shape in shapes]

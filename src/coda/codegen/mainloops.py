@@ -381,10 +381,9 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
 
 MAP = '''
 @triton.jit(do_not_specialize=["seed"])
-def {KERNEL}(X, M, N, stride_xm, stride_xn, seed{EPILOGUE_PARAMS}{MERGE_PARAMS},
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROW_P: tl.constexpr, COL_P: tl.constexpr):
-    # No GEMM: the epilogue's input is a tile of X (`Program.map`); the last tile of a row or
-    # column block merges the block's reductions (finish.map_tail: ROW_P and COL_P partials a step).
+def {KERNEL}(X, M, N, stride_xm, stride_xn, seed{EPILOGUE_PARAMS},
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # No GEMM: the epilogue's input is a tile of X (`Program.map`).
     col_blocks = tl.cdiv(N, BLOCK_N)
     pid_m = tl.program_id(0) // col_blocks
     pid_n = tl.program_id(0) % col_blocks
@@ -399,7 +398,7 @@ def {KERNEL}(X, M, N, stride_xm, stride_xn, seed{EPILOGUE_PARAMS}{MERGE_PARAMS},
     else:
         acc = tl.load(x, mask=(rows < M)[:, None] & (cols < N)[None, :], other=0.0)
         epilogue(acc.to(tl.float32), pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N)
-{MERGE}'''
+'''
 
 MAINLOOPS = {"portable": TILE_HELPERS + PORTABLE, "hopper": TILE_HELPERS + HOPPER_PIECES + HOPPER,
              "pingpong": TILE_HELPERS + PINGPONG, "map": MAP}
