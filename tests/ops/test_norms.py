@@ -208,6 +208,27 @@ def test_layer_norm_linear_interpreter(lead, k, n, with_bias):
     assert_matches(got, want, TOL32)
 
 
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+@pytest.mark.parametrize(("dtype", "tol"), [(F64, 1e-12), (F32, TOL32)])   # reference, Triton kernels
+def test_transposed_weight_gets_a_contiguous_gradient(norm, dtype, tol):
+    """A weight stored [in, out] and passed as `.T` (HF's Conv1D: GPT-2's c_attn) gets its gradient
+    in its own layout, so autograd hands the parameter that tensor without copying it; the values
+    as float64 autograd's."""
+    k, n = 40, 24
+    x, g, beta = make((2, 9, k), (k,), (k,), dtype=dtype, seed=12)
+    (stored_w,) = make((k, n), dtype=dtype, seed=13, scale=k ** -0.5)   # the parameter, [in, out]
+    if norm == "rms":
+        fns = (lambda x, g, w: rms_norm_linear(x, g, w.T, 1e-6), lambda x, g, w: ref_rms(x, g, w.T, 1e-6))
+        inputs = [x, g, stored_w]
+    else:
+        fns = (lambda x, g, b, w: layer_norm_linear(x, g, b, w.T), lambda x, g, b, w: ref_ln(x, g, b, w.T))
+        inputs = [x, g, beta, stored_w]
+    y = fns[0](*inputs)
+    y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=F64).to(dtype))
+    assert stored_w.grad.is_contiguous()
+    assert_matches((y, [t.grad for t in inputs]), forward_backward(fns[1], upcast(inputs)), tol)
+
+
 @pytest.mark.parametrize("op", ["rms", "layer", "out_proj"])
 def test_parameter_gradients_are_stored_in_their_dtype_without_casts(op):
     """float16 parameters: the kernels that sum g's, beta's and the bias's gradients store them

@@ -76,6 +76,7 @@ from .common import (
     split_columns,
     stored,
     weight_grad,
+    weight_grad_out,
 )
 from .dropout import resolve_seed
 from .linear import forward_program
@@ -227,7 +228,8 @@ def rms_norm_linear_grads(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, w:
     elif need_g or need_w:
         xn = RMS_LINEAR[False].map(rows, **row)["output"]
     if need_g or need_w:
-        outs = NORM_DW(dy.T, xn, g=g, w=w, outputs=_wanted(output=need_w, dg=need_g),
+        outs = NORM_DW(dy.T, xn, g=g, w=w, out=weight_grad_out(w) if need_w else None,
+                       outputs=_wanted(output=need_w, dg=need_g),
                        dtypes=stored(output=w.dtype, dg=g.dtype))
         dw, dg = outs.get("output"), outs.get("dg")
     if need_b:
@@ -289,7 +291,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
         if need_weights or need_b:   # float32 while LN_DW reads it, else the bias's dtype
             db = column_sum(dy, None if need_weights else ctx.bias_dtype)
         if need_weights:
-            outs = LN_DW(dy.T, xhat, g=g, beta=beta, db=db, w=w,
+            outs = LN_DW(dy.T, xhat, g=g, beta=beta, db=db, w=w, out=weight_grad_out(w) if need_w else None,
                          outputs=_wanted(output=need_w, dg=need_g, dbeta=need_beta),
                          dtypes=stored(output=w.dtype, dg=g.dtype, dbeta=beta.dtype))
             dw, dg, dbeta = outs.get("output"), outs.get("dg"), outs.get("dbeta")
