@@ -216,12 +216,12 @@ def test_transposed_weight_gets_a_contiguous_gradient(norm, dtype, tol):
     [in, out] one; the values as float64 autograd's."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    class Copies(TorchDispatchMode):
-        into: list[tuple[int, ...]] = []
+    copied_into = []
 
+    class Copies(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if func is torch.ops.aten.copy_.default:
-                Copies.into.append(tuple(args[0].shape))
+                copied_into.append(tuple(args[0].shape))
             return func(*args, **(kwargs or {}))
 
     k, n = 40, 24
@@ -236,7 +236,7 @@ def test_transposed_weight_gets_a_contiguous_gradient(norm, dtype, tol):
     y = fns[0](*inputs)
     with Copies():
         y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=F64).to(dtype))
-    assert (k, n) not in Copies.into and stored_w.grad.is_contiguous()
+    assert (k, n) not in copied_into and stored_w.grad.is_contiguous()
     assert_matches((y, [t.grad for t in inputs]), forward_backward(fns[1], upcast(inputs)), tol)
 
 

@@ -1,10 +1,12 @@
-"""coda.Concat: a GEMM's A given as pieces joined along K or M, read where they lie.
+"""coda.Concat: a GEMM's A, or a map's input, given as pieces joined along K or M (a map's
+columns or rows), read where they lie.
 
-Through the Triton interpreter (the real portable kernel) in float32 against the float64 product
-of the joined tensor: along K (ragged piece widths, which the K loop's masks must keep apart),
-along M (pieces in whole row blocks, read in place; and pieces the kernel cannot read as they
-lie, which the launch joins), A given transposed (`.T`, a weight gradient's `dy.T`), the cached
-relaunch, and the reference backend. Outputs are poisoned before the launch writes them.
+Through the Triton interpreter (the real portable and map kernels) in float32 against the float64
+result of the joined tensor: along K (ragged piece widths, which the K loop's masks must keep
+apart), along M (pieces in whole row blocks, read in place; and pieces the kernel cannot read as
+they lie, which the launch joins), A given transposed (`.T`, a weight gradient's `dy.T`), maps
+over pieces in whole tiles (read in place) and ragged ones (joined), the cached relaunch, and the
+reference backend. Outputs are poisoned before the launch writes them.
 """
 
 from __future__ import annotations
@@ -74,6 +76,37 @@ def test_concat_read_in_place_or_joined(monkeypatch):
         assert made[-1] == read
 
 
+@pytest.mark.parametrize("dim, shapes, read", [
+    (1, [(70, 64), (70, 32), (70, 40)], 3),    # columns, in whole 32-wide tiles: read in place
+    (0, [(32, 50), (64, 50), (9, 50)], 3),     # rows, in whole 32-row tiles
+    (1, [(40, 20), (40, 50)], 1),              # a piece not a whole tile wide: joined
+])
+def test_map_over_a_concat(dim, shapes, read, monkeypatch):
+    """A map's input as a Concat: each tile reads the piece it lies in (or the launch joins
+    pieces that are not whole tiles); the tile and both sums as those of the joined tensor.
+    Pieces of one row stride (column blocks of equal buffers: the kernel takes one stride)."""
+    made = []
+    original = kernel_module.Plan.__init__
+
+    def spy(self, kernel, config, launch, **options):
+        original(self, kernel, config, launch, **options)
+        made.append(self.meta["A_PIECES"])
+
+    monkeypatch.setattr(kernel_module.Plan, "__init__", spy)
+    widest = max(cols for _, cols in shapes)
+    buffers = pieces([(rows, widest) for rows, _ in shapes], seed=11 + dim)
+    parts = [p[:, :cols] for p, (_, cols) in zip(buffers, shapes, strict=True)]
+    whole = torch.cat(parts, dim)
+    bias = torch.randn(whole.shape[1], generator=torch.Generator().manual_seed(12))
+    want = {"output": whole.double() + bias.double()}
+    want |= {"s": want["output"].sum(1), "c": want["output"].sum(0)}
+    for _ in range(2):   # the first launch builds the plan, the second takes the cached path
+        out = torch.full(whole.shape, float("nan"))
+        got = PROG.map(coda.Concat(parts, dim), bias=bias, out=out)
+        check(got, want)
+    assert made == [read]
+
+
 def test_transpose_of_a_concat():
     parts = pieces([(48, 32), (48, 64)], seed=5)
     cat = coda.Concat(parts, 1)
@@ -95,6 +128,9 @@ def test_reference_backend_joins():
     b, bias = torch.randn(10, 5, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
     got = PROG(coda.Concat(parts, 1), b, bias=bias)   # float64: the reference backend
     assert torch.allclose(got["output"], torch.cat(parts, 1) @ b + bias)
+    bias10 = torch.randn(10, dtype=torch.float64)
+    got = PROG.map(coda.Concat(parts, 1), bias=bias10)
+    assert torch.allclose(got["c"], (torch.cat(parts, 1) + bias10).sum(0))
 
 
 @pytest.mark.parametrize("make, message", [
@@ -105,8 +141,6 @@ def test_reference_backend_joins():
     (lambda: coda.Concat([torch.randn(3, 4)], 2), "dim must be 0 or 1"),
     (lambda: PROG(coda.Concat([torch.randn(3, 4)] * 2, 1), torch.randn(7, 2), bias=torch.randn(2)),
      "K differ"),
-    (lambda: PROG.map(coda.Concat([torch.randn(3, 4)] * 2, 1), bias=torch.randn(8)),
-     "a map takes one tensor"),
 ])
 def test_concat_errors(make, message):
     with pytest.raises(coda.LaunchError, match=message):

@@ -209,8 +209,9 @@ class Plan:
             self.sizes = (m, n, a.stride(0), a.stride(1))
         else:
             self.sizes = (m, n, launch.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
-        # A Concat A: pieces 1-3's pointers follow the sizes (A itself in unused places), then
-        # where they start along the joined axis (padded with its length; one piece spans K).
+        # A Concat A (or map input X): pieces 1-3's pointers follow the sizes (A itself in unused
+        # places), then where they start along the joined axis (padded with its length; one
+        # piece spans K).
         # `join_pieces`: the plan was made for the joined tensor (TritonProgram.plan), so each
         # run joins a Concat's pieces.
         pieces, self.join_pieces = launch.a_pieces, join_pieces
@@ -230,9 +231,9 @@ class Plan:
                 self.meta["NUM_SMS"] = self.grid[0]
         else:
             self.grid, self.meta = (tiles,), config.meta(kernel.variant)
-        if kernel.variant in ("hopper", "portable"):
+        if kernel.variant in ("hopper", "portable", "map"):
             self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=concat_k)
-            if len(pieces) > 1:
+            if len(pieces) > 1 and kernel.variant == "hopper":
                 self.meta["FLATTEN"] = False   # pieces_product's loops are no plain nest
         names = kernel.fn.arg_names
         self.constexprs = [self.meta[name] for name in names if name in self.meta]
@@ -251,14 +252,12 @@ class Plan:
 
     def run(self, a: torch.Tensor | Concat, b: torch.Tensor, values: dict, out: torch.Tensor | None,
             seed: int) -> dict[str, torch.Tensor]:
-        if b is None:
-            args = [a, *self.sizes, seed]
-        else:
-            pieces = (a,)
-            if isinstance(a, Concat):
-                pieces = (a.materialize(),) if self.join_pieces else a.pieces
-            a = pieces[0]
-            args = [a, b, *self.sizes, *pieces[1:], *(a,) * (MAX_PIECES - len(pieces)), *self.cuts, seed]
+        pieces = (a,)
+        if isinstance(a, Concat):
+            pieces = (a.materialize(),) if self.join_pieces else a.pieces
+        a = pieces[0]
+        args = [a, *(() if b is None else (b,)), *self.sizes, *pieces[1:],
+                *(a,) * (MAX_PIECES - len(pieces)), *self.cuts, seed]
         device = a.device
         for name, kind, default in self.operands:
             value = values.get(name)
@@ -449,13 +448,17 @@ def _layout(launch: Launch) -> str:
 
 
 def _readable_pieces(launch: Launch, config: Config) -> bool:
-    """Whether one kernel reads a Concat A's pieces as they lie: every piece with the first one's
-    strides, and pieces joined along M in whole row blocks (a tile then reads one piece)."""
-    pieces = launch.a_pieces
+    """Whether one kernel reads a Concat's pieces as they lie: every piece with the first one's
+    strides, and pieces joined in whole tiles where a tile reads one piece (a GEMM's A along M,
+    in row blocks; a map's X, in row or column blocks). A GEMM's K loop walks pieces of any
+    width."""
+    pieces, concat = launch.a_pieces, launch.concat
     if any(p.stride() != pieces[0].stride() for p in pieces):
         return False
-    return launch.concat is None or launch.concat.dim == 1 or all(
-        p.shape[0] % config.block_m == 0 for p in pieces[:-1])
+    if concat is None or (concat.dim == 1 and launch.b is not None):
+        return True
+    block = config.block_n if concat.dim == 1 else config.block_m
+    return all(p.shape[concat.dim] % block == 0 for p in pieces[:-1])
 
 
 def _variant(launch: Launch) -> str:

@@ -381,15 +381,30 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
 
 MAP = '''
 @triton.jit(do_not_specialize=["seed"])
-def {KERNEL}(X, M, N, stride_xm, stride_xn, seed{EPILOGUE_PARAMS},
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # No GEMM: the epilogue's input is a tile of X (`Program.map`).
+def {KERNEL}(X, M, N, stride_xm, stride_xn, X1, X2, X3, CUT1, CUT2, CUT3, seed{EPILOGUE_PARAMS},
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, A_PIECES: tl.constexpr,
+              A_CONCAT_K: tl.constexpr):
+    # No GEMM: the epilogue's input is a tile of X (`Program.map`). X may come in A_PIECES pieces
+    # (a Concat) joined along its columns (A_CONCAT_K) or rows, X1-X3 starting at CUT1-CUT3, each
+    # a whole number of tiles wide or tall: the tile reads the piece it lies in.
     col_blocks = tl.cdiv(N, BLOCK_N)
     pid_m = tl.program_id(0) // col_blocks
     pid_n = tl.program_id(0) % col_blocks
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    x = X + rows[:, None] * stride_xm + cols[None, :] * stride_xn
+    piece, start = X, 0
+    if A_PIECES > 1:
+        at = pid_n * BLOCK_N if A_CONCAT_K else pid_m * BLOCK_M
+        if at >= CUT1:
+            piece, start = X1, CUT1
+        if at >= CUT2:
+            piece, start = X2, CUT2
+        if at >= CUT3:
+            piece, start = X3, CUT3
+    if A_CONCAT_K:
+        x = piece + rows[:, None] * stride_xm + (cols - start)[None, :] * stride_xn
+    else:
+        x = piece + (rows - start)[:, None] * stride_xm + cols[None, :] * stride_xn
     if (pid_n + 1) * BLOCK_N <= N:
         # A whole block of columns: the masks are constant along them, so the loads and stores
         # of a ragged N (the cross-entropy's 50257 columns) are as wide as those of an even one.

@@ -42,10 +42,8 @@ def stored(**dtypes: torch.dtype | None) -> dict[str, torch.dtype] | None:
 
 def column_sum(t: torch.Tensor | Concat, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The sum over the rows of t [M, N] -> [N], summed in float32 and stored in `dtype`
-    (default float32; float64 for float64): one map reading t, which writes nothing else (a
-    bias gradient); one per piece of a Concat joined along its columns."""
-    if isinstance(t, Concat):
-        return torch.cat([column_sum(piece, dtype) for piece in t.pieces])
+    (default float32; float64 for float64): one map reading t (a Concat's pieces where they
+    lie), which writes nothing else (a bias gradient)."""
     return SUMS.map(t, outputs=["cols"], dtypes=stored(cols=dtype))["cols"]
 
 

@@ -38,14 +38,16 @@ MAX_PIECES = 4
 
 @dataclass(frozen=True)
 class Concat:
-    """`torch.cat(pieces, dim)` of 2-D tensors, given to a GEMM as its A operand without being
-    formed: the kernel reads each piece where it lies. Concatenated along K (`dim=1` of A) the
-    K loop walks the pieces in turn; along M (`dim=0`) each row block of the output reads its
-    own piece. `.T` is the concatenation of the transposes (an A given transposed, as a
-    weight gradient's `dy.T` is). Every piece has one dtype, device and stride pattern.
+    """`torch.cat(pieces, dim)` of 2-D tensors, given to a GEMM as its A operand, or to a map as
+    its input, without being formed: the kernel reads each piece where it lies. Concatenated
+    along K (`dim=1` of A) the K loop walks the pieces in turn; along M (`dim=0`) each row block
+    of the output reads its own piece; in a map each tile reads its own piece. `.T` is the
+    concatenation of the transposes (an A given transposed, as a weight gradient's `dy.T` is).
+    Every piece has one dtype, device and stride pattern.
 
         dx = prog(coda.Concat((dq, dk, dv), dim=1), w_qkv)      # (dq | dk | dv) @ w_qkv
         dw = prog(coda.Concat((dq, dk, dv), dim=1).T, x)        # (dq | dk | dv).T @ x
+        db = sums.map(coda.Concat((dq, dk, dv), dim=1))        # column sums of (dq | dk | dv)
     """
 
     pieces: tuple[torch.Tensor, ...]
@@ -124,16 +126,17 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
          outputs=None, dtypes=None) -> Launch:
     """Validate a launch of `program` and resolve operand kinds and output shapes.
 
-    With `b` None the launch is a map: `input` is `a` itself ([M, N]), no GEMM runs. `outputs`
+    With `b` None the launch is a map: `input` is `a` itself ([M, N], a tensor or a Concat), no
+    GEMM runs. `outputs`
     names the outputs to produce (default: all); the others are neither computed nor written.
     `dtypes` maps output names to the dtype each is stored in (default: tiles in `out_dtype`,
     reductions in float32). A `Concat` A stays in pieces (`Launch.concat`)."""
     concat = a if isinstance(a, Concat) else None
     if b is None:
-        if concat:
-            raise LaunchError("a map takes one tensor, not a Concat (materialize it first)")
-        _check_matrix("X", a)
+        if not concat:
+            _check_matrix("X", a)
         (m, n), k = a.shape, 0
+        a = concat.pieces[0] if concat else a
     else:
         if not concat:
             _check_matrix("A", a)

@@ -38,7 +38,8 @@ def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[s
     for node in program.ir.nodes():
         op, args = node.op, [env[a] for a in node.args]
         if op == "input":
-            value = launch.a.to(ct) if launch.b is None else launch.whole_a().to(ct) @ launch.b.to(ct)
+            value = launch.whole_a().to(ct)
+            value = value if launch.b is None else value @ launch.b.to(ct)
         elif op == "operand":
             value = _broadcastable(launch.values[node.arg], launch.kinds[node.arg], ct)
         elif op == "const":
