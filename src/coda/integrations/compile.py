@@ -319,7 +319,7 @@ def _mlp_setup(ctx, inputs, output):
     ctx.bias_dtypes = [None if b is None else b.dtype for b in (b1, b2)]
 
 
-def _mlp_grad(ctx, dy, _pre, _h, _ss, _s):
+def _mlp_grad(ctx, dy, _slope, _h, _ss, _s):
     x, w1, w2, slope, h, seed = ctx.saved_tensors
     needs = ctx.needs_input_grad[:5]
     # with the residual x itself, dx includes the residual's gradient (MLPFunction)

@@ -74,7 +74,7 @@ def forward_program(activation: str | None, bias: bool, dropout: bool, residual:
         EPILOGUE linear_gelu(bias: col, p: scalar) {
           h = input + bias; save slope = gelu_grad(h); output = dropout(gelu(h), p);
         }
-    (the compiler computes the tanh gelu and gelu_grad share once).
+    (the tanh that gelu and gelu_grad share is computed once).
     """
     f = ACTIVATIONS[activation][0].format(h="h")
     y = f"dropout({f}, p)" if dropout else f
