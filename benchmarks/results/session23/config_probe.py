@@ -11,8 +11,13 @@ Writes $OUT/config_probe.json."""
 import importlib
 import json
 import os
+import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from kernel_configs import graph_us  # benchmarks/kernel_configs.py
 
 from coda.codegen import tuning
 
@@ -22,27 +27,6 @@ linear = importlib.import_module("coda.ops.linear")
 
 REPS = 10
 
-
-def graph_us(fn) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(REPS):
-            fn()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / REPS)
-    return sorted(times)[2]
 
 
 def main() -> None:
@@ -74,7 +58,7 @@ def main() -> None:
         launch = prog.bind(left, right, seed=1, **values)
         heuristic = tuning.heuristic("hopper", launch.m, launch.n, launch.k, True, prog.triton.packs)
         row = results["cases"][name] = {"shape": [launch.m, launch.n, launch.k], "heuristic": str(heuristic),
-                                        "cublas": graph_us(cublas), "configs": {}}
+                                        "cublas": graph_us(cublas, REPS), "configs": {}}
         configs = tuning.CANDIDATES["hopper"] if name == "ce_forward" else [
             c for c in tuning.CANDIDATES["hopper"] if c.pingpong or c.split_epilogue == 2 or c.block_n == 128]
         for config in configs:
@@ -84,7 +68,7 @@ def main() -> None:
                 row["configs"][str(config)] = repr(exc)[:100]
                 continue
             row["configs"][str(config)] = graph_us(
-                lambda p=plan: p.run(launch.a, launch.b, launch.values, launch.out, launch.seed))
+                lambda p=plan: p.run(launch.a, launch.b, launch.values, launch.out, launch.seed), REPS)
             print(name, config, row["configs"][str(config)], flush=True)
         timed = {c: t for c, t in row["configs"].items() if isinstance(t, float)}
         best = min(timed, key=timed.get)

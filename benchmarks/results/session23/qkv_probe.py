@@ -16,8 +16,13 @@ and each one's dx, dw, db against the first's. Writes $OUT/qkv_probe.json.
 
 import json
 import os
+import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from kernel_configs import graph_us  # benchmarks/kernel_configs.py
 
 import coda
 from coda.ops.common import ADD_PARTIAL, column_sum
@@ -25,27 +30,6 @@ from coda.ops.common import ADD_PARTIAL, column_sum
 M, C = 16384, 768
 REPS = 20
 
-
-def graph_us(fn) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(REPS):
-            fn()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / REPS)
-    return sorted(times)[2]
 
 
 def main() -> None:
@@ -90,7 +74,7 @@ def main() -> None:
                                          for a, b in zip(got, first, strict=True)]
     for _ in range(2):
         for name, fn in variants.items():
-            results["us"].setdefault(name, []).append(graph_us(fn))
+            results["us"].setdefault(name, []).append(graph_us(fn, REPS))
     for name in variants:
         print(name, [round(t, 1) for t in results["us"][name]], results["max_rel_diff"][name], flush=True)
     with open(os.path.join(os.environ.get("OUT", "."), "qkv_probe.json"), "w") as f:

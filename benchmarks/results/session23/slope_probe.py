@@ -11,8 +11,13 @@ Writes $OUT/slope_probe.json (or ./slope_probe.json).
 
 import json
 import os
+import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from kernel_configs import graph_us  # benchmarks/kernel_configs.py
 
 import coda
 from coda.codegen.tuning import Config
@@ -25,27 +30,6 @@ FWD_SLOPE = "EPILOGUE f(bias: col) {{ h = input + bias; save slope = {df}(h); ou
 BWD_PRE = "EPILOGUE g(pre: tile) {{ output = input * {df}(pre); db = col_sum(output); }}"
 BWD_SLOPE = "EPILOGUE g(slope: tile) { output = input * slope; db = col_sum(output); }"
 
-
-def graph_us(fn) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(REPS):
-            fn()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / REPS)
-    return sorted(times)[2]
 
 
 def runner(text: str, a, b, config, **values):
@@ -107,7 +91,7 @@ def main() -> None:
         print(act, results["errors"][act], flush=True)
     for rnd in range(2):
         for name, fn in cases.items():
-            us = graph_us(fn)
+            us = graph_us(fn, REPS)
             results["cases"].setdefault(name, []).append(us)
             print(f"round {rnd} {name}: {us:.1f} us", flush=True)
     out = os.path.join(os.environ.get("OUT", "."), "slope_probe.json")
