@@ -106,7 +106,7 @@ def compile_sm90(kernel_module, built, config, launch) -> dict[str, int]:
     finish = built.finish and Recorder(built.finish.arg_names)   # no kernel runs here
     plan = kernel_module.Plan(kernel_module.Kernel(built.variant, built.source, recorder, finish), config,
                               launch)
-    plan.run(launch.a, launch.b, launch.values, None, launch.seed)
+    plan.run(launch.a, launch.b, launch.values, None, launch.seed, (launch.m_limit, launch.k_limit))
     meta = dict(recorder.meta)
     options = {key: meta.pop(key) for key in ("num_warps", "num_stages", "maxnreg") if key in meta}
     fn = built.fn
@@ -156,7 +156,8 @@ def _type(value) -> str:
     import torch
 
     if isinstance(value, torch.Tensor):
-        return "*" + {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[value.dtype]
+        return "*" + {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+                      torch.int32: "i32", torch.int64: "i64"}[value.dtype]
     if isinstance(value, float):
         return "fp32"
     return "i32"

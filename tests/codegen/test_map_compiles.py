@@ -66,7 +66,8 @@ def map_ptx(prog, launch, config) -> str:
     recorder = Recorder(built.fn.arg_names)
     finish = built.finish and Recorder(built.finish.arg_names)   # nor the reductions' finish
     kernel_module.Plan(kernel_module.Kernel("map", built.source, recorder, finish), config,
-                       launch).run(launch.concat or launch.a, None, launch.values, launch.out, launch.seed)
+                       launch).run(launch.concat or launch.a, None, launch.values, launch.out, launch.seed,
+                                   (launch.m_limit, None))
     meta = dict(recorder.meta)
     options = {key: meta.pop(key) for key in ("num_warps", "num_stages") if key in meta}
     names = [p for p in built.fn.arg_names if p not in meta]

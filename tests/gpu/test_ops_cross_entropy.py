@@ -73,6 +73,37 @@ def test_linear_cross_entropy_bf16(tokens, hidden, vocab, bias, norm, options):
         assert_within_eager(f"cross_entropy {tokens}x{hidden}x{vocab} {name}", a, e, r)
 
 
+@pytest.mark.parametrize(("tokens", "hidden", "vocab", "bias", "norm", "counted", "options"), [
+    (16384, 768, 30522, True, False, 0.15, {}),   # BERT's masked-LM head: 15% of the rows count
+    (16384, 768, 50257, False, False, 0.5, {}),   # GPT-2: the second block of rows all skipped
+    (8192, 768, 50257, False, False, 1.0, {}),    # every row counts
+    (4096, 2048, 32000, False, True, 0.3, dict(label_smoothing=0.1)),
+    (4096, 768, 30522, True, False, 0.0, dict(reduction="sum")),   # none counts: zeros
+])
+def test_skip_ignored_bf16(tokens, hidden, vocab, bias, norm, counted, options):
+    """skip_ignored=True through the Hopper kernels (their M and K limits read on the device):
+    within twice eager's error, as the full computation."""
+    torch.manual_seed(8)
+    x = torch.randn(tokens, hidden, device="cuda").to(BF16)
+    w = (torch.randn(vocab, hidden, device="cuda") * 2 / hidden**0.5).to(BF16)
+    b = (torch.randn(vocab, device="cuda") * 0.5).to(BF16) if bias else None
+    nw = (torch.rand(hidden, device="cuda") + 0.5).to(BF16) if norm else None
+    target = torch.randint(0, vocab, (tokens,), device="cuda")
+    target[torch.rand(tokens, device="cuda") >= counted] = -100
+    upstream = torch.randn((), device="cuda")
+    inputs = [x, w, b, nw]
+    ours = run(coda_fn, inputs, target, upstream, skip_ignored=True, **options)
+    if counted == 0.0:
+        assert ours[0].item() == 0.0 and all(g.abs().max().item() == 0.0 for g in ours[1:])
+        return
+    eager = run(formula, inputs, target, upstream, **options)
+    exact = run(formula, [None if t is None else t.double() for t in inputs], target,
+                upstream.double(), **options)
+    names = ["loss", "dx", "dw"] + ["db"] * bias + ["dnorm_weight"] * norm
+    for name, a, e, r in zip(names, ours, eager, exact, strict=True):
+        assert_within_eager(f"cross_entropy skip_ignored {tokens}x{hidden}x{vocab} {name}", a, e, r)
+
+
 # kernel counts (the lead's profiler) ---------------------------------------------------------------
 def launch_count_cases():
     """(name, coda_fn, eager_fn): forward + backward once, bf16 on CUDA, hidden 2048, 4096 tokens;

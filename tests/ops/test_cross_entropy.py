@@ -212,6 +212,33 @@ def test_chunking_invariance_interpreter():
         assert_close(chunked, whole, TOL32)
 
 
+@pytest.mark.parametrize("counted", [0.0, 0.15, 0.6, 1.0])
+@pytest.mark.parametrize(("bias", "norm", "options"), [
+    (True, False, dict(label_smoothing=0.1)),
+    (False, True, dict(chunk_size=21 * 40, reduction="sum")),   # blocks of 21 rows, float32 dw sum
+    (True, True, dict(softcap=3.0, chunk_size=16 * 40)),
+])
+def test_skip_ignored_rows_interpreter(counted, bias, norm, options):
+    """skip_ignored: the rows that count gathered first, every launch stopped at their number
+    (the kernels' m_limit / k_limit): the loss and gradients of the materialized logits, with
+    blocks wholly past the counted rows, in the middle of them and exactly at them."""
+    x, w, target, b, nw = make((53,), 24, 40, bias=bias, norm=norm, dtype=torch.float32, seed=3)
+    g = torch.Generator().manual_seed(5)
+    target[torch.rand(target.shape, generator=g) >= counted] = -100
+    got = loss_and_grads(linear_cross_entropy, x, w, target, b, nw, skip_ignored=True, **options)
+    want = loss_and_grads(reference, *upcast(x, w), target, *upcast(b, nw), **options)
+    if counted == 0.0 and options.get("reduction", "mean") == "mean":   # 0 / 0, as torch
+        assert all(torch.isnan(t).all() for t in (got[0], want[0]))
+        return
+    assert_close(got, want, TOL32)
+
+
+def test_skip_ignored_float64_reference_backend():
+    x, w, target, b, nw = make((9,), 5, 7, bias=True, norm=True, ignored=(0, 2, 3, 7))
+    assert_close(loss_and_grads(linear_cross_entropy, x, w, target, b, nw, skip_ignored=True, chunk_size=28),
+                 loss_and_grads(reference, x, w, target, b, nw), 1e-10)
+
+
 def test_forward_stores_no_logits(monkeypatch):
     """Every forward launch produces only [T] statistics: no [T, V] (or [T, chunk]) tile."""
     shapes = []
@@ -248,6 +275,7 @@ def test_errors_name_the_argument():
         (dict(ignore_index=1.0), "ignore_index"),
         (dict(norm_eps=-1.0), "norm_eps"),
         (dict(low_memory=1), "low_memory"),
+        (dict(skip_ignored=None), "skip_ignored"),
         (dict(w=w.detach().tolist()), "w must be a tensor \\[V, H\\], got list"),
         (dict(target=target.tolist()), "target must be a tensor"),
         # 2**24 classes (a stride-0 view: no memory): targets are compared as float32

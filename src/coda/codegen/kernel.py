@@ -90,7 +90,7 @@ class TritonProgram:
             plan = self.plan(launch, candidate)
             try:
                 return plan, plan.run(launch.concat or launch.a, launch.b, launch.values, launch.out,
-                                      launch.seed)
+                                      launch.seed, (launch.m_limit, launch.k_limit))
             except OutOfResources:
                 if config:
                     raise
@@ -152,7 +152,8 @@ class TritonProgram:
                 def run(c: Config) -> None:
                     if c not in plans:
                         plans[c] = self.plan(launch, c)
-                    plans[c].run(launch.concat or launch.a, launch.b, launch.values, scratch, launch.seed)
+                    plans[c].run(launch.concat or launch.a, launch.b, launch.values, scratch, launch.seed,
+                                 (launch.m_limit, launch.k_limit))
 
                 config = tuning.autotune(key, tuning.candidates(kernel.variant, pingpong), run,
                                          f"{self.program.name} {m}x{n}x{k}")
@@ -231,6 +232,10 @@ class Plan:
                 self.meta["NUM_SMS"] = self.grid[0]
         else:
             self.grid, self.meta = (tiles,), config.meta(kernel.variant)
+        # m_limit / k_limit: pointers to the limits follow the cuts (A itself where there is none)
+        self.limited = (launch.m_limit is not None, launch.k_limit is not None)
+        self.meta |= dict(LIMIT_M=self.limited[0]) if kernel.variant == "map" else dict(
+            LIMIT_M=self.limited[0], LIMIT_K=self.limited[1])
         if kernel.variant in ("hopper", "portable", "map"):
             self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=concat_k)
             if len(pieces) > 1 and kernel.variant == "hopper":
@@ -241,7 +246,8 @@ class Plan:
         self.compiled = None   # Triton's CompiledKernel after the first run (n_regs, n_spills, asm)
         reductions = [spec for spec in launch.outputs if spec.reduction is not None]
         axes = {spec.reduction[:3] for spec in reductions}
-        self.finisher = _Finisher(kernel.finish, m, n, self.partial_rows, axes) if axes else None
+        self.finisher = _Finisher(kernel.finish, m, n, self.partial_rows, axes, self.limited[0],
+                                  config.block_m) if axes else None
         # float32 partials of each reduction: [tiles along the reduced axis, its length], two
         # (max and sum) for a log-sum-exp
         self.partial_shapes = {spec.name: [(self.partial_rows[spec.reduction[:3]], spec.shape[0])]
@@ -251,13 +257,15 @@ class Plan:
         self.kept_partials: dict[int | None, dict[str, list[torch.Tensor]]] = {}
 
     def run(self, a: torch.Tensor | Concat, b: torch.Tensor, values: dict, out: torch.Tensor | None,
-            seed: int) -> dict[str, torch.Tensor]:
+            seed: int, limits: tuple = (None, None)) -> dict[str, torch.Tensor]:
         pieces = (a,)
         if isinstance(a, Concat):
             pieces = (a.materialize(),) if self.join_pieces else a.pieces
         a = pieces[0]
+        m_limit, k_limit = (a if limit is None else limit for limit in limits)
         args = [a, *(() if b is None else (b,)), *self.sizes, *pieces[1:],
-                *(a,) * (MAX_PIECES - len(pieces)), *self.cuts, seed]
+                *(a,) * (MAX_PIECES - len(pieces)), *self.cuts, m_limit,
+                *(() if b is None else (k_limit,)), seed]
         device = a.device
         for name, kind, default in self.operands:
             value = values.get(name)
@@ -290,7 +298,7 @@ class Plan:
                 _ensure_allocator()
             self.compiled, self.launcher = first_launch(self.kernel.fn, self.grid, args, self.meta, device)
         if self.finisher is not None:
-            self.finisher(finish_args, device)
+            self.finisher([m_limit, *finish_args], device)
         return outputs
 
     def _partials(self, device: torch.device) -> dict[str, list[torch.Tensor]]:
@@ -319,15 +327,19 @@ class Plan:
 
 class _Finisher:
     """The launch of a Plan's finishing kernel (codegen/finish.py): program i merges row block i
-    of the row partials and column block i of the column ones, in steps of `merge_tile`."""
+    of the row partials and column block i of the column ones, in steps of `merge_tile`. Under
+    a limit on M (its pointer is the first buffer) the kernel's tiles of `block_m` rows past it
+    wrote no partials, which the merge then skips."""
 
-    def __init__(self, fn: Callable, m: int, n: int, partial_rows: dict[str, int], axes: set[str]):
+    def __init__(self, fn: Callable, m: int, n: int, partial_rows: dict[str, int], axes: set[str],
+                 limit_m: bool, block_m: int):
         row_p, row_block = merge_tile(partial_rows["row"])
         col_p, col_block = merge_tile(partial_rows["col"])
         self.fn, self.sizes = fn, (m, n, partial_rows["row"], partial_rows["col"])
         programs = {"row": math.ceil(m / row_block), "col": math.ceil(n / col_block)}
         self.grid = (max(programs[axis] for axis in axes),)
-        self.meta = dict(ROW_P=row_p, ROW_BLOCK=row_block, COL_P=col_p, COL_BLOCK=col_block)
+        self.meta = dict(ROW_P=row_p, ROW_BLOCK=row_block, COL_P=col_p, COL_BLOCK=col_block,
+                         LIMIT_M=limit_m, TILE_M=block_m)
         self.constexprs = [self.meta[name] for name in fn.arg_names if name in self.meta]
         self.launcher = None
 

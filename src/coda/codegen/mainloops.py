@@ -27,12 +27,16 @@ descriptors (codegen/epilogue.py). EPILOGUE_N is the width of the tile the epilo
 PORTABLE = '''
 @triton.jit(do_not_specialize=["seed"])
 def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, A3, CUT1, CUT2, CUT3,
-              seed{EPILOGUE_PARAMS},
+              M_LIMIT, K_LIMIT, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              GROUP_M: tl.constexpr, A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr):
+              GROUP_M: tl.constexpr, A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr,
+              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr):
+    M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     pid = tl.program_id(0)
     row_blocks = tl.cdiv(M, BLOCK_M)
     col_blocks = tl.cdiv(N, BLOCK_N)
+    if pid >= row_blocks * col_blocks:   # past a limit on M
+        return
     # Grouped order: GROUP_M consecutive programs walk down a column of row blocks.
     group_size = GROUP_M * col_blocks
     first_row_block = (pid // group_size) * GROUP_M
@@ -87,9 +91,22 @@ def tile_coords(tile_id, row_blocks, col_blocks, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr):
+    # M and K lowered to the limits read from the device (`m_limit=`, `k_limit=`): the tile
+    # count, the TMA descriptors' extents (zero past them) and the epilogue's masks follow
+    if LIMIT_M:
+        M = tl.minimum(M, tl.load(M_LIMIT).to(tl.int32))
+    if LIMIT_K:
+        K = tl.minimum(K, tl.load(K_LIMIT).to(tl.int32))
+    return M, K
+
+
+@triton.jit
 def piece_bounds(CUT1, CUT2, CUT3, TOTAL):
     # (starts, ends) of the up to four pieces of a Concat A along its joined axis; the launcher
-    # pads the cuts past the last piece with TOTAL
+    # pads the cuts past the last piece with the axis's length, and a limit (`limited`) may
+    # have lowered TOTAL below some of them
+    CUT1, CUT2, CUT3 = tl.minimum(CUT1, TOTAL), tl.minimum(CUT2, TOTAL), tl.minimum(CUT3, TOTAL)
     return (0, CUT1, CUT2, CUT3), (CUT1, CUT2, CUT3, TOTAL)
 '''
 
@@ -144,11 +161,13 @@ def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, K, BLOCK_M: tl.c
 HOPPER = '''
 @triton.jit(do_not_specialize=["seed"])
 def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, A3, CUT1, CUT2, CUT3,
-              seed{EPILOGUE_PARAMS},
+              M_LIMIT, K_LIMIT, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr,
               B_N_CONTIGUOUS: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr,
-              EPILOGUE_N: tl.constexpr, A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr):
+              EPILOGUE_N: tl.constexpr, A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr,
+              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr):
+    M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     # A is [M, K] with K contiguous, or its transpose is: describe whichever is row-major (each
     # piece of a Concat A: `piece_descriptors`; such a launch does not flatten its loops).
     starts, ends = piece_bounds(CUT1, CUT2, CUT3, K if A_CONCAT_K else M)
@@ -339,11 +358,13 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_AR
 
 @gluon.jit(do_not_specialize=["seed"])
 def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, A3, CUT1, CUT2, CUT3,
-              seed{EPILOGUE_PARAMS},
+              M_LIMIT, K_LIMIT, seed{EPILOGUE_PARAMS},
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr,
               B_N_CONTIGUOUS: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr,
-              LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr):
+              LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr, LIMIT_M: gl.constexpr,
+              LIMIT_K: gl.constexpr):
+    M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     # A ring of STAGES (A, B) tile pairs. An operand stored transposed (rows along M or N) is
     # loaded as stored and transposed as a view for the MMA.
     if A_K_CONTIGUOUS:
@@ -381,15 +402,19 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
 
 MAP = '''
 @triton.jit(do_not_specialize=["seed"])
-def {KERNEL}(X, M, N, stride_xm, stride_xn, X1, X2, X3, CUT1, CUT2, CUT3, seed{EPILOGUE_PARAMS},
+def {KERNEL}(X, M, N, stride_xm, stride_xn, X1, X2, X3, CUT1, CUT2, CUT3, M_LIMIT, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, A_PIECES: tl.constexpr,
-              A_CONCAT_K: tl.constexpr):
+              A_CONCAT_K: tl.constexpr, LIMIT_M: tl.constexpr):
     # No GEMM: the epilogue's input is a tile of X (`Program.map`). X may come in A_PIECES pieces
     # (a Concat) joined along its columns (A_CONCAT_K) or rows, X1-X3 starting at CUT1-CUT3, each
     # a whole number of tiles wide or tall: the tile reads the piece it lies in.
     col_blocks = tl.cdiv(N, BLOCK_N)
     pid_m = tl.program_id(0) // col_blocks
     pid_n = tl.program_id(0) % col_blocks
+    if LIMIT_M:   # rows from M_LIMIT on are not computed
+        M = tl.minimum(M, tl.load(M_LIMIT).to(tl.int32))
+        if pid_m * BLOCK_M >= M:
+            return
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     piece, start = X, 0

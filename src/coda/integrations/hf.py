@@ -351,18 +351,21 @@ def _masked_lm(model: nn.Module) -> Callable:
         kwargs["return_dict"] = True
         outputs = self.bert(*args, **kwargs)
         hidden = self.cls.predictions.transform(outputs.last_hidden_state)
-        return MaskedLMOutput(loss=_head_loss(self, hidden, labels, "mean"), logits=None,
+        # a masked-LM batch labels a few rows (BERT's recipe: 15%): the others cost no GEMM work
+        return MaskedLMOutput(loss=_head_loss(self, hidden, labels, "mean", skip_ignored=True), logits=None,
                               hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
     return forward
 
 
-def _head_loss(model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, reduction: str) -> torch.Tensor:
+def _head_loss(model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, reduction: str,
+               skip_ignored: bool = False) -> torch.Tensor:
     """Cross-entropy of the model's output embedding (the decoder, [V, H] and its bias) applied to
     `hidden`, against `labels` (-100: ignored), without the logits in memory."""
     head = model.get_output_embeddings()
     return ops.linear_cross_entropy(hidden, head.weight, labels.to(hidden.device), bias=head.bias,
-                                    ignore_index=IGNORE_INDEX, reduction=reduction)
+                                    ignore_index=IGNORE_INDEX, reduction=reduction,
+                                    skip_ignored=skip_ignored)
 
 
 @contextlib.contextmanager

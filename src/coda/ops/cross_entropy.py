@@ -90,7 +90,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import ADD_PARTIAL, PLAIN, as_rows, present, weight_grad
+from .common import ACCUMULATE, ADD_PARTIAL, PLAIN, as_rows, present, weight_grad
 
 REDUCTIONS = ("mean", "sum", "none")
 #: Chunk widths are multiples of this (half a 256-wide GEMM tile) when that wide, except the last.
@@ -229,12 +229,20 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, w: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
                 norm_weight: torch.Tensor | None, ignore_index: int, reduction: str,
                 label_smoothing: float, softcap: float | None, chunk_size: int | None,
-                low_memory: bool, norm_eps: float, grads_in_forward: bool) -> torch.Tensor:
+                low_memory: bool, norm_eps: float, grads_in_forward: bool,
+                skip_ignored: bool = False) -> torch.Tensor:
         h, lead = as_rows(x)
         (tokens, hidden), vocab = h.shape, w.shape[0]
         stat = _accumulator_dtype(x)
         target = target.reshape(-1)
         valid = target != ignore_index
+        need = list(ctx.needs_input_grad[:2]) + list(ctx.needs_input_grad[3:5])
+        ctx.grads_in_forward = grads_in_forward and any(need)
+        order = count = None
+        if skip_ignored and ctx.grads_in_forward:   # the rows that count first, `count` of them
+            order = torch.sort((~valid).to(torch.int8), stable=True).indices
+            count = valid.sum(dtype=torch.int32).reshape(1)
+            h, target, valid = h[order], target[order], valid[order]
         target_f = torch.where(valid, target, -1).to(stat)
         weight = valid.to(stat)   # dL/dloss_i: alpha for an upstream gradient of 1
         if reduction == "mean":
@@ -242,15 +250,15 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         if norm_weight is None:
             a, rstd = h, None
         else:
-            outs = NORM_INPUT.map(h, g=norm_weight)
+            outs = NORM_INPUT.map(h, g=norm_weight, m_limit=count)
             a, rstd = outs["output"], torch.rsqrt(outs["ss"] / hidden + norm_eps)
         blocks = Blocks(h, a, w, bias, norm_weight, target_f, rstd, label_smoothing, softcap,
-                        *block_shapes(tokens, hidden, vocab, chunk_size, low_memory))
+                        *block_shapes(tokens, hidden, vocab, chunk_size, low_memory), count)
         ctx.options = (label_smoothing, softcap, chunk_size, low_memory, lead)
-        need = list(ctx.needs_input_grad[:2]) + list(ctx.needs_input_grad[3:5])
-        ctx.grads_in_forward = grads_in_forward and any(need)
         if ctx.grads_in_forward:
             lse, t, s, grads = blocks.forward_with_grads(weight, need)
+            if order is not None and grads[0] is not None:   # dx back in x's row order
+                grads = (torch.empty_like(grads[0]).index_copy_(0, order, grads[0]), *grads[1:])
         else:
             lse, t, s = blocks.statistics(label_smoothing > 0)
             grads = (None, None, None, None)
@@ -288,7 +296,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         dx = dx.reshape(*lead, dx.shape[-1]) if need[0] else None
         db = db.to(bias_dtype) if need[2] else None
         dg = dg.to(g_dtype) if need[3] else None
-        return dx, dw, None, db, dg, None, None, None, None, None, None, None, None
+        return dx, dw, None, db, dg, None, None, None, None, None, None, None, None, None
 
 
 class Blocks:
@@ -296,12 +304,17 @@ class Blocks:
     rows) or `rows` rows (the whole vocabulary), materialized one at a time in one buffer."""
 
     def __init__(self, h, a, w, bias, g, target_f, rstd, label_smoothing: float,
-                 softcap: float | None, chunk: int, rows: int):
+                 softcap: float | None, chunk: int, rows: int, count: torch.Tensor | None = None):
         self.h, self.a, self.w, self.bias, self.g, self.target_f, self.rstd = (
             h, a, w, bias, g, target_f, rstd)
         self.label_smoothing, self.softcap, self.chunk, self.rows = label_smoothing, softcap, chunk, rows
+        self.count = count   # only the first `count` rows count (on the device): the rest are skipped
         self.norm = g is not None
         self.buf: torch.Tensor | None = None
+
+    def _limit(self, r0: int, r1: int) -> torch.Tensor | None:
+        """How many of rows [r0, r1) count (the `m_limit` of the block's launches), or None."""
+        return None if self.count is None else (self.count - r0).clamp(0, r1 - r0)
 
     def _operands(self, r0: int, r1: int, c0: int, c1: int) -> dict:
         """The operands the programs share, for rows [r0, r1) and columns [c0, c1)."""
@@ -356,12 +369,15 @@ class Blocks:
         stats = {name: [] for name in names[1:]}
         self._reserve((self.rows, vocab))
 
-        def grad_block(r0: int, r1: int, grad_names: list[str]) -> dict[str, torch.Tensor]:
+        def grad_block(r0: int, r1: int, grad_names: list[str], limit: torch.Tensor | None
+                       ) -> dict[str, torch.Tensor]:
             out = self._block(r0, r1, 0, vocab)
-            outs = stats_prog(a[r0:r1], w.T, out=out, outputs=names, **self._operands(r0, r1, 0, vocab))
+            outs = stats_prog(a[r0:r1], w.T, out=out, outputs=names, m_limit=limit,
+                              **self._operands(r0, r1, 0, vocab))
             for name in stats:
                 stats[name].append(outs[name])
-            return grad_prog.map(out, out=out, outputs=grad_names, **self._operands(r0, r1, 0, vocab),
+            return grad_prog.map(out, out=out, outputs=grad_names, m_limit=limit,
+                                 **self._operands(r0, r1, 0, vocab),
                                  **self._grad_operands(outs["lse"], weight[r0:r1]))
 
         grads = self._row_pass(grad_block, need, _accumulator_dtype(a), by_chunk=False)
@@ -376,7 +392,8 @@ class Blocks:
         vocab = w.shape[0]
         prog = grad_program(self.bias is not None, self.norm, self.softcap is not None)
 
-        def grad_block(r0: int, r1: int, names: list[str], c0: int = 0, c1: int = vocab):
+        def grad_block(r0: int, r1: int, names: list[str], limit: None = None, c0: int = 0,
+                       c1: int = vocab):
             return prog(a[r0:r1], w[c0:c1].T, out=self._block(r0, r1, c0, c1), outputs=names,
                         **self._operands(r0, r1, c0, c1),
                         **self._grad_operands(lse[r0:r1], alpha[r0:r1]))
@@ -388,7 +405,7 @@ class Blocks:
             dw = torch.empty_like(w) if need[1] else None
             db_parts = []
             for c0, c1 in _spans(vocab, self.chunk):
-                outs = grad_block(0, a.shape[0], ["output"] + ["db"] * need[2], c0, c1)
+                outs = grad_block(0, a.shape[0], ["output"] + ["db"] * need[2], None, c0, c1)
                 if need[1]:   # a plain GEMM into contiguous rows of dw: cuBLAS (ops/common.py)
                     torch.matmul(outs["output"].T, a, out=dw[c0:c1])
                 db_parts.append(outs.get("db"))
@@ -400,12 +417,14 @@ class Blocks:
         """(dx, dw, db, dg) over blocks of rows: G_b = grad_block(r0, r1, names) spans the
         vocabulary, so dx_b is complete (one GEMM); dw, db and dg are summed over blocks in
         float32 (dw's last GEMM rounds it to `dw_dtype` when that is not float32). With
-        `by_chunk` dw and db are someone else's: only dx and dg."""
+        `by_chunk` dw and db are someone else's: only dx and dg. With a `count` every launch
+        of a block stops at its rows that count (`m_limit`, `k_limit`; CODA's GEMMs, which
+        read it on the device, in place of cuBLAS's), and dx is zero past them."""
         h, a, w, g, rstd = self.h, self.a, self.w, self.g, self.rstd
         (tokens, hidden), vocab = h.shape, w.shape[0]
         need_x, need_w, need_b, need_g = need
         dw_here, db_here = need_w and not by_chunk, need_b and not by_chunk
-        dx = torch.empty_like(h) if need_x else None
+        dx = (torch.empty_like if self.count is None else torch.zeros_like)(h) if need_x else None
         dw = torch.empty_like(w, dtype=dw_dtype) if dw_here else None
         db = dg = dw_sum = None
         spans = _spans(tokens, self.rows) if need_x or need_g or dw_here or db_here else []
@@ -416,26 +435,32 @@ class Blocks:
         whole = vocab // ROW_PAD * ROW_PAD
         direct = len(spans) == 1 or dw_dtype == _accumulator_dtype(a)
         for i, (r0, r1) in enumerate(spans):
+            limit = self._limit(r0, r1)
             outs = grad_block(r0, r1, ["output"] + ["r"] * (self.norm and (need_x or need_g))
-                              + ["db"] * db_here)
+                              + ["db"] * db_here, limit)
             g_b, a_b = outs["output"], a[r0:r1]
             if db_here:
                 db = outs["db"] if db is None else db + outs["db"]
             if dw_here:   # dw += G_b.T @ a_b, summed in float32
                 if direct and i == 0:   # into dw itself: one block, or dw is float32
-                    if g_b.dtype == dw.dtype:
+                    if g_b.dtype == dw.dtype and limit is None:
                         torch.matmul(g_b.T, a_b, out=dw)   # a plain GEMM: cuBLAS
                     else:
-                        PLAIN(g_b.T, a_b, out=dw)
-                elif direct:
-                    weight_grad(g_b, a_b, into=dw)
+                        PLAIN(g_b.T, a_b, out=dw, k_limit=limit)
                 elif i == 0:
-                    dw_sum = PLAIN(g_b.T, a_b, out_dtype=_accumulator_dtype(a))["output"]
-                elif i < len(spans) - 1:
-                    weight_grad(g_b, a_b, into=dw_sum)
+                    dw_sum = PLAIN(g_b.T, a_b, out_dtype=_accumulator_dtype(a), k_limit=limit)["output"]
+                elif direct or i < len(spans) - 1:
+                    into = dw if direct else dw_sum
+                    if limit is None:
+                        weight_grad(g_b, a_b, into=into)
+                    else:
+                        ACCUMULATE(g_b.T, a_b, out=into, k_limit=limit)
                 else:   # the last block's GEMM adds the float32 sum and rounds once
-                    ADD_PARTIAL(g_b.T, a_b, partial=dw_sum, out=dw)
+                    ADD_PARTIAL(g_b.T, a_b, partial=dw_sum, out=dw, k_limit=limit)
             if not (need_x or need_g):
+                continue
+            if not self.norm and limit is not None:   # dx_b: rows past the limit stay zero
+                PLAIN(g_b, w, out=dx[r0:r1], m_limit=limit)
                 continue
             if not self.norm:   # dx_b complete, a plain GEMM into rows b of dx: cuBLAS
                 dx_b = dx[r0:r1]
@@ -446,7 +471,7 @@ class Blocks:
                     torch.matmul(g_b, w, out=dx_b)
                 continue
             k = rstd[r0:r1] * rstd[r0:r1] * outs["r"] / hidden
-            final = DX_NORM(g_b, w, out=None if dx is None else dx[r0:r1],
+            final = DX_NORM(g_b, w, out=None if dx is None else dx[r0:r1], m_limit=limit,
                             outputs=["output"] * need_x + ["dg"] * need_g, g=g, k=k, h=h[r0:r1])
             if need_g:
                 dg = final["dg"] if dg is None else dg + final["dg"]
@@ -463,7 +488,7 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
                          reduction: str = "mean", label_smoothing: float = 0.0,
                          softcap: float | None = None, chunk_size: int | None = None,
                          norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
-                         low_memory: bool = False) -> torch.Tensor:
+                         low_memory: bool = False, skip_ignored: bool = False) -> torch.Tensor:
     """cross_entropy(x @ w.T + bias, target) without the logits in memory.
 
     x [..., H]; w [V, H]; target [...] integer classes; bias [V]. `softcap` c replaces each logit
@@ -479,6 +504,14 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     ("mean", "sum") or a loss per row of x's leading shape ("none"), in float32 (float64 for
     float64 x): the precision of the statistics, as autocast computes cross-entropy; a bf16 loss
     would carry a 2**-9 rounding.
+
+    `skip_ignored=True` spends no GEMM work on the rows whose target is `ignore_index` when the
+    forward forms the gradients (a scalar loss that needs them, not `low_memory`): the rows
+    that count are gathered first (a sort of the targets, a gather of x's rows and a scatter
+    of dx's), and every GEMM and map stops at their number, read on the device (no
+    synchronization: it runs inside a CUDA graph). A masked-language-model batch (15% of its
+    rows count) then costs about a sixth of the GEMM work; when every row counts it only adds
+    the gather and scatter.
     """
     _check_tensor(x, "x", "[..., H]")
     if x.dim() == 0 or not x.is_floating_point():
@@ -518,15 +551,16 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
         raise LaunchError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
     if not _is_number(norm_eps) or not norm_eps >= 0:
         raise LaunchError(f"norm_eps must be a non-negative number, got {norm_eps!r}")
-    if not isinstance(low_memory, bool):
-        raise LaunchError(f"low_memory must be a bool, got {low_memory!r}")
+    for name, flag in (("low_memory", low_memory), ("skip_ignored", skip_ignored)):
+        if not isinstance(flag, bool):
+            raise LaunchError(f"{name} must be a bool, got {flag!r}")
     # A scalar loss's gradients are the forward's, times one number: form them in the forward
     # (its GEMMs' blocks then serve the loss too) unless no gradient can follow.
     grads_in_forward = (reduction != "none" and not low_memory and torch.is_grad_enabled()
                         and any(t is not None and t.requires_grad for t in (x, w, bias, norm_weight)))
     args = (x, w, target, bias, norm_weight, ignore_index, reduction, float(label_smoothing),
             None if softcap is None else float(softcap), chunk_size, low_memory, float(norm_eps),
-            grads_in_forward)
+            grads_in_forward, skip_ignored)
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom ops coda::linear_cross_entropy*
         return custom.linear_cross_entropy_op(*args)

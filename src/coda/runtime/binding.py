@@ -102,6 +102,8 @@ class Launch:
     out: torch.Tensor | None
     seed: int
     concat: Concat | None
+    m_limit: torch.Tensor | None = None
+    k_limit: torch.Tensor | None = None
 
     @property
     def a_pieces(self) -> tuple[torch.Tensor, ...]:
@@ -123,14 +125,16 @@ class Launch:
 
 
 def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, seed=None,
-         outputs=None, dtypes=None) -> Launch:
+         outputs=None, dtypes=None, m_limit=None, k_limit=None) -> Launch:
     """Validate a launch of `program` and resolve operand kinds and output shapes.
 
     With `b` None the launch is a map: `input` is `a` itself ([M, N], a tensor or a Concat), no
     GEMM runs. `outputs`
     names the outputs to produce (default: all); the others are neither computed nor written.
     `dtypes` maps output names to the dtype each is stored in (default: tiles in `out_dtype`,
-    reductions in float32). A `Concat` A stays in pieces (`Launch.concat`)."""
+    reductions in float32). A `Concat` A stays in pieces (`Launch.concat`). `m_limit` and
+    `k_limit` are one-element integer tensors on A's device: the launch runs as if M (K) were
+    min(M, m_limit) (min(K, k_limit)), read on the device (no synchronization; `check_limit`)."""
     concat = a if isinstance(a, Concat) else None
     if b is None:
         if not concat:
@@ -172,7 +176,33 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     selected = _select(specs, outputs)
     if epi.accumulates and selected[0].name != "output":
         raise LaunchError("the program accumulates into `output`: outputs= must include 'output'")
-    return Launch(program, a, b, m, n, k, kinds, values, selected, out, seed, concat)
+    check_limit("m_limit", m_limit, a.device)
+    check_limit("k_limit", k_limit, a.device)
+    if k_limit is not None and b is None:
+        raise LaunchError("k_limit= bounds a GEMM's K: a map has none")
+    return Launch(program, a, b, m, n, k, kinds, values, selected, out, seed, concat, m_limit, k_limit)
+
+
+def check_limit(name: str, limit, device: torch.device) -> None:
+    """A row or depth limit is None or a one-element integer tensor on the launch's device: its
+    value stays there (a count of rows known only on the device, such as the targets that are
+    not ignored, bounds the work without a synchronization, also in a CUDA graph). Rows past
+    the limit are not computed: their outputs keep what they held, their reductions are not
+    finished."""
+    if limit is None:
+        return
+    if (not isinstance(limit, torch.Tensor) or limit.numel() != 1
+            or limit.dtype not in (torch.int32, torch.int64)):
+        raise LaunchError(f"{name}= must be a one-element int32 or int64 tensor, got "
+                          f"{_describe(limit)}")
+    if limit.device != device:
+        raise LaunchError(f"{name}= is on {limit.device} but A is on {device}")
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a {x.dtype} tensor of shape {list(x.shape)}"
+    return f"{type(x).__name__} {x!r}"
 
 
 def _stored_as(specs: tuple[OutputSpec, ...], dtypes) -> tuple[OutputSpec, ...]:

@@ -5,6 +5,8 @@ It computes in float32, or in float64 when A is float64, on whole [M, N] tensors
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..ir import Node
@@ -15,12 +17,33 @@ from .binding import Launch
 
 
 def run_reference(launch: Launch) -> dict[str, torch.Tensor]:
-    """Evaluate the bound program and write its outputs (into `out=` when given)."""
-    results = evaluate(launch)
+    """Evaluate the bound program and write its outputs (into `out=` when given); with an
+    `m_limit` only their rows before it."""
     outputs = launch.allocate_outputs()
-    for name, tensor in outputs.items():
-        tensor.copy_(results[name])
+    launch, rows = _limited(launch)
+    results = evaluate(launch)
+    for spec in launch.outputs:
+        tensor = outputs[spec.name]
+        (tensor if (spec.reduction or "").startswith("col") else tensor[:rows]).copy_(results[spec.name])
     return outputs
+
+
+def _limited(launch: Launch) -> tuple[Launch, int]:
+    """The launch as if M and K were at most its limits (read back from the device: this is
+    the ground truth, not the fast path), and its M."""
+    m = launch.m if launch.m_limit is None else max(0, min(launch.m, int(launch.m_limit)))
+    k = launch.k if launch.k_limit is None else max(0, min(launch.k, int(launch.k_limit)))
+    if (m, k) == (launch.m, launch.k):
+        return launch, m
+    a = launch.whole_a()[:m, :k] if launch.b is not None else launch.whole_a()[:m]
+    b = None if launch.b is None else launch.b[:k]
+    values = {name: value[:m] if launch.kinds[name] in ("row", "tile") else value
+              for name, value in launch.values.items()}
+    outputs = tuple(dataclasses.replace(s, shape=(m, *s.shape[1:])) if s.reduction is None or
+                    s.reduction.startswith("row") else s for s in launch.outputs)
+    out = None if launch.out is None else launch.out[:m]
+    return dataclasses.replace(launch, a=a, b=b, m=m, k=k, values=values, outputs=outputs, out=out,
+                               concat=None, m_limit=None, k_limit=None), m
 
 
 def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:

@@ -1,0 +1,78 @@
+"""`m_limit=` and `k_limit=`: a launch that runs as if M (K) were at most a count held on the
+device, checked against eager PyTorch of the rows (depths) before the limit, through the
+Triton interpreter (the portable GEMM and the map kernel, reductions finished under the limit)
+and the reference backend; the rows past the limit keep their poison."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import coda
+
+PROGRAM = coda.compile("EPILOGUE limited(b: col, r: row) { h = input * r + b; output = h;"
+                       " s = row_sum(h); c = col_sum(h); lse = row_logsumexp(h); }")
+M, N, K = 70, 48, 40
+LIMITS = [0, 1, 31, 32, 64, 69, 70, 500]   # none, within a tile, tile edges, all, past M
+
+
+def operands(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(M, K, generator=g), torch.randn(K, N, generator=g), torch.randn(N, generator=g),
+            torch.rand(M, generator=g) + 0.5)
+
+
+def expected(h: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The program's outputs of the rows h holds, in float64."""
+    return {"output": h, "s": h.sum(1), "c": h.sum(0), "lse": torch.logsumexp(h, 1)}
+
+
+def check(got: dict, want: dict, rows: int, poison: torch.Tensor) -> None:
+    for name, value in want.items():
+        result = got[name] if name == "c" else got[name][:rows]
+        torch.testing.assert_close(result.double(), value, rtol=1e-5, atol=1e-4)
+    assert torch.equal(got["output"][rows:].isnan(), torch.ones_like(poison[rows:], dtype=torch.bool))
+
+
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+@pytest.mark.parametrize("limit", LIMITS)
+def test_m_limit_gemm_and_map(backend, limit, monkeypatch):
+    if backend == "triton":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    a, b, bias, r = operands(limit)
+    rows = min(limit, M)
+    count = torch.tensor([limit], dtype=torch.int32)
+    want = expected((a[:rows].double() @ b.double()) * r[:rows, None].double() + bias.double())
+    poison = torch.full((M, N), float("nan"))
+    got = PROGRAM(a, b, b=bias, r=r, out=poison.clone(), m_limit=count, backend=backend)
+    check(got, want, rows, poison)
+    x = torch.randn(M, N)
+    got = PROGRAM.map(x, b=bias, r=r, out=poison.clone(), m_limit=count.long(), backend=backend)
+    check(got, expected(x[:rows].double() * r[:rows, None].double() + bias.double()), rows, poison)
+
+
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+@pytest.mark.parametrize("limit", [0, 1, 17, 32, 40, 99])
+def test_k_limit_gemm(backend, limit, monkeypatch):
+    if backend == "triton":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    a, b, bias, r = operands(100 + limit)
+    depth = min(limit, K)
+    got = PROGRAM(a, b, b=bias, r=r, k_limit=torch.tensor([limit]), backend=backend)
+    want = expected((a[:, :depth].double() @ b[:depth].double()) * r[:, None].double() + bias.double())
+    check(got, want, M, torch.empty(M, N))
+
+
+def test_limit_errors():
+    a, b, bias, r = operands(0)
+    with pytest.raises(coda.CodaError, match=r"m_limit= must be a one-element int32 or int64 tensor"):
+        PROGRAM(a, b, b=bias, r=r, m_limit=5)
+    with pytest.raises(coda.CodaError, match=r"k_limit= must be .* got a torch.float32 tensor"):
+        PROGRAM(a, b, b=bias, r=r, k_limit=torch.tensor([5.0]))
+    with pytest.raises(coda.CodaError, match=r"m_limit= must be .* shape \[2\]"):
+        PROGRAM(a, b, b=bias, r=r, m_limit=torch.tensor([5, 6]))
+    with pytest.raises(coda.CodaError, match=r"k_limit= bounds a GEMM.s K: a map has none"):
+        PROGRAM.bind(a, None, b=torch.randn(K), r=r, k_limit=torch.tensor([5]))
+    if torch.cuda.is_available():
+        with pytest.raises(coda.CodaError, match="m_limit= is on cuda"):
+            PROGRAM(a, b, b=bias, r=r, m_limit=torch.tensor([5], device="cuda"))
