@@ -70,14 +70,14 @@ prog = coda.compile("EPILOGUE all() { output = input; s = row_sum(input); lse = 
 launch = prog.bind(torch.empty(64, 64, dtype=torch.bfloat16), torch.empty(64, 64, dtype=torch.bfloat16))
 fn = prog.triton._build(kernel_module._signature(launch, "hopper"), "hopper").finish
 found = {}
-for parts in (24, 1571):
+for parts, limited in ((24, False), (1571, False), (24, True)):   # limited: under an m_limit
     p, block = merge_tile(parts)
-    meta = dict(ROW_P=p, ROW_BLOCK=block, COL_P=p, COL_BLOCK=block)
-    signature = {a: "constexpr" if a in meta else ("i32" if a in ("M", "N", "row_parts", "col_parts")
-                 else "*fp32") for a in fn.arg_names}
+    meta = dict(ROW_P=p, ROW_BLOCK=block, COL_P=p, COL_BLOCK=block, LIMIT_M=limited, TILE_M=128)
+    types = {"M": "i32", "N": "i32", "row_parts": "i32", "col_parts": "i32", "M_LIMIT": "*i32"}
+    signature = {a: "constexpr" if a in meta else types.get(a, "*fp32") for a in fn.arg_names}
     source = ASTSource(fn, signature, constexprs=meta)
     ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
-    found[parts] = dict(ex2="ex2.approx" in ptx, stores=ptx.count("st.global"))
+    found[f"{parts}{'_limited' * limited}"] = dict(ex2="ex2.approx" in ptx, stores=ptx.count("st.global"))
 print(json.dumps(found))
 """
 
@@ -98,7 +98,7 @@ def test_finish_kernel_compiles_for_sm90():
                           text=True, timeout=300, cwd=root)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    for parts in ("24", "1571"):
+    for parts in ("24", "1571", "24_limited"):
         assert found[parts]["ex2"] and found[parts]["stores"] >= 3, found   # lse's exp, 3 results
 
 
