@@ -76,3 +76,23 @@ def test_limit_errors():
     if torch.cuda.is_available():
         with pytest.raises(coda.CodaError, match="m_limit= is on cuda"):
             PROGRAM(a, b, b=bias, r=r, m_limit=torch.tensor([5], device="cuda"))
+
+
+@pytest.mark.parametrize("limit", [0, 20, 64, 90, 104])
+def test_m_limit_over_a_concat_along_m(limit, monkeypatch):
+    """A Concat A (or map input) joined along M: pieces past the limit, or cut by it, are read
+    only before it."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    sums = coda.compile("EPILOGUE p() { output = input; c = col_sum(input); }")
+    g = torch.Generator().manual_seed(limit)
+    top, bottom, b = (torch.randn(*shape, generator=g) for shape in ((64, 40), (40, 40), (40, 24)))
+    count = torch.tensor([limit])
+    got = sums(coda.Concat((top, bottom), 0), b, out=torch.full((104, 24), float("nan")), m_limit=count)
+    want = (torch.cat((top, bottom)).double() @ b.double())[:limit]
+    torch.testing.assert_close(got["output"][:limit].double(), want, rtol=1e-5, atol=1e-4)
+    assert got["output"][limit:].isnan().all()
+    torch.testing.assert_close(got["c"].double(), want.sum(0), rtol=1e-5, atol=1e-4)
+    pieces = (torch.randn(64, 24, generator=g), torch.randn(40, 24, generator=g))
+    got = sums.map(coda.Concat(pieces, 0), m_limit=count, outputs=["c"])
+    want = torch.cat(pieces).double()[:limit].sum(0)
+    torch.testing.assert_close(got["c"].double(), want, rtol=1e-5, atol=1e-4)
