@@ -55,10 +55,13 @@ def reference_loss(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tens
     shifted = torch.cat((labels[:, 1:], torch.full_like(labels[:, :1], -100)), dim=1)
     return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), shifted.reshape(-1))
 
-def assert_causal_lm_matches(ref, tol: float) -> None:
-    """The patched copy's loss (with no logits written) and every parameter gradient match."""
-    model = coda.patch(copy.deepcopy(ref))
+def assert_causal_lm_matches(ref, tol: float, skip_ignored_labels: bool | None = None) -> None:
+    """The patched copy's loss (with no logits written) and every parameter gradient match;
+    skipping the ignored rows, half of them are (a fine-tuning batch's prompts)."""
+    model = coda.patch(copy.deepcopy(ref), skip_ignored_labels=skip_ignored_labels)
     ids, labels = batch()
+    if skip_ignored_labels:
+        labels[:, : SEQ // 2] = -100
     out = model(input_ids=ids, labels=labels)
     assert out.logits is None  # the logits are never written
     expected = reference_loss(ref, ids, labels)
@@ -154,6 +157,20 @@ def tiny_gpt2(dtype: torch.dtype, **overrides) -> torch.nn.Module:
 def test_gpt2_loss_and_gradients_match(dtype, tol, overrides):
     ref = tiny_gpt2(dtype, **overrides)
     assert_causal_lm_matches(ref, tol)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
+def test_causal_lm_skipping_ignored_labels_matches(dtype, tol):
+    assert_causal_lm_matches(tiny_gpt2(dtype), tol, skip_ignored_labels=True)
+    assert_causal_lm_matches(tiny_llama(dtype), tol, skip_ignored_labels=True)
+
+
+def test_skip_ignored_labels_defaults_and_errors():
+    gpt2, bert = coda.patch(tiny_gpt2(torch.float32)), coda.patch(tiny_bert(torch.float32))
+    assert not gpt2._coda_skip_ignored and bert._coda_skip_ignored   # masked LMs skip by default
+    assert coda.patch(gpt2, skip_ignored_labels=True)._coda_skip_ignored   # a second patch sets it
+    with pytest.raises(coda.CodaError, match="skip_ignored_labels must be None or a bool"):
+        coda.patch(gpt2, skip_ignored_labels=1)
 
 
 def test_gpt2_without_labels_and_base_model_match():

@@ -63,8 +63,20 @@ IGNORE_INDEX = -100  # HF's causal-LM loss default
 PATCHED_METHODS = {"BertLayer": "feed_forward_chunk"}
 
 
-def patch(model: nn.Module) -> nn.Module:
-    """Patch `model` (and its submodules) in place; returns it. Idempotent."""
+#: the LM heads, and whether each skips its ignored labels' rows unless told (`patch`)
+SKIPS_IGNORED = {"LlamaForCausalLM": False, "GPT2LMHeadModel": False, "BertForMaskedLM": True}
+
+
+def patch(model: nn.Module, *, skip_ignored_labels: bool | None = None) -> nn.Module:
+    """Patch `model` (and its submodules) in place; returns it. Idempotent.
+
+    `skip_ignored_labels`: whether the LM head's cross-entropy spends no GEMM work on the rows
+    labelled -100 (`linear_cross_entropy(skip_ignored=True)`): worth it where many rows are
+    (a masked LM's 85%, the prompts of supervised fine-tuning), a small cost where none are.
+    Default: on for masked LMs, off for causal LMs."""
+    if skip_ignored_labels is not None and not isinstance(skip_ignored_labels, bool):
+        raise CodaError(f"coda.patch: skip_ignored_labels must be None or a bool, got "
+                        f"{skip_ignored_labels!r}")
     patchers = _patchers()
     found = False
     for module in model.modules():
@@ -73,6 +85,9 @@ def patch(model: nn.Module) -> nn.Module:
         if patcher is None or not type(module).__module__.startswith("transformers."):
             continue
         found = True
+        if name in SKIPS_IGNORED:   # read by the head's forward: a second patch may change it
+            module._coda_skip_ignored = (SKIPS_IGNORED[name] if skip_ignored_labels is None
+                                         else skip_ignored_labels)
         if not getattr(module, "_coda_patched", False):
             method = patcher(module)
             setattr(module, PATCHED_METHODS.get(name, "forward"), types.MethodType(method, module))
@@ -327,7 +342,8 @@ def _causal_lm(model: nn.Module) -> Callable:
         if shift_labels is None:  # HF: pad one ignored label at the end, then shift left
             pad = labels.new_full((*labels.shape[:-1], 1), IGNORE_INDEX)
             shift_labels = torch.cat((labels[..., 1:], pad), dim=-1)
-        loss = _head_loss(self, hidden, shift_labels, "mean" if num_items is None else "sum")
+        loss = _head_loss(self, hidden, shift_labels, "mean" if num_items is None else "sum",
+                          self._coda_skip_ignored)
         if num_items is not None:
             loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
         return CausalLMOutputWithPast(loss=loss, logits=None, hidden_states=outputs.hidden_states,
@@ -351,15 +367,15 @@ def _masked_lm(model: nn.Module) -> Callable:
         kwargs["return_dict"] = True
         outputs = self.bert(*args, **kwargs)
         hidden = self.cls.predictions.transform(outputs.last_hidden_state)
-        # a masked-LM batch labels a few rows (BERT's recipe: 15%): the others cost no GEMM work
-        return MaskedLMOutput(loss=_head_loss(self, hidden, labels, "mean", skip_ignored=True), logits=None,
+        return MaskedLMOutput(loss=_head_loss(self, hidden, labels, "mean", self._coda_skip_ignored),
+                              logits=None,
                               hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
     return forward
 
 
 def _head_loss(model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, reduction: str,
-               skip_ignored: bool = False) -> torch.Tensor:
+               skip_ignored: bool) -> torch.Tensor:
     """Cross-entropy of the model's output embedding (the decoder, [V, H] and its bias) applied to
     `hidden`, against `labels` (-100: ignored), without the logits in memory."""
     head = model.get_output_embeddings()
