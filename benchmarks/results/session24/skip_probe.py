@@ -2,9 +2,10 @@
 ignore_index cost no GEMM work) against without, forward + backward, µs per call from CUDA
 graphs of 5 calls (median of 5 replays), each case timed twice, interleaved:
   BERT's masked-LM head  16384 x 768 -> 30522 (+ bias), 15% of the rows labelled
-  GPT-2's LM head        16384 x 768 -> 50257, every row but the last of each 1024 labelled
+  GPT-2's LM head        16384 x 768 -> 50257, every row but the last of each 1024 labelled,
+                         and with half of the rows labelled (`gpt2_lm_head_half`)
 and eager PyTorch's unfused head (F.linear + F.cross_entropy) beside them. Writes
-$OUT/skip_probe.json (or ./skip_probe.json).
+$OUT/skip_probe.json (or ./skip_probe.json). Arguments: the cases to run (default all).
 """
 
 import json
@@ -48,8 +49,12 @@ def case(tokens: int, hidden: int, vocab: int, bias: bool, labelled: float, seed
 
 def main() -> None:
     results = {"gpu": torch.cuda.get_device_name(), "reps": REPS, "cases": {}}
-    for name, shape in {"bert_mlm_head": (16384, 768, 30522, True, 0.15),
-                        "gpt2_lm_head": (16384, 768, 50257, False, 1.0)}.items():
+    cases = {"bert_mlm_head": (16384, 768, 30522, True, 0.15),
+             "gpt2_lm_head": (16384, 768, 50257, False, 1.0),
+             "gpt2_lm_head_half": (16384, 768, 50257, False, 0.5)}   # call 4: a fine-tuning batch
+    for name, shape in cases.items():
+        if sys.argv[1:] and name not in sys.argv[1:]:
+            continue
         fns = case(*shape, seed=len(name))
         times = {k: [] for k in fns}
         for _ in range(2):
