@@ -392,10 +392,10 @@ class Blocks:
         vocab = w.shape[0]
         prog = grad_program(self.bias is not None, self.norm, self.softcap is not None)
 
-        def grad_block(r0: int, r1: int, names: list[str], limit: None = None, c0: int = 0,
-                       c1: int = vocab):
+        def grad_block(r0: int, r1: int, names: list[str], limit: torch.Tensor | None = None,
+                       c0: int = 0, c1: int = vocab):
             return prog(a[r0:r1], w[c0:c1].T, out=self._block(r0, r1, c0, c1), outputs=names,
-                        **self._operands(r0, r1, c0, c1),
+                        m_limit=limit, **self._operands(r0, r1, c0, c1),
                         **self._grad_operands(lse[r0:r1], alpha[r0:r1]))
 
         by_chunk = low_memory and (need[1] or need[2])
