@@ -140,3 +140,15 @@ def test_every_map_tile_gives_the_reference_results(tile):
     want = MAP_TILES.map(x.double(), p=0.25, seed=3, backend="reference")
     for name, t in out.items():
         torch.testing.assert_close(t.double(), want[name], rtol=1e-5, atol=1e-4, msg=name)
+
+
+def test_a_limited_launch_is_tuned_apart():
+    """A launch under m_limit / k_limit ran on fewer rows (or less depth) than its shape says:
+    its tuned configuration is kept under a key of its own."""
+    from coda.codegen.kernel import _layout
+
+    prog = coda.compile("EPILOGUE p() { output = input; }")
+    a, b = torch.randn(64, 32), torch.randn(32, 16)
+    keys = {_layout(prog.bind(a, b, **limits)) for limits in (
+        {}, {"m_limit": torch.tensor([8])}, {"k_limit": torch.tensor([8])})}
+    assert len(keys) == 3

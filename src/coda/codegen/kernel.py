@@ -454,9 +454,14 @@ def _check_dtypes(launch: Launch) -> None:
 
 
 def _layout(launch: Launch) -> str:
+    """What a tuned configuration depends on besides dtype and shape: the operands' layouts, a
+    Concat's pieces, and limits (a launch under `m_limit` is tuned on the rows it ran with, which
+    says little about the same shape without one)."""
     b_layout = "-" if launch.b is None else int(launch.b.stride(1) == 1)
     pieces = f"{len(launch.a_pieces)}{'mk'[launch.concat.dim]}" if launch.concat else ""
-    return f"a{int(launch.a.stride(1) == 1)}{pieces}b{b_layout}"
+    limits = "".join(axis for axis, limit in (("m", launch.m_limit), ("k", launch.k_limit))
+                     if limit is not None)
+    return f"a{int(launch.a.stride(1) == 1)}{pieces}b{b_layout}" + (f"-limit{limits}" if limits else "")
 
 
 def _readable_pieces(launch: Launch, config: Config) -> bool:
