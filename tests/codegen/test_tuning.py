@@ -91,6 +91,17 @@ def test_the_hopper_heuristic_weighs_the_last_wave():
     assert tuning.heuristic("hopper", 2304, 768, 16384).block_n == 128     # too few for 132 SMs
 
 
+def test_a_launch_under_a_row_limit_takes_128x128_tiles():
+    """Under m_limit fewer rows than M run (BERT's skipping dx GEMM: 2458 of 16384): 128x128
+    tiles, a candidate, where the full M would take 128x256; short K keeps the ping-pong kernel."""
+    bert_dx = (16384, 768, 30522)
+    assert tuning.heuristic("hopper", *bert_dx).block_n == 256
+    limited = tuning.heuristic("hopper", *bert_dx, limited=True)
+    assert (limited.block_m, limited.block_n, limited.pingpong) == (128, 128, False)
+    assert limited in tuning.CANDIDATES["hopper"]
+    assert tuning.heuristic("hopper", 16384, 30522, 768, limited=True).pingpong
+
+
 def test_a_packed_output_takes_narrower_tiles():
     """A program storing pack(...) [M, 2N] stores twice its tile's values: 128x128 tiles where
     others take 128x256 (LLaMA's SwiGLU gradient); a tuning candidate, as every choice is."""

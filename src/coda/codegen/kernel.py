@@ -142,7 +142,8 @@ class TritonProgram:
         if config is None:
             pingpong = self._pingpong(launch)
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
-                config = tuning.heuristic(kernel.variant, m, n, k, pingpong, self.packs)
+                config = tuning.heuristic(kernel.variant, m, n, k, pingpong, self.packs,
+                                          launch.m_limit is not None)
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))

@@ -118,7 +118,8 @@ def _wave_fill(tiles: int) -> float:
     return tiles / (math.ceil(tiles / SMS) * SMS)
 
 
-def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True, packs: bool = False) -> Config:
+def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True, packs: bool = False,
+              limited: bool = False) -> Config:
     """A sound default without timing. On Hopper: the ping-pong kernel when K is short, where
     its epilogue overlapping the other tile's MMAs pays most, in 2 epilogue slices (as fast as 4
     or faster in every run at GPT-2's fc1 shape; `pingpong=False` gives the Triton kernel's
@@ -130,13 +131,20 @@ def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True, packs
     2 waves 73%, 384 of 128x128 3 waves 97%; 340 against 293 us on the H200,
     benchmarks/results/session10/llama_configs.json). A program that `packs` a [M, 2N] output
     stores twice the values of its tile: it takes 128x128 tiles (LLaMA's SwiGLU gradient, K =
-    2048: 814 us against 836-863 in 128x256 tiles, benchmarks/results/session14/pack). Smaller
-    tiles for small portable launches. Measurements behind each choice: docs/performance.md."""
+    2048: 814 us against 836-863 in 128x256 tiles, benchmarks/results/session14/pack). A launch
+    under `m_limit` (`limited`) runs fewer rows than m, by design: it takes 128x128 tiles (the
+    skipping cross-entropy's dx GEMM at BERT's head, 2458 of 16384 rows, K = 30522: 167 against
+    286 us in 128x256 tiles, which leave 72 of the 132 SMs idle; with every row counted, 10624
+    rows of GPT-2's head, 1229-1275 against 1065-1175 us; benchmarks/results/session24/final).
+    Smaller tiles for small portable launches. Measurements behind each choice:
+    docs/performance.md."""
     if variant == "hopper":
         if m <= 64:
             return Config(64, 128, 64, 4, 4)
         if k <= 1024 and pingpong:
             return Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True)
+        if limited:
+            return Config(128, 128, 64, 8, 4)
         wide = math.ceil(m / 128) * math.ceil(n / 256)
         if (not packs and (m // 128) * (n // 256) >= SMS
                 and 1.17 * _wave_fill(wide) >= _wave_fill(2 * wide)):
