@@ -7,13 +7,7 @@ import numbers
 import torch
 
 from ..errors import LaunchError
-
-
-def describe(x: object) -> str:
-    """What a bad argument was, for the message."""
-    if isinstance(x, torch.Tensor):
-        return f"a {x.dtype} tensor of shape {list(x.shape)}"
-    return type(x).__name__
+from ..runtime.binding import describe as describe  # the runtime's, for the ops' messages
 
 
 def weight(name: str, w: object, x: torch.Tensor, in_features: int) -> int:

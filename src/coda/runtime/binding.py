@@ -194,15 +194,16 @@ def check_limit(name: str, limit, device: torch.device) -> None:
     if (not isinstance(limit, torch.Tensor) or limit.numel() != 1
             or limit.dtype not in (torch.int32, torch.int64)):
         raise LaunchError(f"{name}= must be a one-element int32 or int64 tensor, got "
-                          f"{_describe(limit)}")
+                          f"{describe(limit)}")
     if limit.device != device:
         raise LaunchError(f"{name}= is on {limit.device} but A is on {device}")
 
 
-def _describe(x) -> str:
+def describe(x: object) -> str:
+    """What a bad argument was, for the message (the ops' checks use it too)."""
     if isinstance(x, torch.Tensor):
         return f"a {x.dtype} tensor of shape {list(x.shape)}"
-    return f"{type(x).__name__} {x!r}"
+    return type(x).__name__
 
 
 def _stored_as(specs: tuple[OutputSpec, ...], dtypes) -> tuple[OutputSpec, ...]:
