@@ -1,0 +1,105 @@
+"""Twenty-fifth session: two parts of the LM head's cross-entropy, timed apart (µs a launch from
+CUDA graphs, median of 5 replays, bf16 on the GPU):
+
+  grad_map   the gradient map (`grad_program` as a map, in place over a block of logits) in
+             several map tiles, beside an in-place `mul_` of the same block (what streaming it
+             once in and once out costs) — GPT-2's first block (10624 x 50257 in rows of 50272)
+             and LLaMA-492M's (16384 x 32000);
+  forward    the forward GEMM + statistics epilogue with and without the target logit's
+             compare-select-sum (`t`), cuBLAS's bare GEMM beside it, and the target logit as a
+             gather-dot in PyTorch (x · w[target] in float32) — GPT-2's first block, BERT's head
+             (bias, every row) and LLaMA-492M's (RMSNorm folded: the rstd row operand).
+
+Writes $OUT/ce_probe.json.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from kernel_configs import graph_us  # benchmarks/kernel_configs.py
+
+import coda
+from coda.codegen import tuning
+from coda.codegen.tuning import Config
+from coda.ops import cross_entropy as ce
+
+DT = torch.bfloat16
+REPS = 10
+MAP_TILES = [(32, 128, 4), (64, 128, 4), (32, 256, 4), (64, 256, 8), (16, 512, 4), (32, 512, 8),
+             (128, 128, 8), (16, 1024, 8), (8, 1024, 4)]
+
+
+def block(rows: int, vocab: int) -> torch.Tensor:
+    """A [rows, vocab] block of logits in rows padded to ROW_PAD elements, as the op keeps them."""
+    width = -(-vocab // ce.ROW_PAD) * ce.ROW_PAD
+    return (torch.randn(rows, width, device="cuda", dtype=DT) * 3)[:, :vocab]
+
+
+def grad_map(rows: int, vocab: int) -> dict:
+    z = block(rows, vocab)
+    target = torch.randint(vocab, (rows,), device="cuda").float()
+    lse = torch.logsumexp(z.float(), dim=1)
+    ops = dict(target=target, offset=0.0, lse=lse, alpha=torch.full((rows,), 1 / rows, device="cuda"),
+               hit=1.0, smooth=0.0)
+    times = {"mul_inplace": graph_us(lambda: z.mul_(1.0), REPS)}
+    default = tuning.MAP_CONFIGS["tile"]
+    for bm, bn, warps in MAP_TILES:
+        tuning.MAP_CONFIGS["tile"] = Config(bm, bn, 0, num_warps=warps)
+        prog = ce.grad_program.__wrapped__(False, False, False)   # a fresh Program: no plan kept
+        times[f"{bm}x{bn}w{warps}"] = graph_us(lambda prog=prog: prog.map(z, out=z, outputs=["output"], **ops),
+                                               REPS)
+    tuning.MAP_CONFIGS["tile"] = default
+    gbytes = 2 * z.numel() * z.element_size() / 1e9
+    return {"shape": [rows, vocab], "us": {k: round(v, 1) for k, v in times.items()},
+            "TB_per_s": {k: round(gbytes / v * 1e3, 2) for k, v in times.items()}}
+
+
+def without_target(bias: bool, norm: bool) -> coda.Program:
+    params = ["bias: col"] * bias + ["rstd: row"] * norm + ["target: row", "offset: scalar"]
+    logit = "input" + " * rstd" * norm + " + bias" * bias
+    return coda.compile(f"EPILOGUE ce_forward_nt({', '.join(params)}) {{ logit = {logit}; "
+                        f"lse = row_logsumexp(logit); output = input; }}")
+
+
+def forward(rows: int, vocab: int, hidden: int, bias: bool, norm: bool) -> dict:
+    x = torch.randn(rows, hidden, device="cuda", dtype=DT)
+    w = torch.randn(vocab, hidden, device="cuda", dtype=DT) * hidden ** -0.5
+    out = block(rows, vocab)
+    target = torch.randint(vocab, (rows,), device="cuda")
+    ops = dict(target=target.float(), offset=0.0)
+    if bias:
+        ops["bias"] = torch.randn(vocab, device="cuda", dtype=DT) * 0.1
+    if norm:
+        ops["rstd"] = torch.rand(rows, device="cuda") + 0.5
+    full = ce.forward_program(bias, norm, False)
+    lean = without_target(bias, norm)
+    times = {
+        "with_t": graph_us(lambda: full(x, w.T, out=out, outputs=["output", "lse", "t"], **ops), REPS),
+        "without_t": graph_us(lambda: lean(x, w.T, out=out, outputs=["output", "lse"], **ops), REPS),
+        "cublas": graph_us(lambda: torch.matmul(x, w.T, out=out), REPS),
+        "gather_dot": graph_us(lambda: (x.float() * w[target].float()).sum(-1), REPS),
+    }
+    return {"shape": [rows, vocab, hidden], "bias": bias, "norm": norm,
+            "us": {k: round(v, 1) for k, v in times.items()}}
+
+
+def main() -> None:
+    results = {"gpu": torch.cuda.get_device_name(), "reps": REPS, "grad_map": {}, "forward": {}}
+    for name, shape in {"gpt2_block0": (10624, 50257), "llama": (16384, 32000)}.items():
+        results["grad_map"][name] = grad_map(*shape)
+        print(name, results["grad_map"][name], flush=True)
+    for name, case in {"gpt2_block0": (10624, 50257, 768, False, False),
+                       "bert": (16384, 30522, 768, True, False),
+                       "llama": (16384, 32000, 2048, False, True)}.items():
+        results["forward"][name] = forward(*case)
+        print(name, results["forward"][name], flush=True)
+    Path(os.environ.get("OUT", "."), "ce_probe.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
