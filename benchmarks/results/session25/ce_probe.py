@@ -5,10 +5,11 @@ CUDA graphs, median of 5 replays, bf16 on the GPU):
              several map tiles, beside an in-place `mul_` of the same block (what streaming it
              once in and once out costs) — GPT-2's first block (10624 x 50257 in rows of 50272)
              and LLaMA-492M's (16384 x 32000);
-  forward    the forward GEMM + statistics epilogue with and without the target logit's
-             compare-select-sum (`t`), cuBLAS's bare GEMM beside it, and the target logit as a
-             gather-dot in PyTorch (x · w[target] in float32) — GPT-2's first block, BERT's head
-             (bias, every row) and LLaMA-492M's (RMSNorm folded: the rstd row operand).
+  forward    the forward GEMM + statistics epilogue with the target logit's compare-select-sum
+             (`t`, as before this session) and without (`forward_program` now), cuBLAS's bare
+             GEMM beside it, and the target logit as this session's gather-dot (w[target], then
+             TARGET_DOT) — GPT-2's first block, BERT's head (bias, every row) and LLaMA-492M's
+             (RMSNorm folded: the rstd row operand).
 
 Writes $OUT/ce_probe.json.
 """
@@ -59,11 +60,15 @@ def grad_map(rows: int, vocab: int) -> dict:
             "TB_per_s": {k: round(gbytes / v * 1e3, 2) for k, v in times.items()}}
 
 
-def without_target(bias: bool, norm: bool) -> coda.Program:
+def with_target(bias: bool, norm: bool) -> coda.Program:
+    """The forward's epilogue before this session: the target logit by a compare, a select and a
+    row sum over every logit."""
     params = ["bias: col"] * bias + ["rstd: row"] * norm + ["target: row", "offset: scalar"]
     logit = "input" + " * rstd" * norm + " + bias" * bias
-    return coda.compile(f"EPILOGUE ce_forward_nt({', '.join(params)}) {{ logit = {logit}; "
-                        f"lse = row_logsumexp(logit); output = input; }}")
+    return coda.compile(f"EPILOGUE ce_forward_t({', '.join(params)}) {{ logit = {logit}; "
+                        f"lse = row_logsumexp(logit); "
+                        f"t = row_sum(where(col_index() + offset == target, logit, 0.0)); "
+                        f"output = input; }}")
 
 
 def forward(rows: int, vocab: int, hidden: int, bias: bool, norm: bool) -> dict:
@@ -71,18 +76,18 @@ def forward(rows: int, vocab: int, hidden: int, bias: bool, norm: bool) -> dict:
     w = torch.randn(vocab, hidden, device="cuda", dtype=DT) * hidden ** -0.5
     out = block(rows, vocab)
     target = torch.randint(vocab, (rows,), device="cuda")
-    ops = dict(target=target.float(), offset=0.0)
+    ops = {}
     if bias:
         ops["bias"] = torch.randn(vocab, device="cuda", dtype=DT) * 0.1
     if norm:
         ops["rstd"] = torch.rand(rows, device="cuda") + 0.5
-    full = ce.forward_program(bias, norm, False)
-    lean = without_target(bias, norm)
+    full, lean = with_target(bias, norm), ce.forward_program(bias, norm, False)
     times = {
-        "with_t": graph_us(lambda: full(x, w.T, out=out, outputs=["output", "lse", "t"], **ops), REPS),
+        "with_t": graph_us(lambda: full(x, w.T, out=out, outputs=["output", "lse", "t"],
+                                        target=target.float(), offset=0.0, **ops), REPS),
         "without_t": graph_us(lambda: lean(x, w.T, out=out, outputs=["output", "lse"], **ops), REPS),
         "cublas": graph_us(lambda: torch.matmul(x, w.T, out=out), REPS),
-        "gather_dot": graph_us(lambda: (x.float() * w[target].float()).sum(-1), REPS),
+        "target_dot": graph_us(lambda: ce.TARGET_DOT.map(x, wt=w[target], outputs=["t"]), REPS),
     }
     return {"shape": [rows, vocab, hidden], "bias": bias, "norm": norm,
             "us": {k: round(v, 1) for k, v in times.items()}}
