@@ -3,7 +3,7 @@
 The epilogue receives the fp32 accumulator of one [BLOCK_M, BLOCK_N] output tile, the tile's
 row-block index `pid_m` and column-block index `tile_n` (in units of BLOCK_N), and the operand and
 output pointers. It is straight-line code: one SSA variable per IR node, loads where operands
-are read, then one masked store per tile output and one partial per reduction output.
+are read, then one partial per reduction output and one masked store per tile output.
 
 Reductions are deterministic: each tile writes its partial (row partials into a
 [column tiles, M] buffer, column partials into a [row tiles, N] buffer) and the host finishes
@@ -211,6 +211,14 @@ def generate_epilogue(program: Program, sig: Signature, gluon: bool = False, inp
     return _Emitter(program, sig, gluon, input_zero).run()
 
 
+def store_order(outputs: list) -> list:
+    """The order the epilogue stores its outputs in: the reductions' partials, then the tiles.
+    In the ping-pong kernel a tile leaves through a shared-memory buffer by an asynchronous TMA
+    store that the next slice's store of that output waits for; stored last, it has the next
+    slice's whole computation, reductions included, to complete in."""
+    return sorted(outputs, key=lambda out: out.reduction is None)
+
+
 class _Emitter:
     def __init__(self, program: Program, sig: Signature, gluon: bool, input_zero: bool):
         self.program = program
@@ -285,9 +293,8 @@ class _Emitter:
                 continue
             self.names[node] = f"v{index}"
             self.emit(f"v{index} = {self.value(node)}")
-        for out in self.program.ir.outputs:
-            if out.name in self.sig.outputs:
-                self.store(out)
+        for out in store_order([o for o in self.program.ir.outputs if o.name in self.sig.outputs]):
+            self.store(out)
         body = "\n".join(self.lines)
         return f"@triton.jit\ndef epilogue({params}):\n{body}\n"
 
