@@ -16,7 +16,8 @@ Programs: the LM head's forward with and without `t` (GPT-2's first row block, L
 the fast-path issue's (c) residual + row Σx² and (e) dGELU + bias gradient, the slope-times-
 gradient + bias gradient of CODA's dh GEMM, LayerNorm's dxhat GEMM (GPT-2's c_attn backward),
 and the plain GEMM for reference. Then the gradient map's tiles at BERT's (30522), LLaMA's
-(32000) and LLaMA-1B's (128256) vocabularies. Writes $OUT/order_probe.json.
+(32000) and LLaMA-1B's (128256) vocabularies in rows padded to 16 elements (as the op pads them),
+and at GPT-2's (50257) in rows padded to 256 (a 512-byte stride). Writes $OUT/order_probe.json.
 """
 
 import copy
@@ -104,9 +105,10 @@ def orders() -> dict:
 def grad_map_tiles() -> dict:
     results = {}
     default = tuning.MAP_CONFIGS["tile"]
-    for name, (rows, vocab) in {"bert": (16384, 30522), "llama": (16384, 32000),
-                                "llama1b": (4096, 128256)}.items():
-        z = (torch.randn(rows, -(-vocab // 16) * 16, device="cuda", dtype=DT) * 3)[:, :vocab]
+    for name, (rows, vocab, pad) in {"bert": (16384, 30522, 16), "llama": (16384, 32000, 16),
+                                     "llama1b": (4096, 128256, 16),
+                                     "gpt2_block0_pad256": (10624, 50257, 256)}.items():
+        z = (torch.randn(rows, -(-vocab // pad) * pad, device="cuda", dtype=DT) * 3)[:, :vocab]
         ops = dict(target=torch.randint(vocab, (rows,), device="cuda").float(), offset=0.0,
                    lse=torch.logsumexp(z.float(), dim=1), alpha=torch.full((rows,), 1 / rows, device="cuda"),
                    hit=1.0, smooth=0.0)
