@@ -163,3 +163,15 @@ def test_a_limited_launch_is_tuned_apart():
     keys = {_layout(prog.bind(a, b, **limits)) for limits in (
         {}, {"m_limit": torch.tensor([8])}, {"k_limit": torch.tensor([8])})}
     assert len(keys) == 3
+
+
+def test_a_map_over_a_wide_ragged_row_takes_wide_tiles():
+    """Only a tile-writing map across a wide row whose width is not a whole number of the
+    default tile's columns (the cross-entropy's gradient over 50257 columns) takes 16x512."""
+    configs = tuning.MAP_CONFIGS
+    assert tuning.map_config(True, False, 50257) == configs["wide ragged tile"]
+    assert tuning.map_config(True, False, 30522) == configs["wide ragged tile"]
+    assert tuning.map_config(True, False, 32000) == configs["tile"]      # a whole number of tiles
+    assert tuning.map_config(True, False, 770) == configs["tile"]        # narrow
+    assert tuning.map_config(True, True, 50257) == configs["tile+col"]
+    assert tuning.map_config(False, False, 50257) == configs["sums"]

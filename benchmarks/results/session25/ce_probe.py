@@ -6,8 +6,8 @@ CUDA graphs, median of 5 replays, bf16 on the GPU):
              once in and once out costs) — GPT-2's first block (10624 x 50257 in rows of 50272)
              and LLaMA-492M's (16384 x 32000);
   forward    the forward GEMM + statistics epilogue with the target logit's compare-select-sum
-             (`t`, as before this session) and without (`forward_program` now), cuBLAS's bare
-             GEMM beside it, and the target logit as this session's gather-dot (w[target], then
+             (`t`, the op's) and without (the gather-dot variant tried and reverted this session),
+             cuBLAS's bare GEMM beside it, and the target logit as a gather-dot (w[target], then
              TARGET_DOT) — GPT-2's first block, BERT's head (bias, every row) and LLaMA-492M's
              (RMSNorm folded: the rstd row operand).
 
@@ -48,27 +48,39 @@ def grad_map(rows: int, vocab: int) -> dict:
     ops = dict(target=target, offset=0.0, lse=lse, alpha=torch.full((rows,), 1 / rows, device="cuda"),
                hit=1.0, smooth=0.0)
     times = {"mul_inplace": graph_us(lambda: z.mul_(1.0), REPS)}
-    default = tuning.MAP_CONFIGS["tile"]
+    default = dict(tuning.MAP_CONFIGS)
     for bm, bn, warps in MAP_TILES:
-        tuning.MAP_CONFIGS["tile"] = Config(bm, bn, 0, num_warps=warps)
+        config = Config(bm, bn, 0, num_warps=warps)
+        tuning.MAP_CONFIGS.update({"tile": config, "wide ragged tile": config})
         prog = ce.grad_program.__wrapped__(False, False, False)   # a fresh Program: no plan kept
         run = lambda prog=prog: prog.map(z, out=z, outputs=["output"], **ops)  # noqa: E731
         times[f"{bm}x{bn}w{warps}"] = graph_us(run, REPS)
-    tuning.MAP_CONFIGS["tile"] = default
+    tuning.MAP_CONFIGS.update(default)
     gbytes = 2 * z.numel() * z.element_size() / 1e9
     return {"shape": [rows, vocab], "us": {k: round(v, 1) for k, v in times.items()},
             "TB_per_s": {k: round(gbytes / v * 1e3, 2) for k, v in times.items()}}
 
 
-def with_target(bias: bool, norm: bool) -> coda.Program:
-    """The forward's epilogue before this session: the target logit by a compare, a select and a
-    row sum over every logit."""
-    params = ["bias: col"] * bias + ["rstd: row"] * norm + ["target: row", "offset: scalar"]
+def forward_text(bias: bool, norm: bool, target: bool) -> str:
+    """The LM head forward's epilogue with the target logit's compare-select-sum (`t`, the op's)
+    or without it (the gather-dot variant this session tried and reverted)."""
+    params = ["bias: col"] * bias + ["rstd: row"] * norm + ["target: row", "offset: scalar"] * target
     logit = "input" + " * rstd" * norm + " + bias" * bias
-    return coda.compile(f"EPILOGUE ce_forward_t({', '.join(params)}) {{ logit = {logit}; "
-                        f"lse = row_logsumexp(logit); "
-                        f"t = row_sum(where(col_index() + offset == target, logit, 0.0)); "
-                        f"output = input; }}")
+    t = "t = row_sum(where(col_index() + offset == target, logit, 0.0)); " * target
+    return (f"EPILOGUE ce_forward({', '.join(params)}) {{ logit = {logit}; "
+            f"lse = row_logsumexp(logit); {t}output = input; }}")
+
+
+def with_target(bias: bool, norm: bool) -> coda.Program:
+    return coda.compile(forward_text(bias, norm, True))
+
+
+def without_target(bias: bool, norm: bool) -> coda.Program:
+    return coda.compile(forward_text(bias, norm, False))
+
+
+#: The gather-dot's row sum: x's row times its target's row of w (gathered).
+TARGET_DOT = coda.compile("EPILOGUE ce_target_dot(wt: tile) { output = input; t = row_sum(input * wt); }")
 
 
 def forward(rows: int, vocab: int, hidden: int, bias: bool, norm: bool) -> dict:
@@ -81,13 +93,13 @@ def forward(rows: int, vocab: int, hidden: int, bias: bool, norm: bool) -> dict:
         ops["bias"] = torch.randn(vocab, device="cuda", dtype=DT) * 0.1
     if norm:
         ops["rstd"] = torch.rand(rows, device="cuda") + 0.5
-    full, lean = with_target(bias, norm), ce.forward_program(bias, norm, False)
+    full, lean = with_target(bias, norm), without_target(bias, norm)
     times = {
         "with_t": graph_us(lambda: full(x, w.T, out=out, outputs=["output", "lse", "t"],
                                         target=target.float(), offset=0.0, **ops), REPS),
         "without_t": graph_us(lambda: lean(x, w.T, out=out, outputs=["output", "lse"], **ops), REPS),
         "cublas": graph_us(lambda: torch.matmul(x, w.T, out=out), REPS),
-        "target_dot": graph_us(lambda: ce.TARGET_DOT.map(x, wt=w[target], outputs=["t"]), REPS),
+        "target_dot": graph_us(lambda: TARGET_DOT.map(x, wt=w[target], outputs=["t"]), REPS),
     }
     return {"shape": [rows, vocab, hidden], "bias": bias, "norm": norm,
             "us": {k: round(v, 1) for k, v in times.items()}}

@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from ce_probe import DT, REPS, with_target  # beside this script
+from ce_probe import DT, REPS, with_target, without_target  # beside this script
 from kernel_configs import graph_us
 
 from coda.codegen import tuning
@@ -42,7 +42,7 @@ def forward(rows: int, vocab: int, hidden: int, bias: bool, norm: bool, count: i
         ops["bias"] = torch.randn(vocab, device="cuda", dtype=DT) * 0.1
     if norm:
         ops["rstd"] = torch.rand(rows, device="cuda") + 0.5
-    full, lean = with_target(bias, norm), ce.forward_program(bias, norm, False)
+    full, lean = with_target(bias, norm), without_target(bias, norm)
     times = {"with_t": [], "without_t": []}
     for _ in range(ROUNDS):
         times["with_t"].append(round(graph_us(lambda: full(
@@ -60,13 +60,14 @@ def grad_map(rows: int, vocab: int, pad: int) -> dict:
     ops = dict(target=torch.randint(vocab, (rows,), device="cuda").float(), offset=0.0, lse=lse,
                alpha=torch.full((rows,), 1 / rows, device="cuda"), hit=1.0, smooth=0.0)
     times = {}
-    default = tuning.MAP_CONFIGS["tile"]
+    default = dict(tuning.MAP_CONFIGS)
     for bm, bn, warps in ((32, 128, 4), (16, 512, 4), (8, 1024, 4)):
-        tuning.MAP_CONFIGS["tile"] = Config(bm, bn, 0, num_warps=warps)
+        config = Config(bm, bn, 0, num_warps=warps)
+        tuning.MAP_CONFIGS.update({"tile": config, "wide ragged tile": config})
         prog = ce.grad_program.__wrapped__(False, False, False)   # a fresh Program: no plan kept
         run = lambda prog=prog: prog.map(z, out=z, outputs=["output"], **ops)  # noqa: E731
         times[f"{bm}x{bn}w{warps}"] = round(graph_us(run, REPS), 1)
-    tuning.MAP_CONFIGS["tile"] = default
+    tuning.MAP_CONFIGS.update(default)
     return {"shape": [rows, vocab], "row_stride": width, "us": times}
 
 

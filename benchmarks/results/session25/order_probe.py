@@ -30,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from ce_probe import DT, REPS, with_target  # beside this script
+from ce_probe import DT, REPS, with_target, without_target  # beside this script
 from kernel_configs import graph_us
 
 import coda
@@ -65,7 +65,7 @@ def cases() -> dict:
         target = torch.randint(n, (m,), device="cuda").float()
         out[name + "_with_t"] = (with_target(False, norm), x, w.T, dict(
             out=block, outputs=["output", "lse", "t"], target=target, offset=0.0, **rstd))
-        out[name + "_without_t"] = (ce.forward_program(False, norm, False), x, w.T, dict(
+        out[name + "_without_t"] = (without_target(False, norm), x, w.T, dict(
             out=block, outputs=["output", "lse"], **rstd))
     m, n, k = 16384, 3072, 768
     x, w = randn(m, k), randn(n, k, scale=k ** -0.5)
@@ -104,7 +104,7 @@ def orders() -> dict:
 
 def grad_map_tiles() -> dict:
     results = {}
-    default = tuning.MAP_CONFIGS["tile"]
+    default = dict(tuning.MAP_CONFIGS)
     for name, (rows, vocab, pad) in {"bert": (16384, 30522, 16), "llama": (16384, 32000, 16),
                                      "llama1b": (4096, 128256, 16),
                                      "gpt2_block0_pad256": (10624, 50257, 256)}.items():
@@ -114,13 +114,14 @@ def grad_map_tiles() -> dict:
                    hit=1.0, smooth=0.0)
         times = {}
         for bm, bn, warps in ((32, 128, 4), (16, 512, 4), (8, 1024, 4)):
-            tuning.MAP_CONFIGS["tile"] = Config(bm, bn, 0, num_warps=warps)
+            config = Config(bm, bn, 0, num_warps=warps)
+            tuning.MAP_CONFIGS.update({"tile": config, "wide ragged tile": config})
             prog = ce.grad_program.__wrapped__(False, False, False)
             run = lambda prog=prog, z=z: prog.map(z, out=z, outputs=["output"], **ops)  # noqa: E731
             times[f"{bm}x{bn}w{warps}"] = round(graph_us(run, REPS), 1)
         results[name] = times
         print(name, times, flush=True)
-    tuning.MAP_CONFIGS["tile"] = default
+    tuning.MAP_CONFIGS.update(default)
     return results
 
 

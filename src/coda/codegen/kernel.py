@@ -135,7 +135,7 @@ class TritonProgram:
             return tuning.INTERPRETER_CONFIG
         if kernel.variant == "map":
             reductions = [spec.reduction or "tile" for spec in launch.outputs]
-            return tuning.map_config("tile" in reductions, any(r.startswith("col") for r in reductions))
+            return tuning.map_config("tile" in reductions, any(r.startswith("col") for r in reductions), n)
         bucket = (kernel.variant, str(a.dtype), 1 << max(m - 1, 0).bit_length(), n, k,
                   _layout(launch))
         config = self._configs.get(bucket)

@@ -95,18 +95,30 @@ CANDIDATES = {
 #: tile and column sums (dropout or an activation's derivative, then the bias gradient) 1.05-1.35x
 #: faster in 64x64 tiles; one that writes a tile without column sums (a norm, its dx) is fastest,
 #: within 5%, in 32x128 tiles.
+#: A tile-writing map across a wide ragged row (N not a multiple of the tile's 128 columns: a
+#: vocabulary of 50257 or 30522, the cross-entropy's gradient map) is 15% faster in 16x512 tiles
+#: (8x1024: 1% faster still, but dropout draws its numbers in blocks of 16 rows); across an even
+#: one (32000, 128256) 32x128 stays 2-8% ahead (session25/order_probe.json, ce_probe*.json; why
+#: the raggedness matters was not found: a 512-byte row stride did not change it).
 MAP_CONFIGS = {"sums": Config(128, 64, 0, num_warps=4), "tile+col": Config(64, 64, 0, num_warps=4),
-               "tile": Config(32, 128, 0, num_warps=4)}
+               "tile": Config(32, 128, 0, num_warps=4), "wide ragged tile": Config(16, 512, 0, num_warps=4)}
+#: ...from this many columns on.
+WIDE_MAP_N = 8192
 #: Under the Triton interpreter every program is numpy work: small tiles keep it quick.
 INTERPRETER_CONFIG = Config(32, 32, 32, group_m=4)
 
 
-def map_config(writes_tile: bool, col_reductions: bool) -> Config:
-    """The tile of a map launch (MAP_CONFIGS): by whether it stores a tile, and column
-    reductions."""
+def map_config(writes_tile: bool, col_reductions: bool, n: int) -> Config:
+    """The tile of a map launch (MAP_CONFIGS): by whether it stores a tile, column reductions,
+    and for a tile alone its row's width N."""
     if not writes_tile:
         return MAP_CONFIGS["sums"]
-    return MAP_CONFIGS["tile+col" if col_reductions else "tile"]
+    if col_reductions:
+        return MAP_CONFIGS["tile+col"]
+    tile = MAP_CONFIGS["tile"]
+    if n >= WIDE_MAP_N and n % tile.block_n:
+        return MAP_CONFIGS["wide ragged tile"]
+    return tile
 
 
 #: The SM count the Hopper heuristic plans waves for (H100 SXM / H200).

@@ -24,13 +24,10 @@ A scalar loss ("mean", "sum") that needs a gradient forms them in the forward, f
 gradient of 1 (α = the rows' loss weights), and the backward multiplies by the real one: three
 GEMMs of T·H·V, as many as eager PyTorch.
 
-  forward   Z_b, lse, s = FORWARD(b)  per block b of rows: GEMM x_b @ w.T; epilogue: bias, cap,
-                          the block's complete statistics lse = row_logsumexp(ℓ), s = row_sum(ℓ)
-                          (with smoothing), and Z_b, the GEMM's result, stored in x's dtype (as
-                          eager's logits are).
-            t           = TARGET_DOT.map(x, wt = w[target]): row_sum(x ⊙ wt), then the bias and
-                          the cap: a gather-dot, O(T·H), in place of a compare, a select and a sum
-                          over each of the T·V logits in the GEMM's epilogue.
+  forward   Z_b, lse, t, s = FORWARD(b)  per block b of rows: GEMM x_b @ w.T; epilogue: bias,
+                          cap, the block's complete statistics lse = row_logsumexp(ℓ), t =
+                          row_sum(where(col == target, ℓ, 0)), s = row_sum(ℓ) (with smoothing),
+                          and Z_b, the GEMM's result, stored in x's dtype (as eager's logits are).
             G_b, db_b   = GRAD.map(Z_b) in place: dz as above (lse, target and α row operands).
             dx_b        = G_b @ w, written straight into rows b of dx: complete, one GEMM.
             dw         += G_b.T @ x_b   (float32 accumulator, kept until the backward).
@@ -39,11 +36,10 @@ GEMMs of T·H·V, as many as eager PyTorch.
 Otherwise (reduction "none", no gradient wanted, or inside torch.compile without one) the
 forward stores no tile, and the backward recomputes the GEMM: four GEMMs.
 
-  forward   lse, s      = FORWARD(c)  GEMM x @ w_c.T over wide chunks of columns, launched with
+  forward   lse, t, s   = FORWARD(c)  GEMM x @ w_c.T over wide chunks of columns, launched with
                           outputs= naming the statistics only: the logits never reach memory.
-                          The chunks' statistics combine in O(T): lse by logaddexp, s by sums;
-                          t as above. Saved for backward: x, w, bias, target, lse (O(T) beyond
-                          them).
+                          The chunks' statistics combine in O(T): lse by logaddexp, t and s by
+                          sums. Saved for backward: x, w, bias, target, lse (O(T) beyond them).
   backward  G_b, db_b   = GRAD(b)  for each block b of rows, the whole vocabulary: GEMM x_b @ w.T
                           again; epilogue: dz. G_b [rows, V].
             dx_b, dw    as above; the last block's dw GEMM adds the accumulator and rounds once.
@@ -120,10 +116,6 @@ ROW_PAD = 16
 #: Targets travel as float32: exact below 2**24.
 MAX_VOCAB = 2**24
 
-# The target logit's dot product: the A operand's row times its target's row of w, gathered (wt).
-# (`output` is never stored: launched with outputs=["t"].)
-TARGET_DOT = compile_program("EPILOGUE ce_target_dot(wt: tile) {"
-                             " output = input; t = row_sum(input * wt); }")
 # h ⊙ g (the GEMMs' A operand when an RMSNorm is folded in) and h's sum of squares, in one pass.
 NORM_INPUT = compile_program("EPILOGUE ce_norm_input(g: col) {"
                              " output = input * g; ss = row_sum(input * input); }")
@@ -139,24 +131,26 @@ def _logit(bias: bool, norm: bool, softcap: bool) -> list[str]:
 
 
 def _params(bias: bool, norm: bool, softcap: bool) -> list[str]:
-    """The operands of a logit (`_logit`)."""
-    return ["bias: col"] * bias + ["rstd: row"] * norm + ["cap: scalar"] * softcap
+    return ["bias: col"] * bias + ["rstd: row"] * norm + ["cap: scalar"] * softcap + [
+        "target: row", "offset: scalar"]
 
 
 @functools.cache
 def forward_program(bias: bool, norm: bool, softcap: bool) -> Program:
     """The per-row statistics of one chunk (and, stored on request, the GEMM's result, from which
-    `grad_program` as a map forms the logits' gradient). The target logit is not among them:
-    `Blocks.target_logits` forms it by a gather-dot. For example (True, False, True) is
-        EPILOGUE ce_forward(bias: col, cap: scalar) {
+    `grad_program` as a map forms the logits' gradient); `offset` is the chunk's first column.
+    For example (True, False, True) is
+        EPILOGUE ce_forward(bias: col, cap: scalar, target: row, offset: scalar) {
           z = input + bias; th = tanh(z / cap); logit = cap * th;
           lse = row_logsumexp(logit);
-          s = row_sum(logit);  # with label smoothing only
+          t = row_sum(where(col_index() + offset == target, logit, 0.0));
+          s = row_sum(logit);
           output = input;      # stored only by the forward that also forms the gradients
         }
     """
     body = [*_logit(bias, norm, softcap),
             "lse = row_logsumexp(logit);",
+            "t = row_sum(where(col_index() + offset == target, logit, 0.0));",
             "s = row_sum(logit);",
             "output = input;"]
     return compile_program(f"EPILOGUE ce_forward({', '.join(_params(bias, norm, softcap))}) "
@@ -178,8 +172,8 @@ def grad_program(bias: bool, norm: bool, softcap: bool) -> Program:
           r = row_sum(output * input);
         }
     """
-    params = [*_params(bias, norm, softcap), "target: row", "offset: scalar", "lse: row",
-              "alpha: row", "hit: scalar", "smooth: scalar"]
+    params = [*_params(bias, norm, softcap), "lse: row", "alpha: row", "hit: scalar",
+              "smooth: scalar"]
     dlogit = "(exp(logit - lse) - where(col_index() + offset == target, hit, 0.0) - smooth) * alpha"
     body = [*_logit(bias, norm, softcap),
             f"dz = {dlogit} * (1.0 - th * th);" if softcap else f"dz = {dlogit};",
@@ -323,10 +317,11 @@ class Blocks:
         return None if self.count is None else (self.count - r0).clamp(0, r1 - r0)
 
     def _operands(self, r0: int, r1: int, c0: int, c1: int) -> dict:
-        """The operands of the logits (`_params`), for rows [r0, r1) and columns [c0, c1)."""
+        """The operands the programs share, for rows [r0, r1) and columns [c0, c1)."""
         bias, rstd = self.bias, self.rstd
-        return present(bias=None if bias is None else bias[c0:c1],
-                       rstd=None if rstd is None else rstd[r0:r1], cap=self.softcap)
+        return dict(target=self.target_f[r0:r1], offset=float(c0),
+                    **present(bias=None if bias is None else bias[c0:c1],
+                              rstd=None if rstd is None else rstd[r0:r1], cap=self.softcap))
 
     def _padded(self, width: int) -> int:
         return -(-width // ROW_PAD) * ROW_PAD
@@ -340,42 +335,26 @@ class Blocks:
         width = self._padded(c1 - c0)
         return self.buf[:(r1 - r0) * width].view(r1 - r0, width)[:, :c1 - c0]
 
-    def _grad_operands(self, r0: int, r1: int, c0: int, lse: torch.Tensor, alpha: torch.Tensor
-                       ) -> dict:
-        """GRAD's operands besides the logits', for rows [r0, r1) from column c0 on, `lse` and
-        `alpha` being those rows'."""
-        return dict(target=self.target_f[r0:r1], offset=float(c0), lse=lse, alpha=alpha,
-                    hit=1.0 - self.label_smoothing, smooth=self.label_smoothing / self.w.shape[0])
-
-    def target_logits(self) -> torch.Tensor:
-        """ℓ_target of every row (0 where ignored) by a gather-dot: â · w[target] in float32
-        (TARGET_DOT), then the norm's row scale, the bias and the cap, all O(T·H) work. The
-        forward GEMMs' epilogues would otherwise compare every column with the target."""
-        valid = self.target_f >= 0
-        index = self.target_f.clamp(min=0).long()
-        z = TARGET_DOT.map(self.a, wt=self.w[index], outputs=["t"], m_limit=self.count)["t"]
-        if self.rstd is not None:
-            z = z * self.rstd
-        if self.bias is not None:
-            z = z + self.bias[index]
-        if self.softcap is not None:
-            z = self.softcap * torch.tanh(z / self.softcap)
-        return torch.where(valid, z, 0.0)
+    def _grad_operands(self, lse: torch.Tensor, alpha: torch.Tensor) -> dict:
+        """GRAD's operands besides the shared ones, `lse` and `alpha` being the block's rows."""
+        return dict(lse=lse, alpha=alpha, hit=1.0 - self.label_smoothing,
+                    smooth=self.label_smoothing / self.w.shape[0])
 
     def statistics(self, smoothing: bool) -> tuple:
         """(lse, t, s): FORWARD over chunks of FORWARD_CHUNK_FACTOR·chunk columns, no tile stored."""
         a, w = self.a, self.w
         prog = forward_program(self.bias is not None, self.norm, self.softcap is not None)
-        names = ["lse", "s"] if smoothing else ["lse"]
-        lse = s = None
+        names = ["lse", "t", "s"] if smoothing else ["lse", "t"]
+        lse = t = s = None
         for c0, c1 in _spans(w.shape[0], FORWARD_CHUNK_FACTOR * self.chunk):
             outs = prog(a, w[c0:c1].T, outputs=names, **self._operands(0, a.shape[0], c0, c1))
             if lse is None:
-                lse, s = outs["lse"], outs.get("s")
+                lse, t, s = outs["lse"], outs["t"], outs.get("s")
             else:
                 lse = torch.logaddexp(lse, outs["lse"])
+                t = t + outs["t"]
                 s = s + outs["s"] if smoothing else None
-        return lse, self.target_logits(), s
+        return lse, t, s
 
     def forward_with_grads(self, weight: torch.Tensor, need: list[bool]) -> tuple:
         """(lse, t, s, (dx, dw, db, dg)) for an upstream gradient of 1 (alpha = weight): per
@@ -386,7 +365,7 @@ class Blocks:
         vocab = w.shape[0]
         bias, norm, cap = self.bias is not None, self.norm, self.softcap is not None
         stats_prog, grad_prog = forward_program(bias, norm, cap), grad_program(bias, norm, cap)
-        names = ["output", "lse"] + ["s"] * (self.label_smoothing > 0)
+        names = ["output", "lse", "t"] + ["s"] * (self.label_smoothing > 0)
         stats = {name: [] for name in names[1:]}
         self._reserve((self.rows, vocab))
 
@@ -399,11 +378,11 @@ class Blocks:
                 stats[name].append(outs[name])
             return grad_prog.map(out, out=out, outputs=grad_names, m_limit=limit,
                                  **self._operands(r0, r1, 0, vocab),
-                                 **self._grad_operands(r0, r1, 0, outs["lse"], weight[r0:r1]))
+                                 **self._grad_operands(outs["lse"], weight[r0:r1]))
 
         grads = self._row_pass(grad_block, need, _accumulator_dtype(a), by_chunk=False)
-        lse, s = (torch.cat(stats[n]) if n in stats else None for n in ("lse", "s"))
-        return lse, self.target_logits(), s, grads
+        lse, t, s = (torch.cat(stats[n]) if n in stats else None for n in ("lse", "t", "s"))
+        return lse, t, s, grads
 
     def backward(self, lse: torch.Tensor, alpha: torch.Tensor, need: list[bool],
                  low_memory: bool) -> tuple:
@@ -417,7 +396,7 @@ class Blocks:
                        c0: int = 0, c1: int = vocab):
             return prog(a[r0:r1], w[c0:c1].T, out=self._block(r0, r1, c0, c1), outputs=names,
                         m_limit=limit, **self._operands(r0, r1, c0, c1),
-                        **self._grad_operands(r0, r1, c0, lse[r0:r1], alpha[r0:r1]))
+                        **self._grad_operands(lse[r0:r1], alpha[r0:r1]))
 
         by_chunk = low_memory and (need[1] or need[2])
         self._reserve((self.rows, vocab), *[(a.shape[0], self.chunk)] * by_chunk)

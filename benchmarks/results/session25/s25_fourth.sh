@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Twenty-fifth session, last device call: the final code (the target logit back in the forward's
+# epilogue; a wide ragged map in 16x512 tiles; stores in the order reductions, then tiles): the GPU
+# tests of the cross-entropy and of the map tiles, GPT-2 in CODA + graph mode against torch.compile.
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
+timeout 100 python -m pytest -q -x -n 8 -p no:cacheprovider tests/gpu/test_ops_cross_entropy.py \
+  tests/gpu/test_triton_gpu.py -k "cross_entropy or bf16 or map" > $OUT/gpu_tests.txt 2>&1; tail -2 $OUT/gpu_tests.txt
+timeout 140 python benchmarks/train.py --models gpt2 --modes compile,coda+graph --profile coda+graph \
+  --steps 8 --warmup 2 --curve none --timeout 100 --json $OUT/train_gpt2.json > $OUT/train_gpt2.log 2>&1
+grep -hE "tokens/s" $OUT/train_*.log
+python - <<'PY'
+import json, os
+d = json.load(open(os.environ["OUT"] + "/train_gpt2.json"))
+for r in d["rows"]:
+    b = r.get("breakdown") or {}
+    print(r["model"], r["mode"], round(r.get("tokens_per_s") or 0), {k: round(v) for k, v in b.items() if k != "top"})
+    for t in b.get("top", [])[:14]:
+        print("   ", t[0][:50], round(t[2]), t[3])
+PY
