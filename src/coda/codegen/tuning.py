@@ -98,8 +98,9 @@ CANDIDATES = {
 #: A tile-writing map across a wide ragged row (N not a multiple of the tile's 128 columns: a
 #: vocabulary of 50257 or 30522, the cross-entropy's gradient map) is 15% faster in 16x512 tiles
 #: (8x1024: 1% faster still, but dropout draws its numbers in blocks of 16 rows); across an even
-#: one (32000, 128256) 32x128 stays 2-8% ahead (session25/order_probe.json, ce_probe*.json; why
-#: the raggedness matters was not found: a 512-byte row stride did not change it).
+#: one (32000, 128256) 32x128 stays 2-9% ahead (benchmarks/results/session25: third/
+#: order_probe.json, second/ce_probe2.json, first.tgz's ce_probe.json; why the raggedness
+#: matters was not found: a 512-byte row stride did not change it).
 MAP_CONFIGS = {"sums": Config(128, 64, 0, num_warps=4), "tile+col": Config(64, 64, 0, num_warps=4),
                "tile": Config(32, 128, 0, num_warps=4), "wide ragged tile": Config(16, 512, 0, num_warps=4)}
 #: ...from this many columns on.
