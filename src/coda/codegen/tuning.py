@@ -95,8 +95,8 @@ CANDIDATES = {
 #: tile and column sums (dropout or an activation's derivative, then the bias gradient) 1.05-1.35x
 #: faster in 64x64 tiles; one that writes a tile without column sums (a norm, its dx) is fastest,
 #: within 5%, in 32x128 tiles.
-#: A tile-writing map across a wide ragged row (N not a multiple of the tile's 128 columns: a
-#: vocabulary of 50257 or 30522, the cross-entropy's gradient map) is 15% faster in 16x512 tiles
+#: A tile-writing map across a wide ragged row (N not a multiple of the tile's 128 columns;
+#: measured: the bias-less cross-entropy gradient map at 50257 and 30522) is 15% faster in 16x512 tiles
 #: (8x1024: 1% faster still, but dropout draws its numbers in blocks of 16 rows); across an even
 #: one (32000, 128256) 32x128 stays 2-9% ahead (benchmarks/results/session25: third/
 #: order_probe.json, second/ce_probe2.json, first.tgz's ce_probe.json; why the raggedness
