@@ -35,29 +35,36 @@ MAP_TILES = [(32, 128, 4), (64, 128, 4), (32, 256, 4), (64, 256, 8), (16, 512, 4
              (128, 128, 8), (16, 1024, 8), (8, 1024, 4)]
 
 
-def block(rows: int, vocab: int) -> torch.Tensor:
-    """A [rows, vocab] block of logits in rows padded to ROW_PAD elements, as the op keeps them."""
-    width = -(-vocab // ce.ROW_PAD) * ce.ROW_PAD
+def block(rows: int, vocab: int, pad: int = ce.ROW_PAD) -> torch.Tensor:
+    """A [rows, vocab] block of logits in rows padded to `pad` elements (the op's ROW_PAD)."""
+    width = -(-vocab // pad) * pad
     return (torch.randn(rows, width, device="cuda", dtype=DT) * 3)[:, :vocab]
 
 
-def grad_map(rows: int, vocab: int) -> dict:
-    z = block(rows, vocab)
-    target = torch.randint(vocab, (rows,), device="cuda").float()
-    lse = torch.logsumexp(z.float(), dim=1)
-    ops = dict(target=target, offset=0.0, lse=lse, alpha=torch.full((rows,), 1 / rows, device="cuda"),
+def grad_map_us(rows: int, vocab: int, tiles, pad: int = ce.ROW_PAD) -> dict[str, float]:
+    """µs a launch of the gradient map over a fresh [rows, vocab] block, in place, in each map
+    tile (rows, columns, warps) of `tiles`: both of tuning.MAP_CONFIGS' tile keys patched."""
+    z = block(rows, vocab, pad)
+    ops = dict(target=torch.randint(vocab, (rows,), device="cuda").float(), offset=0.0,
+               lse=torch.logsumexp(z.float(), dim=1), alpha=torch.full((rows,), 1 / rows, device="cuda"),
                hit=1.0, smooth=0.0)
-    times = {"mul_inplace": graph_us(lambda: z.mul_(1.0), REPS)}
-    default = dict(tuning.MAP_CONFIGS)
-    for bm, bn, warps in MAP_TILES:
+    default, times = dict(tuning.MAP_CONFIGS), {}
+    for bm, bn, warps in tiles:
         config = Config(bm, bn, 0, num_warps=warps)
         tuning.MAP_CONFIGS.update({"tile": config, "wide ragged tile": config})
         prog = ce.grad_program.__wrapped__(False, False, False)   # a fresh Program: no plan kept
         run = lambda prog=prog: prog.map(z, out=z, outputs=["output"], **ops)  # noqa: E731
-        times[f"{bm}x{bn}w{warps}"] = graph_us(run, REPS)
+        times[f"{bm}x{bn}w{warps}"] = round(graph_us(run, REPS), 1)
     tuning.MAP_CONFIGS.update(default)
+    return times
+
+
+def grad_map(rows: int, vocab: int) -> dict:
+    z = block(rows, vocab)
+    times = {"mul_inplace": round(graph_us(lambda: z.mul_(1.0), REPS), 1),
+             **grad_map_us(rows, vocab, MAP_TILES)}
     gbytes = 2 * z.numel() * z.element_size() / 1e9
-    return {"shape": [rows, vocab], "us": {k: round(v, 1) for k, v in times.items()},
+    return {"shape": [rows, vocab], "us": times,
             "TB_per_s": {k: round(gbytes / v * 1e3, 2) for k, v in times.items()}}
 
 

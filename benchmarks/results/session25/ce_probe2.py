@@ -21,14 +21,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from ce_probe import DT, REPS, with_target, without_target  # beside this script
+from ce_probe import DT, REPS, grad_map_us, with_target, without_target  # beside this script
 from kernel_configs import graph_us
 
-from coda.codegen import tuning
-from coda.codegen.tuning import Config
-from coda.ops import cross_entropy as ce
-
 ROUNDS = 3
+MAP_TILES = ((32, 128, 4), (16, 512, 4), (8, 1024, 4))
 
 
 def forward(rows: int, vocab: int, hidden: int, bias: bool, norm: bool, count: int | None) -> dict:
@@ -54,21 +51,8 @@ def forward(rows: int, vocab: int, hidden: int, bias: bool, norm: bool, count: i
 
 
 def grad_map(rows: int, vocab: int, pad: int) -> dict:
-    width = -(-vocab // pad) * pad
-    z = (torch.randn(rows, width, device="cuda", dtype=DT) * 3)[:, :vocab]
-    lse = torch.logsumexp(z.float(), dim=1)
-    ops = dict(target=torch.randint(vocab, (rows,), device="cuda").float(), offset=0.0, lse=lse,
-               alpha=torch.full((rows,), 1 / rows, device="cuda"), hit=1.0, smooth=0.0)
-    times = {}
-    default = dict(tuning.MAP_CONFIGS)
-    for bm, bn, warps in ((32, 128, 4), (16, 512, 4), (8, 1024, 4)):
-        config = Config(bm, bn, 0, num_warps=warps)
-        tuning.MAP_CONFIGS.update({"tile": config, "wide ragged tile": config})
-        prog = ce.grad_program.__wrapped__(False, False, False)   # a fresh Program: no plan kept
-        run = lambda prog=prog: prog.map(z, out=z, outputs=["output"], **ops)  # noqa: E731
-        times[f"{bm}x{bn}w{warps}"] = round(graph_us(run, REPS), 1)
-    tuning.MAP_CONFIGS.update(default)
-    return {"shape": [rows, vocab], "row_stride": width, "us": times}
+    return {"shape": [rows, vocab], "row_stride": -(-vocab // pad) * pad,
+            "us": grad_map_us(rows, vocab, MAP_TILES, pad)}
 
 
 def main() -> None:

@@ -30,13 +30,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from ce_probe import DT, REPS, with_target, without_target  # beside this script
+from ce_probe import DT, REPS, grad_map_us, with_target, without_target  # beside this script
 from kernel_configs import graph_us
 
 import coda
-from coda.codegen import epilogue, tuning
-from coda.codegen.tuning import Config
-from coda.ops import cross_entropy as ce
+from coda.codegen import epilogue
 from coda.ops import norms
 
 ORDERS = {"tiles_first": lambda outputs: outputs, "tiles_last": epilogue.store_order}
@@ -104,24 +102,11 @@ def orders() -> dict:
 
 def grad_map_tiles() -> dict:
     results = {}
-    default = dict(tuning.MAP_CONFIGS)
     for name, (rows, vocab, pad) in {"bert": (16384, 30522, 16), "llama": (16384, 32000, 16),
                                      "llama1b": (4096, 128256, 16),
                                      "gpt2_block0_pad256": (10624, 50257, 256)}.items():
-        z = (torch.randn(rows, -(-vocab // pad) * pad, device="cuda", dtype=DT) * 3)[:, :vocab]
-        ops = dict(target=torch.randint(vocab, (rows,), device="cuda").float(), offset=0.0,
-                   lse=torch.logsumexp(z.float(), dim=1), alpha=torch.full((rows,), 1 / rows, device="cuda"),
-                   hit=1.0, smooth=0.0)
-        times = {}
-        for bm, bn, warps in ((32, 128, 4), (16, 512, 4), (8, 1024, 4)):
-            config = Config(bm, bn, 0, num_warps=warps)
-            tuning.MAP_CONFIGS.update({"tile": config, "wide ragged tile": config})
-            prog = ce.grad_program.__wrapped__(False, False, False)
-            run = lambda prog=prog, z=z: prog.map(z, out=z, outputs=["output"], **ops)  # noqa: E731
-            times[f"{bm}x{bn}w{warps}"] = round(graph_us(run, REPS), 1)
-        results[name] = times
-        print(name, times, flush=True)
-    tuning.MAP_CONFIGS.update(default)
+        results[name] = grad_map_us(rows, vocab, ((32, 128, 4), (16, 512, 4), (8, 1024, 4)), pad)
+        print(name, results[name], flush=True)
     return results
 
 
