@@ -8,13 +8,4 @@ timeout 120 python benchmarks/results/session24/skip_probe.py > $OUT/skip_probe.
 timeout 250 python benchmarks/train.py --models bert,gpt2 --modes compile,coda+graph --profile coda+graph \
   --steps 8 --warmup 2 --curve none --timeout 120 --json $OUT/train.json > $OUT/train.log 2>&1
 grep -E "tokens/s" $OUT/train.log
-python - <<'PY'
-import json, os
-d = json.load(open(os.environ["OUT"] + "/train.json"))
-for r in d["rows"]:
-    b = r.get("breakdown") or {}
-    print(r["model"], r["mode"], round(r.get("tokens_per_s") or 0), r.get("step_ms"),
-          {k: round(v) for k, v in b.items() if k != "top"})
-    for t in b.get("top", [])[:25]:
-        print("   ", t[0][:70], t[1], round(t[2]), t[3])
-PY
+python benchmarks/breakdown.py $OUT/train.json --top 25

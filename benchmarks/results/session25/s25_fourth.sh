@@ -8,12 +8,4 @@ timeout 100 python -m pytest -q -x -n 8 -p no:cacheprovider tests/gpu/test_ops_c
 timeout 140 python benchmarks/train.py --models gpt2 --modes compile,coda+graph --profile coda+graph \
   --steps 8 --warmup 2 --curve none --timeout 100 --json $OUT/train_gpt2.json > $OUT/train_gpt2.log 2>&1
 grep -hE "tokens/s" $OUT/train_*.log
-python - <<'PY'
-import json, os
-d = json.load(open(os.environ["OUT"] + "/train_gpt2.json"))
-for r in d["rows"]:
-    b = r.get("breakdown") or {}
-    print(r["model"], r["mode"], round(r.get("tokens_per_s") or 0), {k: round(v) for k, v in b.items() if k != "top"})
-    for t in b.get("top", [])[:14]:
-        print("   ", t[0][:50], round(t[2]), t[3])
-PY
+python benchmarks/breakdown.py $OUT/train_gpt2.json --top 14
