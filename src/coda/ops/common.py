@@ -52,9 +52,11 @@ class SideStream:
         self.main = torch.cuda.current_stream(device) if cuda else None
         self.stream = _side_stream(device) if cuda else None
         self.context = None
+        self.pending = False   # a block ran since the last join (a capture forbids waiting on none)
 
     def __enter__(self) -> SideStream:
         if self.stream is not None:
+            self.pending = True
             self.stream.wait_stream(self.main)
             self.context = torch.cuda.stream(self.stream)
             self.context.__enter__()
@@ -66,8 +68,9 @@ class SideStream:
             self.context = None
 
     def join(self) -> None:
-        if self.stream is not None:
+        if self.pending:
             self.main.wait_stream(self.stream)
+            self.pending = False
 
 
 _side_streams: dict[torch.device, torch.cuda.Stream] = {}
