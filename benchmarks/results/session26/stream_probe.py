@@ -47,6 +47,7 @@ def captured(name: str, mode: str):
         return loss
 
     step = coda.capture_step(train_step, opt, warmup=2, context=unpadded_batches, **inputs)
+    print(f"captured {name} with CODA_SIDE_STREAM={mode}", flush=True)
     return step, inputs
 
 
@@ -82,6 +83,7 @@ def main() -> None:
                 end.record()
                 torch.cuda.synchronize()
                 times[v].append(begin.elapsed_time(end) / REPLAYS)
+        print(f"timed {name}: {times}", flush=True)
         same = [float(a) == float(b) for a, b in zip(*losses.values(), strict=True)]
         tokens = SHAPES[name][0] * SHAPES[name][1]
         results[name] = {v: dict(ms=times[v], median_ms=statistics.median(times[v]),
