@@ -40,15 +40,18 @@ class SideStream:
     backward returns its gradients. A block's inputs must stay referenced until `join()` (the
     caching allocator could otherwise give their memory to the current stream while the block
     still reads it).
-    By default only while a CUDA graph is captured (the graph records the two streams as its
-    branches): a step launched from the host is bound by the host at the sizes where the overlap
-    matters least, and each block costs host time. `CODA_SIDE_STREAM=1` uses the second stream
-    always, `0` never; off CUDA there is none."""
+    By default only inside `coda.capture_step` (its warm-up steps and the capture, which records
+    the two streams as branches of one graph; the warm-up makes the stream's kernels, buffers and
+    cuBLAS workspace before the capture): a step launched from the host is bound by the host at
+    the sizes where the overlap matters least, and each block costs host time.
+    `CODA_SIDE_STREAM=1` uses the second stream always, `0` never; off CUDA there is none."""
+
+    #: set by coda.capture_step while it warms up and captures a step
+    in_captured_step = False
 
     def __init__(self, device: torch.device):
         mode = os.environ.get("CODA_SIDE_STREAM", "graph")
-        cuda = device.type == "cuda" and (
-            mode == "1" or (mode == "graph" and torch.cuda.is_current_stream_capturing()))
+        cuda = device.type == "cuda" and (mode == "1" or (mode == "graph" and self.in_captured_step))
         self.main = torch.cuda.current_stream(device) if cuda else None
         self.stream = _side_stream(device) if cuda else None
         self.context = None
