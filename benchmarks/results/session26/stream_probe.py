@@ -71,6 +71,10 @@ def main() -> None:
     results = {}
     for name in names:
         steps = {v: captured(name, mode) for v, mode in VARIANTS.items()}
+        for v, (step, inputs) in steps.items():
+            step(**inputs)
+            torch.cuda.synchronize()
+            print(f"replayed {name}, {v}", flush=True)
         times = {v: [] for v in VARIANTS}
         losses = {v: [] for v in VARIANTS}
         for _ in range(ROUNDS):
