@@ -91,7 +91,7 @@ def main() -> None:
                 torch.cuda.synchronize()
                 times[v].append(begin.elapsed_time(end) / REPLAYS)
         print(f"timed {name}: {times}", flush=True)
-        same = [len({float(x) for x in step_losses}) == 1 for step_losses in zip(*losses.values(), strict=True)]
+        same = [len({float(x) for x in row}) == 1 for row in zip(*losses.values(), strict=True)]
         tokens = SHAPES[name][0] * SHAPES[name][1]
         results[name] = {v: dict(ms=times[v], median_ms=statistics.median(times[v]),
                                  tokens_per_s=tokens / statistics.median(times[v]) * 1e3,
