@@ -87,32 +87,19 @@ def capture_step(step: Callable[..., torch.Tensor], optimizer: torch.optim.Optim
             where = f"on {value.device}" if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
             raise CodaError(f"capture_step: CUDA graphs need CUDA tensors; input {name!r} is {where}")
     inputs = {name: value.clone() for name, value in example.items()}
-    with _parameter_grads_beside():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        losses = []
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                losses.append(_loss_of(step(**inputs)).detach())
-                optimizer.zero_grad(set_to_none=True)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        optimizer.zero_grad(set_to_none=True)
-        with context() if context is not None else contextlib.nullcontext(), torch.cuda.graph(graph):
-            loss = _loss_of(step(**inputs))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    losses = []
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            losses.append(_loss_of(step(**inputs)).detach())
+            optimizer.zero_grad(set_to_none=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    optimizer.zero_grad(set_to_none=True)
+    with context() if context is not None else contextlib.nullcontext(), torch.cuda.graph(graph):
+        loss = _loss_of(step(**inputs))
     return CapturedStep(graph, inputs, loss, losses)
-
-
-@contextlib.contextmanager
-def _parameter_grads_beside():
-    """CODA's ops compute parameter gradients on a second stream inside (ops.common.SideStream)."""
-    from ..ops.common import SideStream
-
-    SideStream.in_captured_step = True
-    try:
-        yield
-    finally:
-        SideStream.in_captured_step = False
 
 
 def _loss_of(loss) -> torch.Tensor:

@@ -10,7 +10,6 @@ accumulator rounded once to bf16, strided `out=`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import torch
@@ -27,64 +26,6 @@ ADD_PARTIAL = compile_program("EPILOGUE add_partial(partial: tile) { output = in
 SUMS = compile_program("EPILOGUE sums() { output = input; rows = row_sum(input); cols = col_sum(input); }")
 #: stats= of out_proj_residual and mlp -> the row sums of the output their epilogue stores
 STATS: dict[str | None, list[str]] = {None: [], "rms": ["ss"], "layer": ["ss", "s"]}
-
-
-class SideStream:
-    """Parameter gradients on a second CUDA stream, beside the input's gradient.
-
-    In a backward, a weight's or a bias's gradient (a weight-gradient GEMM, a column sum) feeds
-    nothing else of the backward, while the input's gradient feeds the next layer's. Run on a
-    second stream, their kernels fill each other's idle SMs (a persistent GEMM's last wave, the
-    gaps between kernels). Each `with side:` block's kernels start after everything the current
-    stream has queued so far; `join()` makes the current stream wait for all of them, before the
-    backward returns its gradients. A block's inputs must stay referenced until `join()` (the
-    caching allocator could otherwise give their memory to the current stream while the block
-    still reads it).
-    By default only inside `coda.capture_step` (its warm-up steps and the capture, which records
-    the two streams as branches of one graph; the warm-up makes the stream's kernels, buffers and
-    cuBLAS workspace before the capture): a step launched from the host is bound by the host at
-    the sizes where the overlap matters least, and each block costs host time.
-    `CODA_SIDE_STREAM=1` uses the second stream always, `0` never; off CUDA there is none."""
-
-    #: set by coda.capture_step while it warms up and captures a step
-    in_captured_step = False
-
-    def __init__(self, device: torch.device):
-        mode = os.environ.get("CODA_SIDE_STREAM", "graph")
-        cuda = device.type == "cuda" and (mode == "1" or (mode == "graph" and self.in_captured_step))
-        self.main = torch.cuda.current_stream(device) if cuda else None
-        self.stream = _side_stream(device) if cuda else None
-        self.context = None
-        self.pending = False   # a block ran since the last join (a capture forbids waiting on none)
-
-    def __enter__(self) -> SideStream:
-        if self.stream is not None:
-            self.pending = True
-            self.stream.wait_stream(self.main)
-            self.context = torch.cuda.stream(self.stream)
-            self.context.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.context is not None:
-            self.context.__exit__(*exc)
-            self.context = None
-
-    def join(self) -> None:
-        if self.pending:
-            self.main.wait_stream(self.stream)
-            self.pending = False
-
-
-_side_streams: dict[torch.device, torch.cuda.Stream] = {}
-
-
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    """The second stream of a device (one for the process: blocks on it run in order)."""
-    stream = _side_streams.get(device)
-    if stream is None:
-        stream = _side_streams[device] = torch.cuda.Stream(device)
-    return stream
 
 
 def present(**operands: object) -> dict[str, object]:

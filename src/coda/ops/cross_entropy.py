@@ -90,7 +90,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import ACCUMULATE, ADD_PARTIAL, PLAIN, SideStream, as_rows, present, weight_grad
+from .common import ACCUMULATE, ADD_PARTIAL, PLAIN, as_rows, present, weight_grad
 
 REDUCTIONS = ("mean", "sum", "none")
 #: Chunk widths are multiples of this (half a 256-wide GEMM tile) when that wide, except the last.
@@ -434,18 +434,29 @@ class Blocks:
         # rounding is negligible next to dx's one).
         whole = vocab // ROW_PAD * ROW_PAD
         direct = len(spans) == 1 or dw_dtype == _accumulator_dtype(a)
-        side = SideStream(a.device)   # dw's GEMMs beside dx's; the next block waits for them
         for i, (r0, r1) in enumerate(spans):
             limit = self._limit(r0, r1)
-            side.join()   # before the block's buffer is written again
             outs = grad_block(r0, r1, ["output"] + ["r"] * (self.norm and (need_x or need_g))
                               + ["db"] * db_here, limit)
             g_b, a_b = outs["output"], a[r0:r1]
             if db_here:
                 db = outs["db"] if db is None else db + outs["db"]
             if dw_here:   # dw += G_b.T @ a_b, summed in float32
-                with side:
-                    dw_sum = self._add_dw(g_b, a_b, dw, dw_sum, limit, i, len(spans), direct)
+                if direct and i == 0:   # into dw itself: one block, or dw is float32
+                    if g_b.dtype == dw.dtype and limit is None:
+                        torch.matmul(g_b.T, a_b, out=dw)   # a plain GEMM: cuBLAS
+                    else:
+                        PLAIN(g_b.T, a_b, out=dw, k_limit=limit)
+                elif i == 0:
+                    dw_sum = PLAIN(g_b.T, a_b, out_dtype=_accumulator_dtype(a), k_limit=limit)["output"]
+                elif direct or i < len(spans) - 1:
+                    into = dw if direct else dw_sum
+                    if limit is None:
+                        weight_grad(g_b, a_b, into=into)
+                    else:
+                        ACCUMULATE(g_b.T, a_b, out=into, k_limit=limit)
+                else:   # the last block's GEMM adds the float32 sum and rounds once
+                    ADD_PARTIAL(g_b.T, a_b, partial=dw_sum, out=dw, k_limit=limit)
             if not (need_x or need_g):
                 continue
             if not self.norm and limit is not None:   # dx_b: rows past the limit stay zero
@@ -464,31 +475,7 @@ class Blocks:
                             outputs=["output"] * need_x + ["dg"] * need_g, g=g, k=k, h=h[r0:r1])
             if need_g:
                 dg = final["dg"] if dg is None else dg + final["dg"]
-        side.join()
         return dx, dw, db, dg
-
-    @staticmethod
-    def _add_dw(g_b: torch.Tensor, a_b: torch.Tensor, dw: torch.Tensor, dw_sum: torch.Tensor | None,
-                limit: torch.Tensor | None, i: int, blocks: int, direct: bool) -> torch.Tensor | None:
-        """Block i's term G_b.T @ a_b of dw: into dw itself (`direct`: one block, or dw is
-        float32), else into a float32 sum `dw_sum` (returned) whose last GEMM adds it and rounds
-        once into dw."""
-        if direct and i == 0:
-            if g_b.dtype == dw.dtype and limit is None:
-                torch.matmul(g_b.T, a_b, out=dw)   # a plain GEMM: cuBLAS
-            else:
-                PLAIN(g_b.T, a_b, out=dw, k_limit=limit)
-        elif i == 0:
-            return PLAIN(g_b.T, a_b, out_dtype=_accumulator_dtype(a_b), k_limit=limit)["output"]
-        elif direct or i < blocks - 1:
-            into = dw if direct else dw_sum
-            if limit is None:
-                weight_grad(g_b, a_b, into=into)
-            else:
-                ACCUMULATE(g_b.T, a_b, out=into, k_limit=limit)
-        else:   # the last block's GEMM adds the float32 sum and rounds once
-            ADD_PARTIAL(g_b.T, a_b, partial=dw_sum, out=dw, k_limit=limit)
-        return dw_sum
 
 
 def _accumulator_dtype(x: torch.Tensor) -> torch.dtype:

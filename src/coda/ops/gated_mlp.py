@@ -47,7 +47,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import PLAIN, SideStream, as_rows, matmul, present, weight_grad
+from .common import PLAIN, as_rows, matmul, present, weight_grad
 from .norms import FOLD, NORM_DW, RMS_ROW, RMS_ROW_PARAMS
 
 #: activation -> (f, f') by primitive name; the op names follow the activation.
@@ -231,24 +231,21 @@ class GatedMLPFunction(torch.autograd.Function):
         norm_grad = norm == "sumsq" and need_x         # x's gradient through its own r(x)
         residual_grad = ctx.residual_is_x and need_x   # joins dx's epilogue (x's gradient)
         dx = dw_gate_up = drstd = None
-        side = SideStream(rows.device)
-        with side:
-            dw_down = weight_grad(dy, h, like=w_down) if need_wd else None
         if need_x or need_wgu or need_r:
             prog = grad_program(ctx.activation, norm, need_r or norm_grad)
             outs = prog(dy, w_down, g=gate, u=up, **row)
             dpre = outs["output"]
-            with side:
-                dw_gate_up = weight_grad(dpre, rows, like=w_gate_up) if need_wgu else None
             if need_x:
                 terms = (dict(row, dr=outs["dr"], xin=rows) if norm_grad else {}) | (
                     dict(dres=dy) if residual_grad else {})
                 dx = (dx_program(norm_grad, residual_grad)(dpre, w_gate_up, **terms)["output"]
                       if terms else matmul(dpre, w_gate_up)).reshape(x.shape)
+            if need_wgu:
+                dw_gate_up = weight_grad(dpre, rows, like=w_gate_up)
             if need_r:
                 shape, dtype = ctx.rstd
                 drstd = (outs["dr"] / scale).to(dtype).reshape(shape)
-        side.join()
+        dw_down = weight_grad(dy, h, like=w_down) if need_wd else None
         dresidual = None
         if need_res and not residual_grad:
             shape, dtype = ctx.residual

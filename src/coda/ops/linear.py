@@ -48,7 +48,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import STATS, SideStream, as_rows, column_sum, input_grad, present, stored, weight_grad
+from .common import STATS, as_rows, column_sum, input_grad, present, stored, weight_grad
 from .dropout import check_probability, resolve_seed
 
 #: activation -> (f, f') as DSL expressions of the pre-activation `{h}`; f' None: no derivative
@@ -114,16 +114,13 @@ def backward_program(activation: str | None, dropout: bool, bias_grad: bool) -> 
 
 
 def grad_at_preactivation(dy: torch.Tensor, activation: str | None, p: float, seed: int | None,
-                          slope: torch.Tensor | None, bias_dtype: torch.dtype | None,
-                          side: SideStream) -> tuple[torch.Tensor, torch.Tensor | None]:
+                          slope: torch.Tensor | None, bias_dtype: torch.dtype | None
+                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(dpre, db) for an incoming gradient dy [M, N] that no CODA GEMM produced:
     dpre = dropout(dy, p) * slope (f' at the pre-activation) and db = col_sum(dpre), stored in
-    `bias_dtype` (None: no bias, no db). Where dpre is dy itself, db's map runs on `side`."""
+    `bias_dtype` (None: no bias, no db)."""
     if activation is None and p == 0.0:
-        if bias_dtype is None:
-            return dy, None
-        with side:
-            return dy, column_sum(dy, bias_dtype)
+        return dy, None if bias_dtype is None else column_sum(dy, bias_dtype)
     prog = backward_program(activation, p > 0.0, bias_dtype is not None)
     outs = prog.map(dy, seed=seed, dtypes=stored(db=bias_dtype), **present(slope=slope, p=p or None))
     return outs["output"], outs.get("db")
@@ -148,13 +145,10 @@ class LinearFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         x, w, slope = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        side = SideStream(dy.device)
         dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, slope,
-                                         ctx.bias_dtype if need_b else None, side)
-        with side:
-            dw = weight_grad(dpre, as_rows(x)[0], like=w) if need_w else None
+                                         ctx.bias_dtype if need_b else None)
         dx = input_grad(dpre, w).reshape(x.shape) if need_x else None
-        side.join()
+        dw = weight_grad(dpre, as_rows(x)[0], like=w) if need_w else None
         return dx, dw, db, None, None, None, None
 
 
@@ -197,20 +191,16 @@ class MLPFunction(torch.autograd.Function):
             return None, None, None, None, None, None, None, None, dresidual, None, None
         b1_dtype, b2_dtype = (dtype if need else None
                               for dtype, need in zip(ctx.bias_dtypes, (need_b1, need_b2), strict=True))
-        side = SideStream(dy.device)
-        dy2, db2 = grad_at_preactivation(as_rows(dy)[0], None, ctx.p, ctx.seed, None, b2_dtype, side)
-        with side:
-            dw2 = weight_grad(dy2, h, like=w2) if need_w2 else None
+        dy2, db2 = grad_at_preactivation(as_rows(dy)[0], None, ctx.p, ctx.seed, None, b2_dtype)
+        dw2 = weight_grad(dy2, h, like=w2) if need_w2 else None
         dx = dw1 = db1 = None
         if need_x or need_w1 or need_b1:
             # dh = dy' @ w2 is never written: its epilogue applies the slope and sums db1.
             prog = backward_program(ctx.activation, False, need_b1)
             outs = prog(dy2, w2, dtypes=stored(db=b1_dtype), **present(slope=slope))
             dpre, db1 = outs["output"], outs.get("db")
-            with side:
-                dw1 = weight_grad(dpre, as_rows(x)[0], like=w1) if need_w1 else None
             dx = input_grad(dpre, w1, dy if fold else None).reshape(x.shape) if need_x else None
-        side.join()
+            dw1 = weight_grad(dpre, as_rows(x)[0], like=w1) if need_w1 else None
         return dx, dw1, db1, dw2, db2, None, None, None, dresidual, None, None
 
 

@@ -67,7 +67,6 @@ from . import checks
 from .common import (
     STATS,
     SUMS,
-    SideStream,
     as_rows,
     check_split,
     column_sum,
@@ -220,10 +219,6 @@ def rms_norm_linear_grads(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, w:
     rows = as_rows(x)[0]
     row = dict(ss=ss, inv_n=1.0 / rows.shape[1], eps=eps)
     dx = dg = dw = db = None
-    side = SideStream(dy.device)
-    if need_b:
-        with side:
-            db = column_sum(dy, bias_dtype)
     if need_x:
         pre = RMS_DXHAT(dy, w, g=g, xin=rows)
         outs = RMS_DX[dres is not None].map(pre["output"], **row, t=pre["t"], xin=rows,
@@ -237,7 +232,8 @@ def rms_norm_linear_grads(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, w:
                        outputs=_wanted(output=need_w, dg=need_g),
                        dtypes=stored(output=w.dtype, dg=g.dtype))
         dw, dg = outs.get("output"), outs.get("dg")
-    side.join()
+    if need_b:
+        db = column_sum(dy, bias_dtype)
     return dx, dg, dw, db
 
 
@@ -284,10 +280,6 @@ class LayerNormLinearFunction(torch.autograd.Function):
         need_weights = need_g or need_beta or need_w
         row = dict(shift=row_shift(rows, ctx.shifted), s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
         dx = dg = dbeta = dw = db = None
-        side = SideStream(rows.device)
-        if need_weights or need_b:   # float32 while LN_DW reads it, else the bias's dtype
-            with side:
-                db = column_sum(dy, None if need_weights else ctx.bias_dtype)
         if need_x:
             pre = LN_DXHAT(dy, w, **row, g=g, xin=rows)
             outs = LN_DX[dres is not None].map(pre["output"], **row, a=pre["a"], b=pre["b"], xin=rows,
@@ -296,14 +288,13 @@ class LayerNormLinearFunction(torch.autograd.Function):
             dx, xhat = outs["output"].reshape(x.shape), outs.get("xhat")
         elif need_weights:
             xhat = LN_XHAT.map(rows, **row)["output"]
+        if need_weights or need_b:   # float32 while LN_DW reads it, else the bias's dtype
+            db = column_sum(dy, None if need_weights else ctx.bias_dtype)
         if need_weights:
-            with side:
-                outs = LN_DW(dy.T, xhat, g=g, beta=beta, db=db, w=w,
-                             out=weight_grad_out(w) if need_w else None,
-                             outputs=_wanted(output=need_w, dg=need_g, dbeta=need_beta),
-                             dtypes=stored(output=w.dtype, dg=g.dtype, dbeta=beta.dtype))
+            outs = LN_DW(dy.T, xhat, g=g, beta=beta, db=db, w=w, out=weight_grad_out(w) if need_w else None,
+                         outputs=_wanted(output=need_w, dg=need_g, dbeta=need_beta),
+                         dtypes=stored(output=w.dtype, dg=g.dtype, dbeta=beta.dtype))
             dw, dg, dbeta = outs.get("output"), outs.get("dg"), outs.get("dbeta")
-        side.join()
         db = db.to(ctx.bias_dtype) if need_b else None
         return dx, dg, dbeta, dw, db, None, None, None, None, None
 
@@ -333,19 +324,15 @@ class OutProjResidualFunction(torch.autograd.Function):
         need_x, need_w, need_r, need_b = ctx.needs_input_grad[:4]
         residual_dtype, bias_dtype = ctx.dtypes
         dpre, db = as_rows(dy)[0], None
-        side = SideStream(dy.device)
         if ctx.p > 0.0:
             outs = DROPOUT_GRAD.map(dpre, p=ctx.p, seed=ctx.seed, outputs=_wanted(output=True, db=need_b),
                                     dtypes=stored(db=bias_dtype))
             dpre, db = outs["output"], outs.get("db")
         elif need_b:
-            with side:
-                db = column_sum(dpre, bias_dtype)
-        with side:
-            dw = weight_grad(dpre, as_rows(x)[0], like=w).to(w.dtype) if need_w else None
+            db = column_sum(dpre, bias_dtype)
         dx = matmul(dpre, w).reshape(x.shape) if need_x else None
+        dw = weight_grad(dpre, as_rows(x)[0], like=w).to(w.dtype) if need_w else None
         dresidual = dy.to(residual_dtype) if need_r else None
-        side.join()
         return dx, dw, dresidual, db, None, None, None
 
 

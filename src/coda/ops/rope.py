@@ -48,7 +48,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import SideStream, as_rows, matmul, weight_grad
+from .common import as_rows, matmul, weight_grad
 from .norms import RMS_ROW, RMS_ROW_PARAMS, rms_fold, rms_norm_linear_grads
 
 
@@ -118,11 +118,8 @@ class QKVRopeFunction(torch.autograd.Function):
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         rows = as_rows(x)[0]
         dpre, db = pre_gradient((dq, dk, dv), rows, cos, sin, ctx.heads, need_b)
-        side = SideStream(rows.device)
-        with side:
-            dw = weight_grad(dpre, rows, like=w_qkv) if need_w else None
         dx = matmul(dpre, w_qkv).reshape(x.shape) if need_x else None
-        side.join()
+        dw = weight_grad(dpre, rows, like=w_qkv) if need_w else None
         return dx, dw, db.to(ctx.bias_dtype) if need_b else None, None, None, None
 
 
