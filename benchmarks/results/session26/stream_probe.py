@@ -4,6 +4,8 @@ captures of two identical models in one process, replayed alternately on the sam
 
     PYTHONPATH=$PWD/src python benchmarks/results/session26/stream_probe.py gpt2 bert llama
 
+(`--eager`: the models unpatched; `--reverse`: the checked first replays in reverse order.)
+
 Prints and writes (--json) ms a step per round, and per variant one profiled replay: the GPU
 span (first kernel's start to last kernel's end), the kernels' summed time and their count.
 The losses of the two variants, replay by replay, must be equal (they train the same weights
@@ -32,7 +34,9 @@ REPLAYS, ROUNDS = 10, 3
 
 def captured(name: str, mode: str):
     os.environ["CODA_SIDE_STREAM"] = mode
-    model = coda.patch(build(name, False, torch.device("cuda"), torch.bfloat16))
+    model = build(name, False, torch.device("cuda"), torch.bfloat16)
+    if "--eager" not in sys.argv:
+        model = coda.patch(model)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, fused=True, capturable=True)
     batch, seq = SHAPES[name]
     generator = torch.Generator().manual_seed(SEED)
@@ -74,7 +78,8 @@ def main() -> None:
     results = {}
     for name in names:
         steps = {v: captured(name, mode) for v, mode in variants.items()}
-        for v, (step, inputs) in steps.items():
+        order = list(steps.items())[::-1] if "--reverse" in sys.argv else steps.items()
+        for v, (step, inputs) in order:
             step(**inputs)
             torch.cuda.synchronize()
             print(f"replayed {name}, {v}", flush=True)
