@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Twenty-sixth session: two captured GPT-2 steps in one process replayed into an illegal
 # address (s26_second.sh, without the side stream too). Which graph, and is it CODA's: the
-# patched pair with the second graph replayed first, then the same with unpatched models.
+# patched pair with the second graph replayed first, the same with unpatched models, and each
+# of GPT-2's ops captured twice on its own.
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
 D=benchmarks/results/session26
 for flags in "--reverse" "--eager" ; do
@@ -9,3 +10,5 @@ for flags in "--reverse" "--eager" ; do
     > $OUT/two${flags/--/_}.log 2>&1
   echo "== $flags rc=$?"; grep -E "^gpt2 |replayed|Error" $OUT/two${flags/--/_}.log | cut -c1-300
 done
+# one op at a time, two graphs each (capture_twice.py: every op in its own process)
+timeout 200 python $D/capture_twice.py 2>&1 | tee $OUT/capture_twice.txt
