@@ -2,7 +2,7 @@
 capture: a cached launch on the default stream, on a side stream and replayed from a graph gives
 the bits of a first launch through Triton's JIT; dropout refuses to draw a seed under capture; a
 CODA-patched model's whole training step (`coda.capture_step`) replays from a graph with the losses of
-eager steps on the same batches.
+eager steps on the same batches; a captured step keeps alive what its graph writes.
 """
 
 from __future__ import annotations
@@ -117,3 +117,36 @@ def test_patched_gpt2_training_step_replays_from_a_cuda_graph():
     eager, replayed = trained(False), trained(True)
     assert replayed == pytest.approx(eager, rel=1e-3), (replayed, eager)
     assert len(set(replayed)) == len(replayed), replayed   # each replay updated the weights
+
+
+def test_a_captured_step_keeps_its_model_and_optimizer_alive():
+    """A graph holds no references to the memory it writes: the CapturedStep keeps the step
+    function and the optimizer. Two steps captured in turn from models and optimizers that only
+    their steps keep (the second capture empties the allocator's cache) both replay and train."""
+    transformers = pytest.importorskip("transformers")
+    import gc
+
+    from coda.integrations.hf import unpadded_batches
+
+    config = transformers.GPT2Config(n_embd=128, n_layer=1, n_head=2, vocab_size=500, n_positions=128,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
+                                     attn_implementation="sdpa")
+    ids = torch.randint(500, (4, 128), device="cuda")
+
+    def captured():
+        model = coda.patch(transformers.GPT2LMHeadModel(config).cuda().bfloat16().train())
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True, capturable=True)
+
+        def train_step(input_ids: torch.Tensor) -> torch.Tensor:
+            loss = model(input_ids=input_ids, labels=input_ids).loss
+            loss.backward()
+            opt.step()
+            return loss
+        return coda.capture_step(train_step, opt, warmup=1, context=unpadded_batches, input_ids=ids)
+
+    first = captured()
+    gc.collect()
+    second = captured()
+    losses = [step(input_ids=ids).item() for step in (first, second, first, second)]
+    assert all(torch.isfinite(torch.tensor(losses))), losses
+    assert losses[2] < losses[0] and losses[3] < losses[1], losses   # each step trained its model

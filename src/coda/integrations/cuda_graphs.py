@@ -20,7 +20,9 @@ capture), sets the gradients to None so that the captured backward allocates the
 pool, and captures one step. A replay recomputes the same kernels on the new batch's values: the
 batch must keep the example's shapes and dtypes, and the step must not depend on values read back
 on the host (`.item()`, data-dependent shapes). Dropout in CODA's ops needs an explicit `seed=`
-under capture (its mask is then the same at every replay; docs/ops.md).
+under capture (its mask is then the same at every replay; docs/ops.md). The captured step keeps
+the step function and the optimizer (so the parameters and their state) alive as long as it
+lives: the graph writes them in place and holds no references of its own.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class CapturedStep:
     loss: torch.Tensor
     #: the losses of the warm-up steps, which trained on the example batch
     warmup_losses: list[torch.Tensor] = field(default_factory=list)
+    #: the step function and the optimizer: a graph holds no references to the memory its
+    #: kernels use, so without these a dropped model or optimizer would be freed under it (a
+    #: later capture empties the allocator's cache: the replay then faults)
+    keep_alive: tuple = ()
 
     def __call__(self, **batch: torch.Tensor) -> torch.Tensor:
         if batch.keys() != self.inputs.keys():
@@ -99,7 +105,7 @@ def capture_step(step: Callable[..., torch.Tensor], optimizer: torch.optim.Optim
     optimizer.zero_grad(set_to_none=True)
     with context() if context is not None else contextlib.nullcontext(), torch.cuda.graph(graph):
         loss = _loss_of(step(**inputs))
-    return CapturedStep(graph, inputs, loss, losses)
+    return CapturedStep(graph, inputs, loss, losses, keep_alive=(step, optimizer))
 
 
 def _loss_of(loss) -> torch.Tensor:
