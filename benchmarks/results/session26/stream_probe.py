@@ -4,7 +4,8 @@ captures of two identical models in one process, replayed alternately on the sam
 
     PYTHONPATH=$PWD/src python benchmarks/results/session26/stream_probe.py gpt2 bert llama
 
-(`--eager`: the models unpatched; `--reverse`: the checked first replays in reverse order.)
+(`--eager`: the models unpatched; `--reverse`: the checked first replays in reverse order;
+`--block-logits=N`: the cross-entropy's blocks of about 2**N logits, coda.ops.cross_entropy.BLOCK_LOGITS.)
 
 Prints and writes (--json) ms a step per round, and per variant one profiled replay: the GPU
 span (first kernel's start to last kernel's end), the kernels' summed time and their count.
@@ -75,6 +76,10 @@ def main() -> None:
     modes = next((a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--modes=")), None)
     # --modes=0,graph: the variants to capture (one graph each), default both of VARIANTS
     variants = {f"{i}: CODA_SIDE_STREAM={m}": m for i, m in enumerate(modes)} if modes else VARIANTS
+    block = next((int(a.split("=", 1)[1]) for a in sys.argv[1:] if a.startswith("--block-logits=")), None)
+    if block:
+        import coda.ops.cross_entropy as ce
+        ce.BLOCK_LOGITS = 1 << block
     results = {}
     for name in names:
         steps = {v: captured(name, mode) for v, mode in variants.items()}
