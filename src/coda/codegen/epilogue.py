@@ -62,10 +62,6 @@ class Signature:
     reuse: tuple[tuple[str, str], ...] = ()  # ping-pong: (`out_y`, `op_x`) pairs, output y staged
                                              # in the buffer operand x was staged in (same dtype
                                              # and width), which the epilogue has read by then
-    double_staged: bool = False  # ping-pong: the one TMA output (16-bit, no staged operand) in
-                                 # two buffers a warpgroup, slice j in buffer j % 2: a slice's
-                                 # store then waits for the store two slices back, not the last
-                                 # one (4-deep ring of 128x128x64 tiles 128 KiB + 64 KiB fit)
 
 
 def kernel_params(program: Program, sig: Signature) -> list[str]:
@@ -140,19 +136,17 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
     Every TMA tile gets a descriptor and shared-memory buffers of [BLOCK_M, slice width]:
     a tile operand one per column slice per warpgroup, filled by TMA when the warpgroup starts
     the tile's K loop (so the load runs under the MMAs) and waited for before the epilogue;
-    an output one per warpgroup (two with `sig.double_staged`, used by alternate slices),
-    written by the epilogue and stored by TMA without waiting,
+    an output one per warpgroup, written by the epilogue and stored by TMA without waiting,
     or, for an output in `sig.reuse`, its operand's buffer of the slice: then it needs no
     shared memory of its own, and no wait until the next tile's operands are fetched."""
     tiles = _tma_tiles(program, sig)
     operands = [base for base, _ in tiles if base.startswith("op_")]
     reuse = dict(sig.reuse)
-    staged = 2 if sig.double_staged else 1   # buffers a warpgroup for an output
     prologue = []
     for base, half in tiles:
         cols, block = ("N // 2", "BLOCK_N // EPILOGUE_SPLIT // 2") if half else (
             "N", "BLOCK_N // EPILOGUE_SPLIT")
-        count = "2 * EPILOGUE_SPLIT" if base in operands else str(2 * staged)
+        count = "2 * EPILOGUE_SPLIT" if base in operands else "2"
         prologue += [
             f"{base}_layout: gl.constexpr = smem_layout(BLOCK_M, {block}, {base}_ptr.dtype.element_ty)",
             f"{base}_desc = tma.make_tensor_descriptor({base}_ptr, [M, {cols}], [{base}_s0, 1], "
@@ -176,8 +170,7 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
             slice_args += [f"{base}_desc", f"{reuse[base]}_bufs.index(WG * EPILOGUE_SPLIT + j)"]
         else:
             partition_args += [f"{base}_desc", f"{base}_bufs"]
-            index = "WG * 2 + j % 2" if staged == 2 else "WG"
-            slice_args += [f"{base}_desc", f"{base}_bufs.index({index})"]
+            slice_args += [f"{base}_desc", f"{base}_bufs.index(WG)"]
     prefetch, wait = "", ""
     if operands:
         prologue += ["tiles_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())",
@@ -427,9 +420,7 @@ class _Emitter:
                 # through this warpgroup's buffer, once the store that last read it is done (a
                 # slice's buffer of an operand is free: the epilogue has read it)
                 if base not in dict(self.sig.reuse):
-                    # the stores issued since this buffer's last one (two buffers: two slices')
-                    staged = 2 if self.sig.double_staged else 1
-                    in_flight = staged * sum(b.startswith("out_") for b in self.sig.tma) - 1
+                    in_flight = sum(b.startswith("out_") for b in self.sig.tma) - 1
                     self.emit(f"tma.store_wait({in_flight})")
                 self.emit(f"{base}_smem.store({value}.to({base}_desc.dtype))")
                 self.emit("fence_async_shared()")

@@ -412,17 +412,8 @@ def _signature(launch: Launch, variant: str, stage_tiles: bool = True) -> Signat
                     else spec.shape[-1] * spec.dtype.itemsize % 16 == 0):
                 tma.add(f"out_{spec.name}")
     written = tuple(spec.name for spec in launch.outputs)
-    pingpong = variant == "pingpong"
     return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma),
-                     _reuse(launch, tma) if pingpong else (), pingpong and _double_staged(launch, tma))
-
-
-def _double_staged(launch: Launch, tma: set[str]) -> bool:
-    """Whether the ping-pong kernel stages its output's slices in two buffers a warpgroup: for
-    one 16-bit TMA output and no staged tile operand (Signature.double_staged)."""
-    outputs = [spec for spec in launch.outputs if f"out_{spec.name}" in tma]
-    return (len(outputs) == 1 and outputs[0].dtype.itemsize == 2
-            and not any(base.startswith("op_") for base in tma))
+                     _reuse(launch, tma) if variant == "pingpong" else ())
 
 
 def _reuse(launch: Launch, tma: set[str]) -> tuple[tuple[str, str], ...]:
