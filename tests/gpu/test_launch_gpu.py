@@ -82,29 +82,36 @@ def test_dropout_refuses_to_draw_a_seed_under_capture():
             ops.linear(x, w, dropout_p=0.1)
 
 
+def patched_gpt2_training(capturable: bool, **size: int):
+    """(train_step(input_ids) -> loss, its AdamW) of a small CODA-patched GPT-2 of `size`
+    (GPT2Config's n_embd, n_layer, n_head, vocab_size, n_positions; bf16, no dropout): forward,
+    backward and optimizer step, as coda.capture_step takes them."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(**size, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                     use_cache=False, attn_implementation="sdpa")
+    model = coda.patch(transformers.GPT2LMHeadModel(config).cuda().bfloat16().train())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True, capturable=capturable)
+
+    def train_step(input_ids: torch.Tensor) -> torch.Tensor:
+        loss = model(input_ids=input_ids, labels=input_ids).loss
+        loss.backward()
+        opt.step()
+        return loss
+    return train_step, opt
+
+
 def test_patched_gpt2_training_step_replays_from_a_cuda_graph():
     """coda.capture_step: each replay trains on the batch it is given, as eager steps on the same
     batches do (the warm-up step trains on the example batch, the first of them)."""
-    transformers = pytest.importorskip("transformers")
     from coda.integrations.hf import unpadded_batches
 
-    config = transformers.GPT2Config(n_embd=256, n_layer=2, n_head=4, vocab_size=1000, n_positions=256,
-                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
-                                     attn_implementation="sdpa")
     generator = torch.Generator("cuda").manual_seed(0)
     batches = [torch.randint(1000, (4, 256), device="cuda", generator=generator) for _ in range(4)]
 
     def trained(graph: bool) -> list[float]:
         torch.manual_seed(0)
-        model = coda.patch(transformers.GPT2LMHeadModel(config).cuda().bfloat16().train())
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True, capturable=graph)
-
-        def train_step(input_ids: torch.Tensor) -> torch.Tensor:
-            loss = model(input_ids=input_ids, labels=input_ids).loss
-            loss.backward()
-            opt.step()
-            return loss
-
+        train_step, opt = patched_gpt2_training(graph, n_embd=256, n_layer=2, n_head=4, vocab_size=1000,
+                                                n_positions=256)
         if not graph:
             losses = []
             for ids in batches:
@@ -123,25 +130,15 @@ def test_a_captured_step_keeps_its_model_and_optimizer_alive():
     """A graph holds no references to the memory it writes: the CapturedStep keeps the step
     function and the optimizer. Two steps captured in turn from models and optimizers that only
     their steps keep (the second capture empties the allocator's cache) both replay and train."""
-    transformers = pytest.importorskip("transformers")
     import gc
 
     from coda.integrations.hf import unpadded_batches
 
-    config = transformers.GPT2Config(n_embd=128, n_layer=1, n_head=2, vocab_size=500, n_positions=128,
-                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
-                                     attn_implementation="sdpa")
     ids = torch.randint(500, (4, 128), device="cuda")
 
-    def captured():
-        model = coda.patch(transformers.GPT2LMHeadModel(config).cuda().bfloat16().train())
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True, capturable=True)
-
-        def train_step(input_ids: torch.Tensor) -> torch.Tensor:
-            loss = model(input_ids=input_ids, labels=input_ids).loss
-            loss.backward()
-            opt.step()
-            return loss
+    def captured():   # the model and optimizer: referenced by the step function alone
+        train_step, opt = patched_gpt2_training(True, n_embd=128, n_layer=1, n_head=2, vocab_size=500,
+                                                n_positions=128)
         return coda.capture_step(train_step, opt, warmup=1, context=unpadded_batches, input_ids=ids)
 
     first = captured()

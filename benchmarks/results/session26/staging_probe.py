@@ -8,7 +8,6 @@ Programs: CODA's plain GEMM and (a) bias + GELU at GPT-2's fc1 shape, LayerNorm-
 first row block). Writes $OUT/staging_probe.json.
 """
 
-import copy
 import json
 import os
 import sys
@@ -18,8 +17,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "session25"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from ce_probe import REPS, with_target  # session25's probe
+from ce_probe import REPS, with_target  # session25's probes
 from kernel_configs import graph_us
+from order_probe import fresh, randn
 
 import coda
 from coda.codegen import kernel as kernel_module
@@ -28,17 +28,6 @@ from coda.ops import norms
 DOUBLE = kernel_module._double_staged
 VARIANTS = {"one buffer": lambda launch, tma: False, "two buffers": DOUBLE}
 ROUNDS = 3
-
-
-def fresh(prog: coda.Program) -> coda.Program:
-    """The same program with no kernel built and no plan kept: its next launch generates code."""
-    copy_ = copy.copy(prog)
-    copy_._triton, copy_._plans = None, {}
-    return copy_
-
-
-def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
-    return (torch.randn(shape, device="cuda") * scale).to(torch.bfloat16)
 
 
 def cases() -> dict:
