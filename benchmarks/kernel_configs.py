@@ -2,6 +2,7 @@
 
     python benchmarks/kernel_configs.py maps  [--json benchmarks/results/session10/map_tiles.json]
     python benchmarks/kernel_configs.py llama [--json benchmarks/results/session10/llama_configs.json]
+    python benchmarks/kernel_configs.py gpt2  [--json benchmarks/results/session27/gpt2_configs.json]
     python benchmarks/kernel_configs.py sm90  [--json ...]     # no GPU needed
 
 
@@ -9,9 +10,12 @@
 gradient maps, ...) at 16384 rows, in several map tiles; the finishing kernel is part of each
 launch. `llama`: the heaviest CODA GEMMs of a LLaMA-492M step (16384 tokens) in the heuristic
 configuration and in other Hopper candidates (a configuration that does not fit shared memory is
-recorded as "OOR"), cuBLAS beside the plain ones. `sm90`: the same LLaMA launches compiled for
-sm_90 on any machine, every Hopper candidate: shared memory (over 232448 bytes: does not fit),
-registers a thread and spilled bytes (ptxas -v). Each launch is a ready `Plan` captured ten or
+recorded as "OOR"), cuBLAS beside the plain ones. `gpt2`: every CODA GEMM launch of one GPT-2
+124M training step (batch 16 x 1024, recorded from the patched HF model as it runs), in the
+heuristic configuration and in GPT2_CONFIGS, with cuBLAS's bare GEMM of the same A and B beside
+each. `sm90`: the same LLaMA launches compiled for sm_90 on any machine, every Hopper candidate:
+shared memory (over 232448 bytes: does not fit), registers a thread and spilled bytes (ptxas
+-v). Each launch is a ready `Plan` captured ten or
 twenty times in a CUDA graph and replayed: device time only, no host cost. bf16 operands on the
 GPU; `--smoke` runs tiny float32 shapes once each on the CPU (Triton interpreter), untimed, to
 check the script. These tables chose `tuning.MAP_CONFIGS` and the Hopper heuristic's last-wave
@@ -34,8 +38,10 @@ if "--smoke" in sys.argv and "sm90" not in sys.argv:   # sm90 compiles: no inter
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import coda
 from coda.codegen.kernel import Plan
 from coda.codegen.tuning import Config
+from coda.integrations.hf import unpadded_batches
 from coda.ops.common import PLAIN, SUMS
 
 norms = importlib.import_module("coda.ops.norms")        # coda.ops.<name> is also a function
@@ -62,6 +68,12 @@ GEMM_CONFIGS = [None, Config(128, 256, 64, 8, 4, split_epilogue=2),
                 Config(128, 128, 64, 4, 4, split_epilogue=8, pingpong=True, stage_tiles=False),
                 Config(128, 128, 64, 4, 5, split_epilogue=8, pingpong=True, stage_tiles=False),
                 Config(128, 128, 64, 4, 3, split_epilogue=8, pingpong=True, stage_tiles=False)]
+#: GPT-2's launches: the Triton kernel's tiles and the ping-pong kernel's rings and slices
+GPT2_CONFIGS = [None, Config(128, 256, 64, 8, 3, split_epilogue=2),
+                Config(128, 256, 64, 8, 4, split_epilogue=2), Config(128, 128, 64, 8, 4),
+                Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True),
+                Config(128, 128, 64, 4, 3, split_epilogue=2, pingpong=True),
+                Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True)]
 
 
 class Setup:
@@ -208,31 +220,78 @@ def llama_launches(setup: Setup) -> dict[str, tuple]:
 
 def llama(setup: Setup) -> list[dict]:
     """Each of llama_launches in the heuristic configuration and the GEMM_CONFIGS, timed."""
+    launches = {name: (prog, prog.bind(a, b, out=out, **operands))
+                for name, (prog, a, b, operands, out) in llama_launches(setup).items()}
+    return gemms(setup, launches, GEMM_CONFIGS, cublas=lambda prog: prog is PLAIN)
+
+
+def gpt2_launches(setup: Setup) -> dict[str, tuple]:
+    """Every CODA GEMM launch of one GPT-2 training step (forward and backward of the patched HF
+    model, the benchmark's batch), recorded as the step first configures each: name -> (program,
+    launch). Named program_MxNxK; the tensors stay those of the recorded step."""
+    import train  # benchmarks/, beside this script
+
+    from coda.codegen.kernel import TritonProgram
+
+    recorded, configure = {}, TritonProgram.config
+
+    def record(self, launch, kernel):
+        if kernel.variant != "map":
+            recorded[f"{self.program.name}_{launch.m}x{launch.n}x{launch.k}"] = (self.program, launch)
+        return configure(self, launch, kernel)
+
+    model = train.build("gpt2", setup.smoke, torch.device(setup.device), setup.dtype)
+    coda.patch(model)
+    batch, seq = train.SMOKE_SHAPE if setup.smoke else train.SHAPES["gpt2"]
+    ids = torch.randint(model.config.vocab_size, (batch, seq), device=setup.device)
+    TritonProgram.config = record
+    try:
+        with unpadded_batches():
+            model(input_ids=ids, labels=ids).loss.backward()
+    finally:
+        TritonProgram.config = configure
+    return recorded
+
+
+def gpt2(setup: Setup) -> list[dict]:
+    """Each of gpt2_launches in the heuristic configuration and the GPT2_CONFIGS, cuBLAS beside."""
+    return gemms(setup, gpt2_launches(setup), GPT2_CONFIGS, cublas=lambda prog: True)
+
+
+def gemms(setup: Setup, launches: dict[str, tuple], configs: list, cublas: Callable) -> list[dict]:
+    """Each bound launch (name -> (program, launch)) in the heuristic configuration and `configs`,
+    timed; every configuration's outputs must agree with the heuristic's. `cublas(program)`: time
+    torch.matmul of the launch's A and B beside it."""
     from triton.runtime.errors import OutOfResources
 
     results = []
-    for name, (prog, a, b, operands, out) in llama_launches(setup).items():
+    for name, (prog, launch) in launches.items():
         if setup.cases is not None and name not in setup.cases:
             continue
-        launch = prog.bind(a, b, out=out, **operands)
+        a, b, out = launch.concat or launch.a, launch.b, launch.out
+        limits = (launch.m_limit, launch.k_limit)
+        prior = None if out is None else out.clone()
         result, first = dict(case=name, m=launch.m, n=launch.n, k=launch.k), None
-        for config in ([None] if setup.smoke else setup.chosen(GEMM_CONFIGS)):
+        for config in ([None] if setup.smoke else setup.chosen(configs)):
             chosen = config or prog.triton.config(launch, prog.triton.kernel(launch))
             label = "heuristic" if config is None else config_label(config)
             if config is None:
                 result["heuristic_is"] = str(chosen)
             try:
-                plan = Plan(prog.triton.kernel(launch, chosen), chosen, launch)
-                outputs = plan.run(launch.a, launch.b, launch.values, out, 0)
+                plan = prog.triton.plan(launch, chosen)
+                if out is not None:   # `output +=` programs: each check starts from the same out
+                    out.copy_(prior)
+                outputs = plan.run(a, b, launch.values, out, launch.seed, limits)
                 got = {k: v.clone() for k, v in outputs.items()}
                 first = first or got   # every configuration must agree with the heuristic's
                 same = agrees(got, first)
-                us = graph_time(lambda: plan.run(launch.a, launch.b, launch.values, out, 0), setup, 10)
+                us = graph_time(lambda: plan.run(a, b, launch.values, out, launch.seed, limits), setup, 10)
                 result[label] = round(us, 1) if same else f"WRONG {us:.1f}"
             except OutOfResources:
                 result[label] = "OOR"
-        if prog is PLAIN:
-            result["cublas"] = round(graph_time(lambda: torch.matmul(a, b), setup, 10), 1)
+        if cublas(prog):
+            whole = launch.whole_a()
+            result["cublas"] = round(graph_time(lambda: torch.matmul(whole, b), setup, 10), 1)
         results.append(result)
         print(result, flush=True)
     return results
@@ -270,15 +329,15 @@ def sm90(setup: Setup) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("suite", choices=["maps", "llama", "sm90"])
+    parser.add_argument("suite", choices=["maps", "llama", "gpt2", "sm90"])
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--smoke", action="store_true", help="tiny float32 shapes on the CPU, untimed")
-    parser.add_argument("--cases", help="llama / sm90: only these launches (comma-separated names)")
-    parser.add_argument("--configs", help="llama / sm90: only configurations whose label has this")
+    parser.add_argument("--cases", help="llama / gpt2 / sm90: only these launches (comma-separated names)")
+    parser.add_argument("--configs", help="llama / gpt2 / sm90: only configurations whose label has this")
     args = parser.parse_args(argv)
     setup = Setup(args.smoke, bf16=args.suite == "sm90", cases=args.cases, configs=args.configs)
     torch.manual_seed(0)
-    rows = {"maps": maps, "llama": llama, "sm90": sm90}[args.suite](setup)
+    rows = {"maps": maps, "llama": llama, "gpt2": gpt2, "sm90": sm90}[args.suite](setup)
     if args.json:
         device = "cpu" if setup.device == "cpu" else torch.cuda.get_device_name()
         Path(args.json).write_text(json.dumps({"device": device, "torch": torch.__version__,

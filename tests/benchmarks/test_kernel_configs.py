@@ -1,6 +1,6 @@
 """benchmarks/kernel_configs.py runs end to end on the CPU (`--smoke`: tiny float32 shapes through
 the Triton interpreter, untimed): every map agrees with itself across all map tiles, every LLaMA
-GEMM launches in its heuristic configuration, and the sm90 suite compiles two of them for sm_90
+GEMM and every GEMM of a tiny GPT-2's training step launches in its heuristic configuration, and the sm90 suite compiles two of them for sm_90
 (a subprocess without the interpreter)."""
 
 from __future__ import annotations
@@ -27,6 +27,16 @@ def test_smoke_runs_both_suites(tmp_path):
     assert all(row["heuristic"] == 0.0 for row in written["rows"])   # ran, untimed
     picked = script.main(["llama", "--smoke", "--cases", "gated_dx,norm_dw"])
     assert [row["case"] for row in picked] == ["gated_dx", "norm_dw"]
+
+
+def test_gpt2_suite_records_the_gemms_of_a_training_step():
+    """The tiny GPT-2's step (2 layers, hidden 64, vocab 512, 2 x 32 tokens): its LayerNorm-folded
+    q/k/v, out projections, fc1 + GELU, LM head, and their backward GEMMs, each launched."""
+    rows = load_script("kernel_configs").main(["gpt2", "--smoke"])
+    cases = {row["case"] for row in rows}
+    assert {"ln_linear_64x192x64", "linear_gelu_64x256x64", "linear_identity_64x64x256",
+            "ce_forward_64x512x64", "ln_dxhat_64x64x192", "ln_dw_192x64x64"} <= cases
+    assert all(row["heuristic"] == 0.0 and row["cublas"] == 0.0 for row in rows)   # ran, untimed
 
 
 def test_sm90_suite_compiles_without_a_gpu(tmp_path):
