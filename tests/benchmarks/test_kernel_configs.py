@@ -1,7 +1,7 @@
 """benchmarks/kernel_configs.py runs end to end on the CPU (`--smoke`: tiny float32 shapes through
 the Triton interpreter, untimed): every map agrees with itself across all map tiles, every LLaMA
-GEMM and every GEMM of a tiny GPT-2's training step launches in its heuristic configuration, and the sm90 suite compiles two of them for sm_90
-(a subprocess without the interpreter)."""
+GEMM and every GEMM of a tiny GPT-2's training step launches in its heuristic configuration, and
+the sm90 suite compiles two of them for sm_90 (a subprocess without the interpreter)."""
 
 from __future__ import annotations
 

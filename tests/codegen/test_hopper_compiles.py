@@ -92,6 +92,32 @@ def compile_all() -> dict[str, dict]:
             results[f"{name}/{label}"] = compile_sm90(kernel_module, built, config, launch)
             # the tile operands given TMA descriptors (staged in shared memory)
             results[f"{name}/{label}"]["staged"] = sorted(set(re.findall(r"(op_\w+)_desc = ", built.source)))
+    results |= compile_concats(kernel_module, tuning.heuristic("hopper", m, n, k))
+    return results
+
+
+def compile_concats(kernel_module, config) -> dict[str, dict]:
+    """The ping-pong kernel reading A in three pieces (a coda.Concat, GPT-2's q/k/v gradients):
+    along K (LayerNorm's dxhat GEMM: a tile operand and row sums too) and along M (a weight
+    gradient's GEMM)."""
+    import torch
+
+    import coda
+    from coda.ops.common import PLAIN
+    from coda.ops.norms import LN_DXHAT
+
+    bf16, m, c = torch.bfloat16, 16384, 768
+    cat = coda.Concat([torch.empty(m, c, dtype=bf16) for _ in range(3)], 1)
+    row = dict(shift=torch.empty(m), s=torch.empty(m), ss=torch.empty(m), inv_n=1 / c, eps=1e-5)
+    launches = {"concat_k_ln_dxhat": LN_DXHAT.bind(cat, torch.empty(3 * c, c, dtype=bf16), **row,
+                                                   g=torch.empty(c, dtype=bf16),
+                                                   xin=torch.empty(m, c, dtype=bf16)),
+                "concat_m_plain": PLAIN.bind(cat.T, torch.empty(m, c, dtype=bf16))}
+    results = {}
+    for name, launch in launches.items():
+        built = launch.program.triton._build(kernel_module._signature(launch, "pingpong"), "pingpong")
+        results[f"{name}/pingpong"] = compile_sm90(kernel_module, built, config, launch) | dict(
+            staged=sorted(set(re.findall(r"(op_\w+)_desc = ", built.source))))
     return results
 
 
@@ -106,7 +132,8 @@ def compile_sm90(kernel_module, built, config, launch) -> dict[str, int]:
     finish = built.finish and Recorder(built.finish.arg_names)   # no kernel runs here
     plan = kernel_module.Plan(kernel_module.Kernel(built.variant, built.source, recorder, finish), config,
                               launch)
-    plan.run(launch.a, launch.b, launch.values, None, launch.seed, (launch.m_limit, launch.k_limit))
+    plan.run(launch.concat or launch.a, launch.b, launch.values, None, launch.seed,
+             (launch.m_limit, launch.k_limit))
     meta = dict(recorder.meta)
     options = {key: meta.pop(key) for key in ("num_warps", "num_stages", "maxnreg") if key in meta}
     fn = built.fn
@@ -175,8 +202,13 @@ def test_hopper_kernels_compile_for_sm90():
     assert set(results) == ({f"{p}/{c}" for p in PROGRAMS for c in ("heuristic", "heuristic_k4096",
                                                                      "heuristic_m64", "hopper")}
                             | {f"heavy/{kind}split{s}" for s in SPLITS for kind in ("", "pingpong_")}
-                            | {"heavy/pingpong_loads_split8"})
+                            | {"heavy/pingpong_loads_split8", "concat_k_ln_dxhat/pingpong",
+                               "concat_m_plain/pingpong"})
     for key, found in results.items():
+        if key.startswith("concat"):   # the ping-pong kernel's loader reads the pieces
+            assert found["warp_specialized"] and found["wgmma"] > 0 and found["tma"] > 0, key
+            assert found["spilled"] <= SPILL_LIMIT and found["shared"] <= SHARED_LIMIT, (key, found)
+            continue
         assert found["wgmma"] > 0, key   # the tensor-core path of sm_90
         assert found["tma"] > 0, key     # TMA loads of A and B
         # a residual comes by TMA except where the ping-pong kernel's epilogue loads it

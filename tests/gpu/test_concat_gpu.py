@@ -1,5 +1,5 @@
-"""GPU checks of coda.Concat and `split=`: bf16 at GPT-2's q/k/v shapes, through the Triton Hopper
-kernel (its pieces' TMA descriptors).
+"""GPU checks of coda.Concat and `split=`: bf16 at GPT-2's q/k/v shapes, through both Hopper
+kernels (the Triton one's and the Gluon ping-pong one's TMA descriptors of the pieces).
 
 The GEMMs a q/k/v gradient feeds (dx = (dq | dk | dv) @ w along K, dw = (dq | dk | dv).T @ x
 along M), and layer_norm_linear with split=, against float64 of the same bf16 inputs:
@@ -15,12 +15,15 @@ import torch.nn.functional as F
 from accuracy import assert_within_eager
 
 import coda
+from coda.codegen.tuning import Config
 from coda.ops.common import PLAIN
-from coda.ops.norms import layer_norm_linear
+from coda.ops.norms import LN_DXHAT, layer_norm_linear
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 BF16 = torch.bfloat16
+#: None: the heuristic's configuration (the Triton kernel at these K); the ping-pong kernel's
+MAINLOOPS = {"heuristic": None, "pingpong": Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True)}
 
 
 def randn(*shape, seed):
@@ -28,17 +31,41 @@ def randn(*shape, seed):
     return torch.randn(*shape, generator=g, device="cuda").to(BF16)
 
 
-@pytest.mark.parametrize("tokens, width", [(16384, 768), (4096, 1024)])
-def test_concat_gemms_bf16(tokens, width):
+@pytest.mark.parametrize("mainloop", MAINLOOPS)
+@pytest.mark.parametrize("tokens, width", [(16384, 768), (4096, 1024), (1000, 200)])
+def test_concat_gemms_bf16(tokens, width, mainloop):
+    """Along K pieces of 768, 1024 and 200 columns (a piece's last K block ragged: zero past its
+    end); along M whole row blocks (1000 and 200 rows are not: those pieces are joined)."""
     blocks = [randn(tokens, width, seed=i) for i in range(3)]
     w, x = randn(3 * width, width, seed=5) * 0.05, randn(tokens, width, seed=6)
     whole = torch.cat(blocks, 1)
     cat = coda.Concat(blocks, 1)
     for name, a, b, exact_a in (("dx (along K)", cat, w, whole), ("dw (along M)", cat.T, x, whole.T)):
         out = torch.full((a.shape[0], b.shape[1]), float("nan"), device="cuda", dtype=BF16)
-        PLAIN(a, b, out=out)
+        PLAIN.triton.launch(PLAIN.bind(a, b, out=out), MAINLOOPS[mainloop])
         exact = exact_a.double() @ b.double()
-        assert_within_eager(f"concat {name} {tokens}x{width}", out, exact_a @ b, exact)
+        assert_within_eager(f"concat {name} {tokens}x{width} {mainloop}", out, exact_a @ b, exact)
+
+
+@pytest.mark.parametrize("mainloop", MAINLOOPS)
+def test_concat_with_a_tile_operand_and_row_sums_bf16(mainloop):
+    """LayerNorm's dxhat GEMM as GPT-2 runs it: the q/k/v gradients in place (along K), a tile
+    operand staged by TMA, two row sums; against the same epilogue on the joined A in float64."""
+    tokens, width = 16384, 768
+    blocks = [randn(tokens, width, seed=20 + i) for i in range(3)]
+    w, xin = randn(3 * width, width, seed=24) * 0.05, randn(tokens, width, seed=25)
+    g = 1 + 0.1 * randn(width, seed=26)
+    s, ss = xin.float().sum(1), (xin.float() ** 2).sum(1)
+    row = dict(shift=torch.zeros(tokens, device="cuda"), s=s, ss=ss, inv_n=1.0 / width, eps=1e-5)
+    got = LN_DXHAT.triton.launch(LN_DXHAT.bind(coda.Concat(blocks, 1), w, **row, g=g, xin=xin),
+                                 MAINLOOPS[mainloop])
+    whole = torch.cat(blocks, 1)
+    eager = LN_DXHAT.reference(whole, w, **row, g=g, xin=xin)
+    exact = LN_DXHAT.reference(whole.double(), w.double(), **{k: v.double() if isinstance(v, torch.Tensor)
+                                                               else v for k, v in row.items()},
+                               g=g.double(), xin=xin.double())
+    for name in ("output", "a", "b"):
+        assert_within_eager(f"ln_dxhat on a concat {mainloop}: {name}", got[name], eager[name], exact[name])
 
 
 def test_split_projections_bf16():

@@ -59,7 +59,7 @@ def override(variant: str, sweep: dict | None) -> dict[str, str]:
         if kernel.variant != "map":
             if name in best:
                 chosen = best[name]
-            elif (variant == "pingpong" and self._pingpong(launch) and launch.m > 64
+            elif (variant == "pingpong" and self.pingpong and launch.m > 64
                   and launch.m_limit is None):
                 chosen = PINGPONG
             given[name] = str(chosen)

@@ -84,7 +84,7 @@ class TritonProgram:
         _check_dtypes(launch)
         kernel = self.kernel(launch)
         chosen = config or self.config(launch, kernel)
-        fallbacks = [] if config else [c for c in tuning.candidates(kernel.variant, self._pingpong(launch))
+        fallbacks = [] if config else [c for c in tuning.candidates(kernel.variant, self.pingpong)
                                        if c != chosen]
         for candidate in (chosen, *fallbacks):
             plan = self.plan(launch, candidate)
@@ -104,18 +104,11 @@ class TritonProgram:
         joined = dataclasses.replace(launch, a=launch.whole_a(), concat=None)
         return Plan(self.kernel(joined, config), config, joined, join_pieces=True)
 
-    def _pingpong(self, launch: Launch) -> bool:
-        """Whether the ping-pong kernel may run the launch: not for a program that reads its
-        prior output, nor for a Concat A (its loader reads one A)."""
-        return self.pingpong and launch.concat is None
-
     def kernel(self, launch: Launch, config: Config | None = None) -> Kernel:
         """The kernel for this launch's operand signature, in the mainloop `config` picks."""
         variant = _variant(launch)
         if config is not None:
             variant = config.mainloop(variant)
-        if variant == "pingpong" and launch.concat is not None:
-            variant = "hopper"   # the ping-pong kernel reads one A (a Concat runs in the Triton one)
         if variant == "pingpong" and not self.pingpong:
             raise LaunchError(f"{self.program.name} reads its prior output (`output += ...`), which "
                               f"the ping-pong kernel cannot: give a configuration without pingpong")
@@ -140,7 +133,7 @@ class TritonProgram:
                   _layout(launch))
         config = self._configs.get(bucket)
         if config is None:
-            pingpong = self._pingpong(launch)
+            pingpong = self.pingpong
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
                 config = tuning.heuristic(kernel.variant, m, n, k, pingpong, self.packs,
                                           launch.m_limit is not None)
@@ -237,10 +230,9 @@ class Plan:
         self.limited = (launch.m_limit is not None, launch.k_limit is not None)
         self.meta |= dict(LIMIT_M=self.limited[0]) if kernel.variant == "map" else dict(
             LIMIT_M=self.limited[0], LIMIT_K=self.limited[1])
-        if kernel.variant in ("hopper", "portable", "map"):
-            self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=concat_k)
-            if len(pieces) > 1 and kernel.variant == "hopper":
-                self.meta["FLATTEN"] = False   # pieces_product's loops are no plain nest
+        self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=concat_k)
+        if len(pieces) > 1 and kernel.variant == "hopper":
+            self.meta["FLATTEN"] = False   # pieces_product's loops are no plain nest
         names = kernel.fn.arg_names
         self.constexprs = [self.meta[name] for name in names if name in self.meta]
         self.launcher = None

@@ -257,6 +257,45 @@ def operand_ring(X, ROWS, COLS, stride, BLOCK_ROWS: gl.constexpr, BLOCK_COLS: gl
 
 
 @gluon.jit
+def piece_rings(A, A1, A2, A3, starts, ends, M, K, stride_am, stride_ak, BLOCK_M: gl.constexpr,
+                BLOCK_K: gl.constexpr, STAGES: gl.constexpr, A_PIECES: gl.constexpr,
+                A_CONCAT_K: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr):
+    # one TMA descriptor per piece of A (a Concat's, or A itself), each spanning its own extent
+    # of the joined axis, and the ring of STAGES A tiles they all fill
+    if A_K_CONTIGUOUS:
+        layout: gl.constexpr = smem_layout(BLOCK_M, BLOCK_K, A.dtype.element_ty)
+        ring = gl.allocate_shared_memory(A.dtype.element_ty, [STAGES, BLOCK_M, BLOCK_K], layout)
+    else:
+        layout: gl.constexpr = smem_layout(BLOCK_K, BLOCK_M, A.dtype.element_ty)
+        ring = gl.allocate_shared_memory(A.dtype.element_ty, [STAGES, BLOCK_K, BLOCK_M], layout)
+    descs = ()
+    for i in gl.static_range(A_PIECES):
+        rows = M if A_CONCAT_K else ends[i] - starts[i]
+        depth = ends[i] - starts[i] if A_CONCAT_K else K
+        if A_K_CONTIGUOUS:
+            desc = tma.make_tensor_descriptor((A, A1, A2, A3)[i], [rows, depth], [stride_am, 1],
+                                              [BLOCK_M, BLOCK_K], layout)
+        else:
+            desc = tma.make_tensor_descriptor((A, A1, A2, A3)[i], [depth, rows], [stride_ak, 1],
+                                              [BLOCK_K, BLOCK_M], layout)
+        descs += (desc,)
+    return descs, ring
+
+
+@gluon.jit
+def tile_k_blocks(starts, ends, K, BLOCK_K: gl.constexpr, A_PIECES: gl.constexpr,
+                  A_CONCAT_K: gl.constexpr):
+    # the K blocks of one tile: a K loop per piece along K (a piece's last block is zero past
+    # its end), or the whole K loop of the tile's own piece along M
+    k_blocks = gl.cdiv(K, BLOCK_K)
+    if A_CONCAT_K:
+        k_blocks = 0
+        for i in gl.static_range(A_PIECES):
+            k_blocks += gl.cdiv(ends[i] - starts[i], BLOCK_K)
+    return k_blocks
+
+
+@gluon.jit
 def load_tile(desc, ring, ready, slot, row, k, K_CONTIGUOUS: gl.constexpr):
     # TMA-load the ring slot's tile of rows from `row` (along M or N) and K from `k`, from an
     # operand stored with K contiguous ([rows, K]) or transposed ([K, rows])
@@ -279,30 +318,39 @@ def column_slices(tile, SPLIT: gl.constexpr):
 
 
 @gluon.jit
-def load_partition(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K,
+def load_partition(a_descs, b_desc, a_ring, b_ring, ready, empty, starts, ends, M, N, K,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                   GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr,
+                   GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_PIECES: gl.constexpr,
+                   A_CONCAT_K: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr,
                    B_N_CONTIGUOUS: gl.constexpr):
     # One warp walks the program's tiles and their K blocks in order and fills ring slot
     # `step % STAGES` as soon as the MMA warpgroups release it (running ahead across tiles).
+    # A in pieces (a Concat): along K each piece's blocks in turn, B's rows from where the piece
+    # starts; along M only the piece that holds the tile's rows (whole row blocks).
     row_blocks = gl.cdiv(M, BLOCK_M)
     col_blocks = gl.cdiv(N, BLOCK_N)
-    k_blocks = gl.cdiv(K, BLOCK_K)
-    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    nbytes: gl.constexpr = a_descs[0].block_type.nbytes + b_desc.block_type.nbytes
     step = 0
     for tile_id in range(gl.program_id(0), row_blocks * col_blocks, gl.num_programs(0)):
         pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
-        for kb in range(k_blocks):
-            slot = step % STAGES
-            mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)  # a fresh ring is empty
-            mbarrier.expect(ready.index(slot), nbytes)
-            load_tile(a_desc, a_ring, ready, slot, pid_m * BLOCK_M, kb * BLOCK_K, A_K_CONTIGUOUS)
-            load_tile(b_desc, b_ring, ready, slot, pid_n * BLOCK_N, kb * BLOCK_K, not B_N_CONTIGUOUS)
-            step += 1
+        for i in gl.static_range(A_PIECES):
+            row, k_first, k_blocks = pid_m * BLOCK_M, starts[i], gl.cdiv(ends[i] - starts[i], BLOCK_K)
+            if not A_CONCAT_K:
+                row, k_first, k_blocks = pid_m * BLOCK_M - starts[i], 0, 0
+                if (pid_m * BLOCK_M >= starts[i]) & (pid_m * BLOCK_M < ends[i]):
+                    k_blocks = gl.cdiv(K, BLOCK_K)
+            for kb in range(k_blocks):
+                slot = step % STAGES
+                mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)  # a fresh ring is empty
+                mbarrier.expect(ready.index(slot), nbytes)
+                load_tile(a_descs[i], a_ring, ready, slot, row, kb * BLOCK_K, A_K_CONTIGUOUS)
+                load_tile(b_desc, b_ring, ready, slot, pid_n * BLOCK_N, k_first + kb * BLOCK_K,
+                          not B_N_CONTIGUOUS)
+                step += 1
 
 
 @gluon.jit
-def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS},
+def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, k_blocks, seed{PARTITION_ARGS},
                   WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
                   A_K_CONTIGUOUS: gl.constexpr, B_N_CONTIGUOUS: gl.constexpr,
@@ -316,7 +364,6 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_AR
                                                          instr_shape=[16, BLOCK_N, 16])
     row_blocks = gl.cdiv(M, BLOCK_M)
     col_blocks = gl.cdiv(N, BLOCK_N)
-    k_blocks = gl.cdiv(K, BLOCK_K)
     programs = gl.num_programs(0)
     rounds = 0
     for tile_id in range(gl.program_id(0) + WG * programs, row_blocks * col_blocks, 2 * programs):
@@ -362,15 +409,16 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr,
               B_N_CONTIGUOUS: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr,
-              LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr, LIMIT_M: gl.constexpr,
-              LIMIT_K: gl.constexpr):
+              LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr, A_PIECES: gl.constexpr,
+              A_CONCAT_K: gl.constexpr, LIMIT_M: gl.constexpr, LIMIT_K: gl.constexpr):
     M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     # A ring of STAGES (A, B) tile pairs. An operand stored transposed (rows along M or N) is
-    # loaded as stored and transposed as a view for the MMA.
-    if A_K_CONTIGUOUS:
-        a_desc, a_ring = operand_ring(A, M, K, stride_am, BLOCK_M, BLOCK_K, STAGES)
-    else:
-        a_desc, a_ring = operand_ring(A, K, M, stride_ak, BLOCK_K, BLOCK_M, STAGES)
+    # loaded as stored and transposed as a view for the MMA. A is one tensor or A_PIECES joined
+    # along K or M (a Concat): piece i spans [start, end) of that axis, with a descriptor each.
+    starts, ends = piece_bounds(CUT1, CUT2, CUT3, K if A_CONCAT_K else M)
+    a_descs, a_ring = piece_rings(A, A1, A2, A3, starts, ends, M, K, stride_am, stride_ak, BLOCK_M,
+                                  BLOCK_K, STAGES, A_PIECES, A_CONCAT_K, A_K_CONTIGUOUS)
+    k_blocks = tile_k_blocks(starts, ends, K, BLOCK_K, A_PIECES, A_CONCAT_K)
     if B_N_CONTIGUOUS:
         b_desc, b_ring = operand_ring(B, K, N, stride_bk, BLOCK_K, BLOCK_N, STAGES)
     else:
@@ -389,14 +437,15 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
 {PROLOGUE}
     fence_async_shared()
     gl.warp_specialize([
-        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS}, 0,
+        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, k_blocks, seed{PARTITION_ARGS}, 0,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
                          B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
-        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, seed{PARTITION_ARGS}, 1,
+        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, k_blocks, seed{PARTITION_ARGS}, 1,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
                          B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
-        (load_partition, (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, BLOCK_M, BLOCK_N,
-                          BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS, B_N_CONTIGUOUS)),
+        (load_partition, (a_descs, b_desc, a_ring, b_ring, ready, empty, starts, ends, M, N, K,
+                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_PIECES, A_CONCAT_K,
+                          A_K_CONTIGUOUS, B_N_CONTIGUOUS)),
     ], [4, 1], [MMA_REGS, LOAD_REGS])
 '''
 
