@@ -82,6 +82,15 @@ def test_the_hopper_heuristic_takes_the_pingpong_kernel_for_short_k():
     assert tuning.heuristic("portable", *gpt2_fc1).mainloop("portable") == "portable"
 
 
+def test_an_a_in_pieces_along_k_takes_the_pingpong_kernel_at_any_k():
+    """GPT-2's LayerNorm dxhat GEMM reads the q/k/v gradients in place (K = 2304 in three pieces):
+    the ping-pong kernel, unless the program cannot run in it; pieces along M change nothing."""
+    ln_dxhat = (16384, 768, 2304)
+    assert tuning.heuristic("hopper", *ln_dxhat).mainloop("hopper") == "hopper"
+    assert tuning.heuristic("hopper", *ln_dxhat, pieces_along_k=True).mainloop("hopper") == "pingpong"
+    assert tuning.heuristic("hopper", *ln_dxhat, pingpong=False, pieces_along_k=True).pingpong is False
+
+
 def test_the_hopper_heuristic_weighs_the_last_wave():
     """128x256 tiles where there are enough and their waves are full; 128x128 where those fill
     the persistent kernel's last wave much better (192 wide tiles: 2 waves of 132, 73% full)."""

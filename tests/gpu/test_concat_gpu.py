@@ -60,10 +60,15 @@ def test_concat_with_a_tile_operand_and_row_sums_bf16(mainloop):
     got = LN_DXHAT.triton.launch(LN_DXHAT.bind(coda.Concat(blocks, 1), w, **row, g=g, xin=xin),
                                  MAINLOOPS[mainloop])
     whole = torch.cat(blocks, 1)
-    eager = LN_DXHAT.reference(whole, w, **row, g=g, xin=xin)
     exact = LN_DXHAT.reference(whole.double(), w.double(), **{k: v.double() if isinstance(v, torch.Tensor)
                                                                else v for k, v in row.items()},
                                g=g.double(), xin=xin.double())
+    # eager PyTorch in bf16: dxhat = (dy @ w) * g, a = Σ dxhat, b = Σ dxhat * xhat per row
+    mean = s / width
+    rstd = torch.rsqrt(ss / width - mean * mean + 1e-5)
+    dxhat = (whole @ w) * g
+    xhat = (xin - mean[:, None].to(BF16)) * rstd[:, None].to(BF16)
+    eager = {"output": dxhat, "a": dxhat.sum(1), "b": (dxhat * xhat).sum(1)}
     for name in ("output", "a", "b"):
         assert_within_eager(f"ln_dxhat on a concat {mainloop}: {name}", got[name], eager[name], exact[name])
 

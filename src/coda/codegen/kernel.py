@@ -136,7 +136,8 @@ class TritonProgram:
             pingpong = self.pingpong
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
                 config = tuning.heuristic(kernel.variant, m, n, k, pingpong, self.packs,
-                                          launch.m_limit is not None)
+                                          launch.m_limit is not None,
+                                          launch.concat is not None and launch.concat.dim == 1)
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))

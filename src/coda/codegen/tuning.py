@@ -133,7 +133,7 @@ def _wave_fill(tiles: int) -> float:
 
 
 def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True, packs: bool = False,
-              limited: bool = False) -> Config:
+              limited: bool = False, pieces_along_k: bool = False) -> Config:
     """A sound default without timing. On Hopper: the ping-pong kernel when K is short, where
     its epilogue overlapping the other tile's MMAs pays most, in 2 epilogue slices (as fast as 4
     or faster in every run at GPT-2's fc1 shape; `pingpong=False` gives the Triton kernel's
@@ -150,12 +150,16 @@ def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True, packs
     skipping cross-entropy's dx GEMM at BERT's head, 2458 of 16384 rows, K = 30522: 167 against
     286 us in 128x256 tiles, which leave 72 of the 132 SMs idle; with every row counted, 10624
     rows of GPT-2's head, 1229-1275 against 1065-1175 us; benchmarks/results/session24/final).
+    An A in pieces along K (`pieces_along_k`: a Concat, GPT-2's q/k/v gradients) takes the
+    ping-pong kernel at any K: the Triton kernel does not flatten its tile loop over pieces, so
+    its epilogue holds up the next tile's loads (LayerNorm's dxhat GEMM at GPT-2's
+    16384x768x2304: 101.8 against 111.0 us, benchmarks/results/session27).
     Smaller tiles for small portable launches. Measurements behind each choice:
     docs/performance.md."""
     if variant == "hopper":
         if m <= 64:
             return Config(64, 128, 64, 4, 4)
-        if k <= 1024 and pingpong:
+        if (k <= 1024 or pieces_along_k) and pingpong:
             return Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True)
         if limited:
             return Config(128, 128, 64, 8, 4)
