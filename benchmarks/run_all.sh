@@ -7,7 +7,8 @@
 #                                       # the fourteenth's 513 s; the fifteenth's, with the
 #                                       # sixth training mode, on a machine with warm compile
 #                                       # caches: 26 + 43 + 171 + 204 + 2 = 446 s; the
-#                                       # twenty-first's, fresh: 42 + 53 + 181 + 212 + 3 = 491 s)
+#                                       # twenty-first's, fresh: 42 + 53 + 181 + 212 + 3 = 491 s;
+#                                       # the twenty-seventh's, fresh: 43 + 54 + 160 + 159 + 1 = 417 s)
 #   bash benchmarks/run_all.sh ops      # launch counts, cross-entropy memory, the micro suite
 #   bash benchmarks/run_all.sh train    # the training matrix and the loss curve
 # Each stage has a time limit (seconds, below; together 595) and writes its JSON as it goes, so a
