@@ -10,17 +10,16 @@
 gradient maps, ...) at 16384 rows, in several map tiles; the finishing kernel is part of each
 launch. `llama`: the heaviest CODA GEMMs of a LLaMA-492M step (16384 tokens) in the heuristic
 configuration and in other Hopper candidates (a configuration that does not fit shared memory is
-recorded as "OOR"), cuBLAS beside the plain ones. `gpt2`: every CODA GEMM launch of one GPT-2
-124M training step (batch 16 x 1024, recorded from the patched HF model as it runs), in the
-heuristic configuration and in GPT2_CONFIGS, with cuBLAS's bare GEMM of the same A and B beside
-each. `sm90`: the same LLaMA launches compiled for sm_90 on any machine, every Hopper candidate:
-shared memory (over 232448 bytes: does not fit), registers a thread and spilled bytes (ptxas
--v). Each launch is a ready `Plan` captured ten or
-twenty times in a CUDA graph and replayed: device time only, no host cost. bf16 operands on the
-GPU; `--smoke` runs tiny float32 shapes once each on the CPU (Triton interpreter), untimed, to
-check the script. These tables chose `tuning.MAP_CONFIGS` and the Hopper heuristic's last-wave
-rule (docs/benchmarks.md and docs/performance.md, tenth session).
-"""
+recorded as "OOR"), cuBLAS beside the plain ones. `gpt2`: every CODA GEMM launch of one GPT-2 124M
+training step (batch 16 x 1024, recorded from the patched HF model as it runs), in the heuristic
+configuration and in GPT2_CONFIGS, with cuBLAS's bare GEMM of the same A and B beside each and
+CODA's plain GEMM of them in the heuristic's configuration (what the epilogue costs). `sm90`: the
+same LLaMA launches compiled for sm_90 on any machine, every Hopper candidate: shared memory (over
+232448 bytes: does not fit), registers a thread and spilled bytes (ptxas -v). Each launch is a
+ready `Plan` captured ten or twenty times in a CUDA graph and replayed: device time only, no host
+cost. bf16 operands on the GPU; `--smoke` runs tiny float32 shapes once each on the CPU (Triton
+interpreter), untimed, to check the script. These tables chose `tuning.MAP_CONFIGS` and the Hopper
+heuristic's last-wave rule (docs/benchmarks.md and docs/performance.md, tenth session)."""
 
 from __future__ import annotations
 
@@ -43,7 +42,7 @@ from coda.codegen.kernel import Plan
 from coda.codegen.tuning import Config
 from coda.errors import LaunchError
 from coda.integrations.hf import unpadded_batches
-from coda.ops.common import PLAIN, SUMS
+from coda.ops.common import ACCUMULATE, PLAIN, SUMS
 
 norms = importlib.import_module("coda.ops.norms")        # coda.ops.<name> is also a function
 linear = importlib.import_module("coda.ops.linear")
@@ -254,13 +253,15 @@ def gpt2_launches(setup: Setup) -> dict[str, tuple]:
 
 def gpt2(setup: Setup) -> list[dict]:
     """Each of gpt2_launches in the heuristic configuration and the GPT2_CONFIGS, cuBLAS beside."""
-    return gemms(setup, gpt2_launches(setup), GPT2_CONFIGS, cublas=lambda prog: True)
+    return gemms(setup, gpt2_launches(setup), GPT2_CONFIGS, cublas=lambda prog: True, plain=True)
 
 
-def gemms(setup: Setup, launches: dict[str, tuple], configs: list, cublas: Callable) -> list[dict]:
+def gemms(setup: Setup, launches: dict[str, tuple], configs: list, cublas: Callable,
+          plain: bool = False) -> list[dict]:
     """Each bound launch (name -> (program, launch)) in the heuristic configuration and `configs`,
     timed; every configuration's outputs must agree with the heuristic's. `cublas(program)`: time
-    torch.matmul of the launch's A and B beside it."""
+    torch.matmul of the launch's A and B beside it. `plain`: time CODA's plain GEMM of the same
+    A and B in the heuristic's configuration too (`coda_plain`: what the epilogue costs)."""
     from triton.runtime.errors import OutOfResources
 
     results = []
@@ -271,11 +272,11 @@ def gemms(setup: Setup, launches: dict[str, tuple], configs: list, cublas: Calla
         limits = (launch.m_limit, launch.k_limit)
         prior = None if out is None else out.clone()
         result, first = dict(case=name, m=launch.m, n=launch.n, k=launch.k), None
+        heuristic = prog.triton.config(launch, prog.triton.kernel(launch))
+        result["heuristic_is"] = str(heuristic)
         for config in ([None] if setup.smoke else setup.chosen(configs)):
-            chosen = config or prog.triton.config(launch, prog.triton.kernel(launch))
+            chosen = config or heuristic
             label = "heuristic" if config is None else config_label(config)
-            if config is None:
-                result["heuristic_is"] = str(chosen)
             try:
                 plan = prog.triton.plan(launch, chosen)
                 if out is not None:   # `output +=` programs: each check starts from the same out
@@ -290,6 +291,9 @@ def gemms(setup: Setup, launches: dict[str, tuple], configs: list, cublas: Calla
                 result[label] = "OOR"
             except LaunchError:   # a program this mainloop cannot run (`output +=`: ping-pong)
                 result[label] = "n/a"
+        if plain and prog not in (PLAIN, ACCUMULATE):
+            bare = PLAIN.triton.plan(PLAIN.bind(a, b), heuristic)
+            result["coda_plain"] = round(graph_time(lambda: bare.run(a, b, {}, None, 0), setup, 10), 1)
         if cublas(prog):
             whole = launch.whole_a()
             result["cublas"] = round(graph_time(lambda: torch.matmul(whole, b), setup, 10), 1)

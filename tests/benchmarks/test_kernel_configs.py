@@ -37,6 +37,9 @@ def test_gpt2_suite_records_the_gemms_of_a_training_step():
     assert {"ln_linear_64x192x64", "linear_gelu_64x256x64", "linear_identity_64x64x256",
             "ce_forward_64x512x64", "ln_dxhat_64x64x192", "ln_dw_192x64x64"} <= cases
     assert all(row["heuristic"] == 0.0 and row["cublas"] == 0.0 for row in rows)   # ran, untimed
+    # every fused launch beside CODA's plain GEMM of its A and B (the tiny LM head's dW is plain)
+    assert all(("coda_plain" in row) == (not row["case"].startswith(("plain_", "accumulate_")))
+               for row in rows)
 
 
 def test_sm90_suite_compiles_without_a_gpu(tmp_path):
