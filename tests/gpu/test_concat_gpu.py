@@ -48,6 +48,21 @@ def test_concat_gemms_bf16(tokens, width, mainloop):
 
 
 @pytest.mark.parametrize("mainloop", MAINLOOPS)
+def test_concat_of_other_layouts_bf16(mainloop):
+    """Pieces stored transposed, joined along K (A's K not contiguous: ragged widths 512, 256,
+    320), and row pieces joined along M (K contiguous; 512 and 256 rows, whole row blocks, then
+    300), each against float64 of the joined A."""
+    along_k = [randn(k, 4096, seed=30 + i).T for i, k in enumerate((512, 256, 320))]
+    along_m = [randn(m, 1024, seed=40 + i) for i, m in enumerate((512, 256, 300))]
+    for name, pieces, dim in (("transposed pieces along K", along_k, 1), ("rows along M", along_m, 0)):
+        cat, whole = coda.Concat(pieces, dim), torch.cat(pieces, dim)
+        b = randn(whole.shape[1], 512, seed=50) * whole.shape[1] ** -0.5
+        out = torch.full((whole.shape[0], 512), float("nan"), device="cuda", dtype=BF16)
+        PLAIN.triton.launch(PLAIN.bind(cat, b, out=out), MAINLOOPS[mainloop])
+        assert_within_eager(f"concat {name} {mainloop}", out, whole @ b, whole.double() @ b.double())
+
+
+@pytest.mark.parametrize("mainloop", MAINLOOPS)
 def test_concat_with_a_tile_operand_and_row_sums_bf16(mainloop):
     """LayerNorm's dxhat GEMM as GPT-2 runs it: the q/k/v gradients in place (along K), a tile
     operand staged by TMA, two row sums; against the same epilogue on the joined A in float64."""
