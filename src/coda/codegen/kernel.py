@@ -133,9 +133,8 @@ class TritonProgram:
                   _layout(launch))
         config = self._configs.get(bucket)
         if config is None:
-            pingpong = self.pingpong
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
-                config = tuning.heuristic(kernel.variant, m, n, k, pingpong, self.packs,
+                config = tuning.heuristic(kernel.variant, m, n, k, self.pingpong, self.packs,
                                           launch.m_limit is not None,
                                           launch.concat is not None and launch.concat.dim == 1)
             else:
@@ -150,7 +149,7 @@ class TritonProgram:
                     plans[c].run(launch.concat or launch.a, launch.b, launch.values, scratch, launch.seed,
                                  (launch.m_limit, launch.k_limit))
 
-                config = tuning.autotune(key, tuning.candidates(kernel.variant, pingpong), run,
+                config = tuning.autotune(key, tuning.candidates(kernel.variant, self.pingpong), run,
                                          f"{self.program.name} {m}x{n}x{k}")
             self._configs[bucket] = config
         return config
