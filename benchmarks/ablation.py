@@ -1,9 +1,12 @@
 """Where the epilogue time goes: CODA with one epilogue stage at a time, against CODA plain.
 
-    python benchmarks/ablation.py [--shapes 16384x3072x768,8192x11008x4096]
+    python benchmarks/ablation.py [--shapes 16384x768x768,16384x3072x768] [--configs triton,pingpong]
 
-For each variant: median time, ratio to CODA's plain GEMM, the tuned config, and the kernel's
-registers per thread and spills (from Triton's compiled kernel).
+For each shape, variant and configuration (the heuristic's, and the Hopper kernels' usual tiles
+when `--configs` names them): device time from a CUDA graph of ten launches (no host cost), its
+ratio to CODA's plain GEMM in the same configuration (cuBLAS's `torch.matmul` beside), and the Triton kernel's registers and
+spills. The variants build up GPT-2's fused GEMMs stage by stage: the out-projection's bias,
+residual and LayerNorm row sums, fc1's GELU and saved slope, dh's slope tile and bias gradient.
 """
 
 import argparse
@@ -12,59 +15,72 @@ import sys
 from pathlib import Path
 
 import torch
-import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import coda
+from coda.codegen.tuning import Config
+from kernel_configs import config_label, graph_us
 
 VARIANTS = {
     "plain": "output = input;",
     "bias": "EPILOGUE(bias: col) { output = input + bias; }",
-    "gelu": "output = gelu(input);",
+    "bias_residual": "EPILOGUE(bias: col, residual: tile) { output = input + bias + residual; }",
+    "bias_residual_stats": "EPILOGUE(bias: col, residual: tile) { output = input + bias + residual; "
+                           "ss = row_sum(output * output); s = row_sum(output); }",
+    "bias_stats": "EPILOGUE(bias: col) { output = input + bias; "
+                  "ss = row_sum(output * output); s = row_sum(output); }",
     "bias_gelu": "EPILOGUE(bias: col) { output = gelu(input + bias); }",
-    "dropout": "EPILOGUE(p: scalar) { output = dropout(input, p); }",
-    "residual": "EPILOGUE(residual: tile) { output = input + residual; }",
-    "rowsumsq": "output = input; ss = row_sum(input * input);",
-    "residual_rowsumsq": "EPILOGUE(residual: tile) { output = input + residual; "
-                         "ss = row_sum(output * output); }",
-    "save_preact": "EPILOGUE(bias: col) { h = input + bias; save preact = h; output = gelu(h); }",
-    "swiglu": "gate, up = unpack(input); output = silu(gate) * up;",
-    "dgelu_colsum": "EPILOGUE(preact: tile) { output = input * gelu_grad(preact); "
-                    "db = col_sum(output); }",
+    "bias_gelu_slope": "EPILOGUE(bias: col) { h = input + bias; save slope = gelu_grad(h); "
+                       "output = gelu(h); }",
+    "bias_save": "EPILOGUE(bias: col) { h = input + bias; save copy = h; output = h; }",
+    "slope": "EPILOGUE(slope: tile) { output = input * slope; }",
+    "slope_colsum": "EPILOGUE(slope: tile) { output = input * slope; db = col_sum(output); }",
+    "colsum": "output = input; db = col_sum(output);",
 }
+CONFIGS = {"triton": Config(128, 256, 64, 8, 3, split_epilogue=2),
+           "pingpong": Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--shapes", default="16384x3072x768,8192x11008x4096")
+    parser.add_argument("--shapes", default="16384x768x768,16384x3072x768,16384x768x3072")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--configs", default="", help="besides the heuristic's: triton, pingpong")
     parser.add_argument("--json", default="benchmarks/results/ablation.json")
     args = parser.parse_args()
+    torch.manual_seed(0)
     rows = []
     for shape in args.shapes.split(","):
         m, n, k = map(int, shape.split("x"))
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-        ops = {"bias": torch.randn(n, device="cuda", dtype=torch.bfloat16), "p": 0.1,
+        ops = {"bias": torch.randn(n, device="cuda", dtype=torch.bfloat16),
                "residual": torch.randn(m, n, device="cuda", dtype=torch.bfloat16),
-               "preact": torch.randn(m, n, device="cuda", dtype=torch.bfloat16)}
-        plain_ms = None
-        for name, src in VARIANTS.items():
-            prog = coda.compile(src)
-            used = {key: v for key, v in ops.items() if key in prog.ir.params}
-            ms = triton.testing.do_bench(lambda: prog(a, w.T, seed=1, **used), warmup=25, rep=100,
-                                         return_mode="median")
-            plain_ms = plain_ms or ms
-            plan = next(iter(prog._plans.values()))
-            compiled = plan.compiled
-            row = dict(shape=[m, n, k], variant=name, ms=ms, over_plain=ms / plain_ms,
-                       config=str(plan.config), variant_mainloop=plan.kernel.variant,
-                       regs=getattr(compiled, "n_regs", None),
-                       spills=getattr(compiled, "n_spills", None))
-            rows.append(row)
-            print(f"{shape} {name:18s} {ms * 1e3:8.1f} us {ms / plain_ms:5.2f}x plain  "
-                  f"regs {row['regs']} spills {row['spills']}  {plan.config}", flush=True)
+               "slope": torch.rand(m, n, device="cuda", dtype=torch.bfloat16)}
+        plain_us = {}
+        cublas_us = graph_us(lambda: torch.matmul(a, w.T), 10)
+        print(f"{shape} cuBLAS {cublas_us:7.1f} us", flush=True)
+        rows.append(dict(shape=[m, n, k], variant="cublas", us=round(cublas_us, 1)))
+        for name in args.variants.split(","):
+            prog = coda.compile(VARIANTS[name])
+            launch = prog.bind(a, w.T, **{key: v for key, v in ops.items() if key in prog.ir.params})
+            heuristic = prog.triton.config(launch, prog.triton.kernel(launch))
+            configs = {"heuristic": heuristic} | {c: CONFIGS[c] for c in args.configs.split(",") if c}
+            for label, config in configs.items():
+                plan = prog.triton.plan(launch, config)
+                us = graph_us(lambda: plan.run(launch.a, launch.b, launch.values, None, 0), 10)
+                plain_us.setdefault(label, us)
+                row = dict(shape=[m, n, k], variant=name, config=label, is_=config_label(config),
+                           us=round(us, 1), over_plain=round(us / plain_us[label], 3),
+                           regs=getattr(plan.compiled, "n_regs", None),
+                           spills=getattr(plan.compiled, "n_spills", None))
+                rows.append(row)
+                print(f"{shape} {name:20s} {label:9s} {row['is_']:22s} {us:7.1f} us "
+                      f"{row['over_plain']:5.2f}x plain  regs {row['regs']} spills {row['spills']}",
+                      flush=True)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(), rows=rows), indent=1))
+    Path(args.json).write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(), command=" ".join(sys.argv),
+                                               rows=rows), indent=1))
 
 
 if __name__ == "__main__":
