@@ -4,9 +4,10 @@
 
 For each shape, variant and configuration (the heuristic's, and the Hopper kernels' usual tiles
 when `--configs` names them): device time from a CUDA graph of ten launches (no host cost), its
-ratio to CODA's plain GEMM in the same configuration (cuBLAS's `torch.matmul` beside), and the Triton kernel's registers and
-spills. The variants build up GPT-2's fused GEMMs stage by stage: the out-projection's bias,
-residual and LayerNorm row sums, fc1's GELU and saved slope, dh's slope tile and bias gradient.
+ratio to CODA's plain GEMM in the same configuration (cuBLAS's `torch.matmul` beside), and
+the Triton kernel's registers and spills. The variants build up GPT-2's fused GEMMs stage by
+stage: the out-projection's bias, residual and LayerNorm row sums, fc1's GELU and saved slope,
+dh's slope tile and bias gradient.
 """
 
 import argparse
@@ -17,9 +18,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from kernel_configs import config_label, graph_us
+
 import coda
 from coda.codegen.tuning import Config
-from kernel_configs import config_label, graph_us
 
 VARIANTS = {
     "plain": "output = input;",
