@@ -186,6 +186,46 @@ def test_gpt2_without_labels_and_base_model_match():
                                ref.transformer(input_ids=ids).last_hidden_state, rtol=1e-10, atol=1e-10)
 
 
+def _counting_maps(monkeypatch, *programs) -> dict[str, int]:
+    """Calls of each program's `map`, by program name, while the test runs."""
+    counts = {}
+    for prog in programs:
+        def counted(*args, _prog=prog, _map=prog.map, **kwargs):
+            counts[_prog.name] = counts.get(_prog.name, 0) + 1
+            return _map(*args, **kwargs)
+        monkeypatch.setattr(prog, "map", counted)
+    return counts
+
+
+@pytest.mark.parametrize("build", ["gpt2", "llama"])
+def test_blocks_hand_their_row_sums_to_the_next_norm(monkeypatch, build):
+    """Each block's last GEMM sums its output's rows for the next block's norm (and GPT-2's
+    ln_f): only the first block's norm runs a statistics map, and the results still match."""
+    from coda.ops import norms
+    counts = _counting_maps(monkeypatch, norms.LN_STATS, norms.RMS_STATS)
+    ref = tiny_gpt2(torch.float64) if build == "gpt2" else tiny_llama(torch.float64)
+    assert_causal_lm_matches(ref, 1e-10)
+    assert counts == ({"ln_stats": 1} if build == "gpt2" else {"rms_stats": 1})
+
+
+@pytest.mark.parametrize("build", ["gpt2", "llama"])
+def test_a_block_output_changed_in_place_drops_its_row_sums(build):
+    """A hook that scales the first block's output in place: the next norm must sum the new
+    values itself (stale sums would normalise with the old statistics)."""
+    ref = tiny_gpt2(torch.float64) if build == "gpt2" else tiny_llama(torch.float64)
+    blocks = ref.transformer.h if build == "gpt2" else ref.model.layers
+    model = coda.patch(copy.deepcopy(ref))
+    for net in (ref, model):
+        first = (net.transformer.h if build == "gpt2" else net.model.layers)[0]
+        first.register_forward_hook(lambda module, args, out: (out[0] if isinstance(out, tuple)
+                                                                else out).mul_(1.5))
+    assert len(blocks) > 1
+    ids, labels = batch()
+    with torch.no_grad():   # autograd forbids changing a custom Function's output view in place
+        torch.testing.assert_close(model(input_ids=ids, labels=labels).loss,
+                                   reference_loss(ref, ids, labels), rtol=1e-10, atol=1e-10)
+
+
 def test_gpt2_state_dict_is_unchanged():
     ref = tiny_gpt2(torch.float64)
     before = ref.state_dict()

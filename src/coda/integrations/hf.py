@@ -17,12 +17,16 @@ Per family (docs/integrations.md, "HuggingFace models"):
   (which emits the next RMSNorm's row statistics), `post_attention_layernorm` + MLP + residual ->
   `swiglu_mlp` with the norm folded (`sumsq=` those statistics, the gain in the weight: one
   `interleave(w_gate, w_up, gain=)` pass); its dx kernel adds the residual's and the norm's
-  gradients, so h's whole gradient from the MLP comes out of one kernel.
+  gradients, so h's whole gradient from the MLP comes out of one kernel. Its down GEMM sums
+  Σ y² for the next layer's `input_layernorm`, which then runs no statistics map.
 - GPT-2 (`GPT2Model`, `GPT2LMHeadModel`), each `GPT2Block`: `ln_1` + `c_attn` ->
   `layer_norm_linear` (Conv1D weights [in, out] are used as `w.T` views, no copies), HF's attention,
   `c_proj` + residual -> `out_proj_residual(stats="layer")`, `ln_2` -> `coda.nn.layer_norm` on those
-  sums, `c_fc` + tanh-GELU + `c_proj` + residual -> `mlp(..., "gelu", residual=)`. Hidden dropout in
-  training maps to the ops' dropout (same p, CODA's counter-based masks, not torch's RNG stream).
+  sums, `c_fc` + tanh-GELU + `c_proj` + residual -> `mlp(..., "gelu", residual=, stats="layer")`,
+  whose row sums go with the block's output to the next block's `ln_1` (or to `ln_f`, then
+  `coda.nn.layer_norm`), so only the first block's norm sums its input in a map of its own.
+  Hidden dropout in training maps to the ops' dropout (same p, CODA's counter-based masks, not
+  torch's RNG stream).
 - BERT (`BertModel`, `BertForMaskedLM`, ...): `BertSelfAttention`'s query, key and value
   projections -> one `linear` against the concatenated `[wq; wk; wv]` (one GEMM forward, its dx
   in one GEMM instead of three and two adds, its bias gradient in one column sum instead of
@@ -102,7 +106,7 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
     """Class name -> a function that checks one instance's config and returns its new forward
     (or the method PATCHED_METHODS names)."""
     return {"LlamaDecoderLayer": _llama_layer, "LlamaForCausalLM": _causal_lm,
-            "GPT2Block": _gpt2_block, "GPT2LMHeadModel": _causal_lm,
+            "GPT2Block": _gpt2_block, "GPT2Model": _gpt2_model, "GPT2LMHeadModel": _causal_lm,
             "BertSelfAttention": _bert_self_attention, "BertSelfOutput": _bert_output,
             "BertLayer": _bert_feed_forward,
             "BertPredictionHeadTransform": _bert_head_transform, "BertForMaskedLM": _masked_lm}
@@ -156,17 +160,19 @@ def _llama_layer(layer: nn.Module) -> Callable:
         w_qkv = _qkv_rows([p.weight for p in projections], 2, d)
         b_qkv = _qkv_rows([p.bias for p in projections], 2, d) if attn.q_proj.bias is not None else None
         heads = attn.q_proj.out_features // d, attn.k_proj.out_features // d
+        _, ss = _carried_sums(hidden_states)   # the previous layer's down GEMM took it
         *qkv, hidden_states = ops.qkv_rope(hidden_states, w_qkv, cos, sin, *heads, d, bias=b_qkv,
                                            norm_weight=norm1.weight, eps=norm1.variance_epsilon,
-                                           passthrough=True)
+                                           sumsq=ss, passthrough=True)
         q, k, v = (t.transpose(1, 2) for t in qkv)
         out = _attend(hf, attn, q, k, v, attention_mask,
                       attn.attention_dropout if attn.training else 0.0, cache, kwargs)
         h, ss = ops.out_proj_residual(out.reshape(*lead, -1), attn.o_proj.weight, hidden_states,
                                       bias=attn.o_proj.bias, stats="rms")
         w_gate_up = ops.interleave(mlp.gate_proj.weight, mlp.up_proj.weight, gain=norm2.weight)
-        return ops.swiglu_mlp(h, w_gate_up, mlp.down_proj.weight, residual=h, sumsq=ss,
-                              eps=norm2.variance_epsilon)
+        y, ss = ops.swiglu_mlp(h, w_gate_up, mlp.down_proj.weight, residual=h, sumsq=ss,
+                               eps=norm2.variance_epsilon, stats=True)
+        return _carry_sums(y, None, ss)
 
     return forward
 
@@ -213,9 +219,10 @@ def _gpt2_block(block: nn.Module) -> Callable:
         # passthrough: the residual's gradient joins hidden_states' inside the norm's dx kernel
         # split: q, k, v as blocks of the GEMM's output, whose gradients (from SDPA's backward)
         # the backward GEMMs read where they are instead of concatenating them
+        s, ss = _carried_sums(hidden_states)   # the previous block's fc2 took them
         *qkv, hidden_states = ops.layer_norm_linear(hidden_states, ln1.weight, ln1.bias,
                                                     attn.c_attn.weight.T, bias=attn.c_attn.bias,
-                                                    eps=ln1.eps, passthrough=True,
+                                                    eps=ln1.eps, rowsum=s, sumsq=ss, passthrough=True,
                                                     split=[attn.split_size] * 3)
         q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv)
         out = _attend(hf, attn, q, k, v, attention_mask,
@@ -223,10 +230,48 @@ def _gpt2_block(block: nn.Module) -> Callable:
         h, ss, s = ops.out_proj_residual(out.reshape(*lead, -1), attn.c_proj.weight.T, hidden_states,
                                          bias=attn.c_proj.bias, dropout_p=resid_p, stats="layer")
         x, h = layer_norm(h, ln2.weight, ln2.bias, ln2.eps, rowsum=s, sumsq=ss, passthrough=True)
-        return ops.mlp(x, mlp.c_fc.weight.T, mlp.c_fc.bias, mlp.c_proj.weight.T, mlp.c_proj.bias, "gelu",
-                       dropout_p=mlp.dropout.p if self.training else 0.0, residual=h)
+        y, ss, s = ops.mlp(x, mlp.c_fc.weight.T, mlp.c_fc.bias, mlp.c_proj.weight.T, mlp.c_proj.bias,
+                           "gelu", dropout_p=mlp.dropout.p if self.training else 0.0, residual=h,
+                           stats="layer")
+        return _carry_sums(y, s, ss)
 
     return forward
+
+
+def _gpt2_model(model: nn.Module) -> Callable:
+    """GPT2Model: `ln_f` -> `coda.nn.layer_norm` on the row sums the last block's fc2 took (the
+    blocks are patched on their own); the model's own forward stays HF's."""
+    from ..nn.layer_norm import layer_norm
+
+    def ln_f(self, x: torch.Tensor) -> torch.Tensor:
+        s, ss = _carried_sums(x)
+        return layer_norm(x, self.weight, self.bias, self.eps, rowsum=s, sumsq=ss)
+
+    norm = model.ln_f
+    if isinstance(norm, nn.LayerNorm) and norm.weight is not None and norm.bias is not None:
+        norm.forward = types.MethodType(ln_f, norm)
+    return type(model).forward
+
+
+#: the attribute by which a block's output carries its row sums Σ y and Σ y² (taken in the
+#: epilogue of the GEMM that formed y) to the norm that reads y next, which then needs no map
+#: of its own to sum them; with y's version counter, so that a change in place drops them
+CARRIED_SUMS = "_coda_row_sums"
+
+
+def _carry_sums(y: torch.Tensor, s: torch.Tensor | None, ss: torch.Tensor) -> torch.Tensor:
+    if not torch.compiler.is_compiling():   # Dynamo would not keep a tensor's attribute
+        setattr(y, CARRIED_SUMS, (s, ss, y._version))
+    return y
+
+
+def _carried_sums(x: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(Σ x, Σ x²) per row if x came out of `_carry_sums` unchanged (Σ x None where an
+    RMSNorm comes next), else (None, None)."""
+    carried = None if torch.compiler.is_compiling() else getattr(x, CARRIED_SUMS, None)
+    if carried is None or carried[2] != x._version:
+        return None, None
+    return carried[0], carried[1]
 
 
 # ----------------------------------------------------------------------------------------------- BERT
