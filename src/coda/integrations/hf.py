@@ -255,7 +255,8 @@ def _gpt2_model(model: nn.Module) -> Callable:
 
 #: the attribute by which a block's output carries its row sums Σ y and Σ y² (taken in the
 #: epilogue of the GEMM that formed y) to the norm that reads y next, which then needs no map
-#: of its own to sum them; with y's version counter, so that a change in place drops them
+#: of its own to sum them; with y's version counter, so that a change in place drops them.
+#: Not under torch.compile (Dynamo keeps no tensor attribute): there each norm sums its input.
 CARRIED_SUMS = "_coda_row_sums"
 
 
