@@ -308,3 +308,23 @@ def test_mlp_gradient_of_the_residual_alone():
     g = torch.randn(5, 3, dtype=F64)
     (dres,) = torch.autograd.grad(y, [res], g)
     assert torch.equal(dres, g)
+
+
+def zero_fills(step) -> int:
+    """aten::zeros / zeros_like / zero_ calls while `step()` runs (the autograd engine makes
+    zero tensors for an output whose gradient is undefined unless the Function opts out)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        step()
+    return sum(e.name in ("aten::zeros", "aten::zeros_like", "aten::zero_") for e in prof.events())
+
+
+def test_mlp_row_sums_get_no_zero_gradients():
+    """The row sums are statistics: their gradients are never materialized as zero tensors, and
+    the backward still gives the right gradients."""
+    x, w1, w2 = make((4, 6, 8), (12, 8), (8, 12), seed=16)
+    y, _, _ = mlp(x, w1, None, w2, None, "gelu", residual=x, stats="layer")
+    assert zero_fills(lambda: y.sum().backward()) == 0
+    xr, w1r, w2r = (t.detach().requires_grad_() for t in (x, w1, w2))
+    ref_mlp(xr, w1r, None, w2r, None, "gelu", 0.0, 0, xr).sum().backward()
+    for got, want in ((x.grad, xr.grad), (w1.grad, w1r.grad), (w2.grad, w2r.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_linear import zero_fills
 
 import coda
 from coda.ops.norms import layer_norm_linear, out_proj_residual, rms_norm_linear
@@ -403,3 +404,13 @@ def test_out_proj_residual_draws_and_keeps_a_seed():
     seed = int(torch.randint(2**31, ()).item())
     want = forward_backward(lambda x, w, r: ref_out_proj(x, w, r, None, 0.5, seed), upcast(inputs))
     assert_matches(got, want, 1e-12)
+
+
+def test_out_proj_residual_row_sums_get_no_zero_gradients():
+    x, w, residual = make((3, 5, 8), (8, 8), (3, 5, 8), seed=21)
+    y, _, _ = out_proj_residual(x, w, residual, stats="layer")
+    assert zero_fills(lambda: y.sum().backward()) == 0
+    xr, wr, rr = (t.detach().requires_grad_() for t in (x, w, residual))
+    (xr @ wr.T + rr).sum().backward()
+    for got, want in ((x.grad, xr.grad), (w.grad, wr.grad), (residual.grad, rr.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)

@@ -161,6 +161,7 @@ class MLPFunction(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
                 b2: torch.Tensor | None, activation: str | None, p: float, seed: int | None,
                 residual: torch.Tensor | None, grad: bool, stats: str | None = None):
+        ctx.set_materialize_grads(False)   # no zero tensors for the row sums' gradients
         rows, lead = as_rows(x)
         save_slope = grad and ACTIVATIONS[activation][1] is not None
         fc1 = forward_program(activation, b1 is not None, False, False, save_slope)
@@ -181,7 +182,9 @@ class MLPFunction(torch.autograd.Function):
         return (y, *sums) if sums else y
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor, *unused_stat_grads):
+    def backward(ctx, dy: torch.Tensor | None, *unused_stat_grads):
+        if dy is None:   # only the row sums were used
+            return (None,) * 11
         x, w1, w2, slope, h = ctx.saved_tensors
         need_x, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:5]
         # the residual's gradient, dy, joins x's in dx's epilogue when the residual is x

@@ -306,6 +306,7 @@ class OutProjResidualFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor,
                 bias: torch.Tensor | None, p: float, seed: int | None, stats: str | None):
+        ctx.set_materialize_grads(False)   # no zero tensors for the row sums' gradients
         rows, lead = as_rows(x)
         prog = forward_program(None, bias is not None, p > 0.0, True, False, stats is not None)
         outs = prog(rows, w.T, residual=as_rows(residual)[0], seed=seed, outputs=["output", *STATS[stats]],
@@ -319,7 +320,9 @@ class OutProjResidualFunction(torch.autograd.Function):
         return (y, *sums) if sums else y
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor, *unused_stat_grads):
+    def backward(ctx, dy: torch.Tensor | None, *unused_stat_grads):
+        if dy is None:   # only the row sums were used
+            return (None,) * 7
         x, w = ctx.saved_tensors
         need_x, need_w, need_r, need_b = ctx.needs_input_grad[:4]
         residual_dtype, bias_dtype = ctx.dtypes
