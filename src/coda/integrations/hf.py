@@ -37,6 +37,9 @@ Per family (docs/integrations.md, "HuggingFace models"):
   (the activation's derivative in the epilogue of the GEMM that forms its input gradient, and
   the residual's gradient added in dx's); the MLM head's `BertPredictionHeadTransform`
   (dense + activation + LayerNorm) -> `linear(..., activation=)` + `coda.nn.layer_norm`.
+- The token embedding of every model (a plain `nn.Embedding`) -> `coda.ops.embedding`: torch's
+  lookup forward, the table's gradient in one deterministic sorted pass (one Triton kernel that
+  writes every row) instead of PyTorch's segment reductions and zero-fill.
 - The LM heads (`LlamaForCausalLM`, `GPT2LMHeadModel`, `BertForMaskedLM`): with `labels`, the
   head's decoder and HF's loss (shifted causal-LM / masked-LM cross-entropy) ->
   `linear_cross_entropy`, which never writes the logits (`logits` is None in the output).
@@ -99,7 +102,23 @@ def patch(model: nn.Module, *, skip_ignored_labels: bool | None = None) -> nn.Mo
     if not found:
         raise CodaError(f"coda.patch: no supported HuggingFace module in {type(model).__name__}; "
                         f"supported: {', '.join(sorted(patchers))}")
+    _patch_input_embeddings(model)
     return model
+
+
+def _patch_input_embeddings(model: nn.Module) -> None:
+    """The model's token embedding -> `coda.ops.embedding` (its table's gradient in one sorted
+    pass), where it is a plain `nn.Embedding` (no max_norm, scale_grad_by_freq or sparse)."""
+    table = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if (type(table) is not nn.Embedding or table.max_norm is not None or table.scale_grad_by_freq
+            or table.sparse or getattr(table, "_coda_patched", False)):
+        return
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return ops.embedding(ids, self.weight, self.padding_idx)
+
+    table.forward = types.MethodType(forward, table)
+    table._coda_patched = True
 
 
 def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:

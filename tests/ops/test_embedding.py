@@ -1,0 +1,94 @@
+"""coda.ops.embedding: torch's lookup forward, and the table's gradient from one sorted pass.
+
+float32 runs the Triton kernel through the interpreter; float64 (and CPU tensors without the
+interpreter) take PyTorch's own backward. The reference is float64 index_add in batch order.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import coda
+from coda.ops import embedding
+from coda.ops.embedding import table_grad
+from coda.runtime.program import interpreter_enabled
+
+F64 = torch.float64
+needs_interpreter = pytest.mark.skipif(not interpreter_enabled(), reason="runs the Triton kernel on the CPU")
+
+
+def batch(rows: int, seed: int) -> torch.Tensor:
+    """ids [3, 21] in [0, rows): token 5 forty times (more than one 16-token step of the kernel),
+    the padding id 2 a few times, most rows of the table never seen."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, rows, (3, 21), generator=g)
+    ids.view(-1)[torch.randperm(63, generator=g)[:40]] = 5
+    ids[1, :3] = 2
+    return ids
+
+
+def reference_grad(ids: torch.Tensor, dy: torch.Tensor, rows: int, padding_idx: int | None) -> torch.Tensor:
+    dw = torch.zeros(rows, dy.shape[-1], dtype=F64).index_add_(0, ids.reshape(-1),
+                                                                dy.reshape(-1, dy.shape[-1]).to(F64))
+    if padding_idx is not None:
+        dw[padding_idx] = 0
+    return dw
+
+
+@needs_interpreter
+@pytest.mark.parametrize("padding_idx", [None, 2, -35])
+def test_table_gradient_through_the_kernel(padding_idx):
+    rows, h = 37, 40
+    ids = batch(rows, 0)
+    w = torch.randn(rows, h, requires_grad=True)
+    y = embedding(ids, w, padding_idx)
+    assert torch.equal(y, w.detach()[ids])
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+    y.backward(dy)
+    want = reference_grad(ids, dy, rows, None if padding_idx is None else padding_idx % rows)
+    # float32 sums of up to 40 terms: a few ulps of the terms' magnitudes
+    torch.testing.assert_close(w.grad.to(F64), want, rtol=1e-5, atol=1e-5 * dy.abs().max().item())
+
+
+@needs_interpreter
+def test_every_row_is_written_and_runs_agree():
+    """Rows no token has are zeros written by the kernel (dw starts as NaN here), and two runs
+    give the same bits (the sums' order is the sort's)."""
+    from coda.ops import embedding_grad
+
+    rows, ids = 37, batch(37, 2).reshape(-1)
+    dy = torch.randn(ids.numel(), 24)
+    keys, order = torch.sort(ids.to(torch.int32), stable=True)
+    starts = torch.searchsorted(keys, torch.arange(rows + 1, dtype=torch.int32))
+    dw = torch.full((rows, 24), float("nan"))
+    embedding_grad.launch(dy, order, starts, dw, None)
+    torch.testing.assert_close(dw.to(F64), reference_grad(ids, dy, rows, None), rtol=1e-5, atol=1e-5)
+    assert torch.equal(dw, table_grad(dy, ids, rows, None))
+
+
+def test_float64_takes_torch_backward():
+    rows = 37
+    ids = batch(rows, 3)
+    w = torch.randn(rows, 8, dtype=F64, requires_grad=True)
+    dy = torch.randn(3, 21, 8, dtype=F64)
+    embedding(ids, w, 2).backward(dy)
+    torch.testing.assert_close(w.grad, reference_grad(ids, dy, rows, 2), rtol=1e-12, atol=1e-12)
+
+
+def test_without_grad_it_is_torch_embedding():
+    w = torch.randn(10, 4)
+    ids = torch.tensor([[1, 9], [0, 1]])
+    with torch.no_grad():
+        assert torch.equal(embedding(ids, w.requires_grad_()), torch.nn.functional.embedding(ids, w))
+
+
+def test_bad_arguments_raise():
+    w, ids = torch.randn(10, 4), torch.tensor([1, 2])
+    cases = [(lambda: embedding(ids, w[0]), "w must be a floating-point tensor"),
+             (lambda: embedding(ids, w.long()), "w must be a floating-point tensor"),
+             (lambda: embedding(ids.float(), w), "ids must be an int32 or int64 tensor"),
+             (lambda: embedding(ids, w, padding_idx=10), r"padding_idx must be in \[-10, 10\)")]
+    for fn, words in cases:
+        with pytest.raises(coda.LaunchError, match=words):
+            fn()
