@@ -19,7 +19,7 @@ needs_interpreter = pytest.mark.skipif(not interpreter_enabled(), reason="runs t
 
 
 def batch(rows: int, seed: int) -> torch.Tensor:
-    """ids [3, 21] in [0, rows): token 5 forty times (more than one 16-token step of the kernel),
+    """ids [3, 21] in [0, rows): token 5 forty times (more than one 32-token step of the kernel),
     the padding id 2 a few times, most rows of the table never seen."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, rows, (3, 21), generator=g)

@@ -43,10 +43,10 @@ def launch(dy: torch.Tensor, order: torch.Tensor, starts: torch.Tensor, dw: torc
            padding_idx: int | None) -> None:
     """dw [V, H] from dy [N, H] (rows), `order` (the tokens sorted by id) and `starts` [V + 1]."""
     v, h = dw.shape
-    block_h = min(1024, triton.next_power_of_2(h))
+    block_h = min(256, triton.next_power_of_2(h))
     rows = 4
     grid = (triton.cdiv(v, rows), triton.cdiv(h, block_h))
     embedding_grad[grid](dy, order, starts, dw, v, h, dy.stride(0), dw.stride(0),
                          -1 if padding_idx is None else padding_idx,
-                         ROWS=rows, TOKENS=16, BLOCK_H=block_h, HAS_PADDING=padding_idx is not None,
+                         ROWS=rows, TOKENS=32, BLOCK_H=block_h, HAS_PADDING=padding_idx is not None,
                          num_warps=4)
