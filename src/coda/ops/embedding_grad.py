@@ -18,7 +18,8 @@ import triton.language as tl
 
 @triton.jit
 def embedding_grad(DY, ORDER, KEYS, ENDS, DW, H, stride_dy, stride_dw, PADDING_IDX,
-                   TOKENS: tl.constexpr, BLOCK_H: tl.constexpr, HAS_PADDING: tl.constexpr):
+                   TOKENS: tl.constexpr, BLOCK_H: tl.constexpr, HAS_PADDING: tl.constexpr,
+                   STAGES: tl.constexpr):
     t = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     in_cols = cols < H
@@ -30,7 +31,7 @@ def embedding_grad(DY, ORDER, KEYS, ENDS, DW, H, stride_dy, stride_dw, PADDING_I
     if first:
         end = tl.load(ENDS + t)
         total = tl.zeros([BLOCK_H], dtype=tl.float32)
-        for t0 in tl.range(t, end, TOKENS, num_stages=2):
+        for t0 in tl.range(t, end, TOKENS, num_stages=STAGES):
             run = t0 + tl.arange(0, TOKENS)
             token = tl.load(ORDER + run, mask=run < end, other=0)
             grads = tl.load(DY + token[:, None] * stride_dy + cols[None, :],
@@ -39,13 +40,26 @@ def embedding_grad(DY, ORDER, KEYS, ENDS, DW, H, stride_dy, stride_dw, PADDING_I
         tl.store(DW + key * stride_dw + cols, total.to(DW.dtype.element_ty), mask=in_cols)
 
 
-def launch(dy: torch.Tensor, ids: torch.Tensor, dw: torch.Tensor, padding_idx: int | None) -> None:
+def sorted_runs(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(keys, order, ends): the ids sorted (stable, as int32: four radix passes, not eight), the
+    tokens in that order, and for each sorted position one past the last token of its id."""
+    keys, order = torch.sort(ids.to(torch.int32), stable=True)
+    return keys, order, torch.searchsorted(keys, keys, right=True)
+
+
+def launch(dy: torch.Tensor, ids: torch.Tensor, dw: torch.Tensor, padding_idx: int | None,
+           block_h: int = 256, tokens: int = 16, warps: int = 2, stages: int = 2) -> None:
     """Add into a zero-filled dw [V, H] the gradient of the table from dy [N, H] (rows) and ids [N]."""
-    keys, order = torch.sort(ids.to(torch.int32), stable=True)   # four radix passes, not eight
-    ends = torch.searchsorted(keys, keys, right=True)   # one past the last token of each id
+    kernel(dy, *sorted_runs(ids), dw, padding_idx, block_h, tokens, warps, stages)
+
+
+def kernel(dy: torch.Tensor, keys: torch.Tensor, order: torch.Tensor, ends: torch.Tensor,
+           dw: torch.Tensor, padding_idx: int | None, block_h: int, tokens: int, warps: int,
+           stages: int) -> None:
+    """The kernel alone, on `sorted_runs(ids)`."""
     n, h = dy.shape
-    block_h = min(256, triton.next_power_of_2(h))
+    block_h = min(block_h, triton.next_power_of_2(h))
     grid = (n, triton.cdiv(h, block_h))
     embedding_grad[grid](dy, order, keys, ends, dw, h, dy.stride(0), dw.stride(0),
-                         -1 if padding_idx is None else padding_idx,
-                         TOKENS=16, BLOCK_H=block_h, HAS_PADDING=padding_idx is not None, num_warps=2)
+                         -1 if padding_idx is None else padding_idx, TOKENS=tokens, BLOCK_H=block_h,
+                         HAS_PADDING=padding_idx is not None, STAGES=stages, num_warps=warps)
