@@ -23,9 +23,11 @@ for law in ("uniform", "zipf1.1"):
     weights = (torch.ones(rows, dtype=torch.float64) if law == "uniform"
                else 1.0 / torch.arange(1, rows + 1, dtype=torch.float64) ** 1.1)
     ids = torch.multinomial(weights, tokens, replacement=True).cuda()
-    want = torch.ops.aten.embedding_dense_backward(dy, ids, rows, -1, False).float()
-    row = dict(ids=law, top_count=int(torch.bincount(ids).max()),
-               torch_us=graph_us(lambda: torch.ops.aten.embedding_dense_backward(dy, ids, rows, -1, False), 10),
+    def torch_grad(ids=ids):
+        return torch.ops.aten.embedding_dense_backward(dy, ids, rows, -1, False)
+
+    want = torch_grad().float()
+    row = dict(ids=law, top_count=int(torch.bincount(ids).max()), torch_us=graph_us(torch_grad, 10),
                coda_us=graph_us(lambda: table_grad(dy, ids, rows, None), 10),
                zeros_us=graph_us(lambda: torch.zeros(rows, h, device="cuda", dtype=torch.bfloat16), 10),
                sort_us=graph_us(lambda: embedding_grad.sorted_runs(ids), 10))
@@ -35,7 +37,7 @@ for law in ("uniform", "zipf1.1"):
         embedding_grad.kernel(dy, *runs, dw, None, *variant)
         ok = torch.allclose(dw.float(), want, rtol=1e-2, atol=1e-2)
         us = graph_us(lambda variant=variant: embedding_grad.kernel(dy, *runs, dw, None, *variant), 10)
-        row["kernel_h%d_w%d_t%d_s%d" % variant] = round(us, 1) if ok else f"WRONG {us:.1f}"
+        row["kernel_h{}_w{}_t{}_s{}".format(*variant)] = round(us, 1) if ok else f"WRONG {us:.1f}"
     results.append({k: round(v, 1) if isinstance(v, float) else v for k, v in row.items()})
     print(results[-1], flush=True)
 print(json.dumps(results))
