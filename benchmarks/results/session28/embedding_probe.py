@@ -16,8 +16,9 @@ from coda.ops.embedding import table_grad
 rows, h, tokens = 50257, 768, 16384
 dy = torch.randn(tokens, h, device="cuda", dtype=torch.bfloat16)
 dw = torch.zeros(rows, h, device="cuda", dtype=torch.bfloat16)
-VARIANTS = [(256, 2, 16, 2), (256, 2, 16, 1), (1024, 4, 16, 1), (1024, 4, 16, 2), (512, 4, 32, 1),
-            (1024, 8, 32, 2), (128, 1, 16, 1), (256, 4, 64, 2)]
+#: (columns a program, tokens a step, warps, pipeline stages)
+VARIANTS = [(256, 16, 2, 2), (256, 16, 2, 1), (1024, 16, 4, 1), (1024, 16, 4, 2), (512, 32, 4, 1),
+            (1024, 32, 8, 2), (128, 16, 1, 1), (256, 64, 4, 2)]
 results = []
 for law in ("uniform", "zipf1.1"):
     weights = (torch.ones(rows, dtype=torch.float64) if law == "uniform"
@@ -37,7 +38,7 @@ for law in ("uniform", "zipf1.1"):
         embedding_grad.kernel(dy, *runs, dw, None, *variant)
         ok = torch.allclose(dw.float(), want, rtol=1e-2, atol=1e-2)
         us = graph_us(lambda variant=variant: embedding_grad.kernel(dy, *runs, dw, None, *variant), 10)
-        row["kernel_h{}_w{}_t{}_s{}".format(*variant)] = round(us, 1) if ok else f"WRONG {us:.1f}"
+        row["kernel_h{}_t{}_w{}_s{}".format(*variant)] = round(us, 1) if ok else f"WRONG {us:.1f}"
     results.append({k: round(v, 1) if isinstance(v, float) else v for k, v in row.items()})
     print(results[-1], flush=True)
 print(json.dumps(results))
