@@ -48,7 +48,7 @@ def sorted_runs(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 
 def launch(dy: torch.Tensor, ids: torch.Tensor, dw: torch.Tensor, padding_idx: int | None,
-           block_h: int = 256, tokens: int = 16, warps: int = 2, stages: int = 2) -> None:
+           block_h: int = 128, tokens: int = 16, warps: int = 1, stages: int = 1) -> None:
     """Add into a zero-filled dw [V, H] the gradient of the table from dy [N, H] (rows) and ids [N]."""
     kernel(dy, *sorted_runs(ids), dw, padding_idx, block_h, tokens, warps, stages)
 
