@@ -48,7 +48,7 @@ def main() -> None:
     parser.add_argument("--shapes", default="16384x768x768,16384x3072x768,16384x768x3072")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--configs", default="", help="besides the heuristic's: triton, pingpong")
-    parser.add_argument("--json", default="benchmarks/results/ablation.json")
+    parser.add_argument("--json", default="benchmarks/results/ablation_stages.json")
     args = parser.parse_args()
     torch.manual_seed(0)
     rows = []
