@@ -32,6 +32,9 @@ VARIANTS = {
     "bias_stats": "EPILOGUE(bias: col) { output = input + bias; "
                   "ss = row_sum(output * output); s = row_sum(output); }",
     "bias_gelu": "EPILOGUE(bias: col) { output = gelu(input + bias); }",
+    # what GELU's cost is made of: a few multiply-adds alone, one tanh (MUFU) alone
+    "bias_fma4": "EPILOGUE(bias: col) { h = input + bias; output = ((h * 0.5 + 0.25) * h + 0.125) * h; }",
+    "bias_tanh": "EPILOGUE(bias: col) { output = tanh(input + bias); }",
     "bias_gelu_slope": "EPILOGUE(bias: col) { h = input + bias; save slope = gelu_grad(h); "
                        "output = gelu(h); }",
     "bias_save": "EPILOGUE(bias: col) { h = input + bias; save copy = h; output = h; }",
