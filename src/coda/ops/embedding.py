@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import LaunchError
-from ..runtime.program import interpreter_enabled
+from ..runtime.program import default_backend
 from . import checks
 
 
@@ -39,9 +39,9 @@ class EmbeddingFunction(torch.autograd.Function):
 
 
 def table_grad(dy: torch.Tensor, ids: torch.Tensor, rows: int, padding_idx: int | None) -> torch.Tensor:
-    """[rows, H] gradient of the table from dy [N, H] and ids [N]: the Triton kernel on the GPU (or
-    under the interpreter), PyTorch's own backward elsewhere and in float64."""
-    if dy.dtype == torch.float64 or not (dy.is_cuda or interpreter_enabled()):
+    """[rows, H] gradient of the table from dy [N, H] and ids [N]: the Triton kernel where CODA's
+    programs run Triton (`default_backend`), PyTorch's own backward where they run the reference."""
+    if default_backend(dy) == "reference":
         return torch.ops.aten.embedding_dense_backward(dy, ids, rows, -1 if padding_idx is None
                                                        else padding_idx, False)
     from . import embedding_grad

@@ -32,6 +32,15 @@ def interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def default_backend(a: torch.Tensor) -> str:
+    """The backend `backend="auto"` picks for a launch on `a`: Triton on the GPU or under the
+    interpreter, the reference (eager PyTorch) elsewhere and for float64, which Triton does not
+    compute in."""
+    if a.dtype == torch.float64:
+        return "reference"
+    return "triton" if a.is_cuda or interpreter_enabled() else "reference"
+
+
 class Program:
     """A compiled epilogue: `prog(a, b, **operands)` returns a dict of output tensors.
 
@@ -148,9 +157,7 @@ class Program:
         if backend not in BACKENDS:
             raise LaunchError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
         if backend == "auto":
-            if a.dtype == torch.float64:  # Triton computes in fp16/bf16/fp32 only
-                return "reference"
-            return "triton" if a.is_cuda or interpreter_enabled() else "reference"
+            return default_backend(a)
         if backend == "triton" and not (a.is_cuda or interpreter_enabled()):
             raise LaunchError("backend='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run "
                               "the kernels on the CPU")
