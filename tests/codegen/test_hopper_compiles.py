@@ -85,13 +85,18 @@ def compile_all() -> dict[str, dict]:
             # the epilogue loading its tile operands itself, in narrow slices
             configs["pingpong_loads_split8"] = Config(128, 128, 64, 4, 4, split_epilogue=8, pingpong=True,
                                                       stage_tiles=False)
+            # its outputs stored from registers instead of through shared memory
+            configs["pingpong_register_stores"] = Config(128, 128, 64, 4, 4, split_epilogue=2,
+                                                         pingpong=True, stage_outputs=False)
         for label, config in configs.items():
             variant = config.mainloop("hopper")
-            built = prog.triton._build(kernel_module._signature(launch, variant, config.stage_tiles),
-                                       variant)
+            built = prog.triton._build(kernel_module._signature(launch, variant, config.stage_tiles,
+                                                                config.stage_outputs), variant)
             results[f"{name}/{label}"] = compile_sm90(kernel_module, built, config, launch)
             # the tile operands given TMA descriptors (staged in shared memory)
             results[f"{name}/{label}"]["staged"] = sorted(set(re.findall(r"(op_\w+)_desc = ", built.source)))
+            results[f"{name}/{label}"]["stores_staged"] = sorted(set(re.findall(r"(out_\w+)_desc = ",
+                                                                                 built.source)))
     results |= compile_concats(kernel_module, tuning.heuristic("hopper", m, n, k))
     return results
 
@@ -202,7 +207,8 @@ def test_hopper_kernels_compile_for_sm90():
     assert set(results) == ({f"{p}/{c}" for p in PROGRAMS for c in ("heuristic", "heuristic_k4096",
                                                                      "heuristic_m64", "hopper")}
                             | {f"heavy/{kind}split{s}" for s in SPLITS for kind in ("", "pingpong_")}
-                            | {"heavy/pingpong_loads_split8", "concat_k_ln_dxhat/pingpong",
+                            | {"heavy/pingpong_loads_split8", "heavy/pingpong_register_stores",
+                               "concat_k_ln_dxhat/pingpong",
                                "concat_m_plain/pingpong"})
     for key, found in results.items():
         if key.startswith("concat"):   # the ping-pong kernel's loader reads the pieces
@@ -214,6 +220,8 @@ def test_hopper_kernels_compile_for_sm90():
         # a residual comes by TMA except where the ping-pong kernel's epilogue loads it
         if "residual" in PROGRAMS[key.split("/")[0]]:
             assert found["staged"] == ([] if key.endswith("pingpong_loads_split8") else ["op_residual"]), key
+            # its output through shared memory and a TMA store, unless stored from registers
+            assert found["stores_staged"] == ([] if key.endswith("register_stores") else ["out_output"]), key
         # the K = 768 default is the ping-pong kernel
         assert found["warp_specialized"] == (key.endswith("/heuristic") or "pingpong" in key), key
         # (the SwiGLU gradient is held to neither: its two tile operands do not fit the ping-pong

@@ -112,7 +112,8 @@ class TritonProgram:
         if variant == "pingpong" and not self.pingpong:
             raise LaunchError(f"{self.program.name} reads its prior output (`output += ...`), which "
                               f"the ping-pong kernel cannot: give a configuration without pingpong")
-        sig = _signature(launch, variant, config is None or config.stage_tiles)
+        sig = _signature(launch, variant, config is None or config.stage_tiles,
+                         config is None or config.stage_outputs)
         key = (sig, variant)
         kernel = self._kernels.get(key)
         if kernel is None:
@@ -381,17 +382,19 @@ def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callabl
     return launcher
 
 
-def _signature(launch: Launch, variant: str, stage_tiles: bool = True) -> Signature:
+def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
+               stage_outputs: bool = True) -> Signature:
     """The launch's operand kinds and which tiles go through TMA: on Hopper every aligned
-    output but a packed [M, 2N] one, and every aligned tile operand unless the ping-pong kernel
-    loads them itself (`stage_tiles=False`)."""
+    output but a packed [M, 2N] one, and every aligned tile operand, unless the ping-pong kernel
+    loads the operands itself (`stage_tiles=False`) or stores the outputs from registers
+    (`stage_outputs=False`)."""
     tensors = frozenset(name for name, kind in launch.kinds.items()
                         if kind == "scalar" and isinstance(launch.values[name], torch.Tensor))
     tma = set()
     if variant == "hopper" or (variant == "pingpong" and stage_tiles):
         tma |= {f"op_{name}" for name, kind in launch.kinds.items()
                 if kind == "tile" and _tma_ok(launch.values[name], row_major=True)}
-    if variant in ("hopper", "pingpong"):
+    if variant == "hopper" or (variant == "pingpong" and stage_outputs):
         for spec in launch.outputs:
             # a pack(...) to [M, 2N] is stored through pointers: its tile is twice the width of
             # the epilogue's, wider than a TMA box may be in the widest configurations

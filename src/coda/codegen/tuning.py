@@ -34,6 +34,8 @@ class Config:
     stage_tiles: bool = True       # ping-pong: tile operands come by TMA into shared memory
                                    # during the K loop; False: the epilogue loads them itself,
                                    # under the other warpgroup's MMAs (operands too big to stage)
+    stage_outputs: bool = True     # ping-pong: output tiles leave through shared memory and TMA
+                                   # stores; False: stored from the registers they are in
 
     def meta(self, variant: str) -> dict:
         """The kernel's compile-time arguments for this configuration."""
