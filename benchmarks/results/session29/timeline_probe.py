@@ -56,11 +56,22 @@ def main() -> None:
 
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
+    # three steps back to back: the first absorbs the profiler's start-up on the host (call 1:
+    # 2.5 ms between the step's two input copies); the others show what a replay costs
+    # between steps and whether each step's kernels fill its time
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step(**inputs)
+        for _ in range(3):
+            step(**inputs)
         torch.cuda.synchronize()
-    kernels = sorted(((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
-                      if e.device_type == DeviceType.CUDA and not e.is_user_annotation), key=lambda k: k[0])
+    every = sorted(((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                    if e.device_type == DeviceType.CUDA and not e.is_user_annotation), key=lambda k: k[0])
+    per_step = len(every) // 3
+    steps = [every[i * per_step:(i + 1) * per_step] for i in range(3)]
+    for i, ks in enumerate(steps):
+        print(f"step {i}: {len(ks)} kernels, span {ks[-1][1] - ks[0][0]:.1f} us, "
+              f"busy {sum(e - s for s, e, _ in ks):.1f} us, first {ks[0][2][:30]}, last {ks[-1][2][:30]}"
+              + (f", idle before it {ks[0][0] - steps[i - 1][-1][1]:.1f} us" if i else ""))
+    kernels = steps[2]
     gaps = [(kernels[i + 1][0] - kernels[i][1], kernels[i][2][:60], kernels[i + 1][2][:60])
             for i in range(len(kernels) - 1)]
     busy = sum(e - s for s, e, _ in kernels)
