@@ -72,9 +72,7 @@ fn = prog.triton._build(kernel_module._signature(launch, "hopper"), "hopper").fi
 found = {}
 for parts, limited in ((24, False), (1571, False), (24, True)):   # limited: under an m_limit
     p, block = merge_tile(parts)
-    # TILE_PARTS: column partials a tile writes (one per warp in the ping-pong kernel)
-    meta = dict(ROW_P=p, ROW_BLOCK=block, COL_P=p, COL_BLOCK=block, LIMIT_M=limited, TILE_M=128,
-                TILE_PARTS=4)
+    meta = dict(ROW_P=p, ROW_BLOCK=block, COL_P=p, COL_BLOCK=block, LIMIT_M=limited, TILE_M=128)
     types = {"M": "i32", "N": "i32", "row_parts": "i32", "col_parts": "i32", "M_LIMIT": "*i32"}
     signature = {a: "constexpr" if a in meta else types.get(a, "*fp32") for a in fn.arg_names}
     source = ASTSource(fn, signature, constexprs=meta)

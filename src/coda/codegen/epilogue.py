@@ -44,9 +44,6 @@ _DOMAIN = {
     DOUBLE: _Domain("drows", "mask_dm", "dcols", "mask_d", "(BLOCK_N * 2)", "(N * 2)", "double_like"),
 }
 
-#: Where each domain's columns end in a tile (the bound of its column mask).
-_COL_END = {"full": "col_end", HALF: "col_end // 2", DOUBLE: "col_end * 2"}
-
 #: Gluon: a layout in which a thread holds whole dropout blocks (rows r and r + 8, columns 2j and
 #: 2j + 1: two columns a thread, eight rows a warp) for four warps.
 _DRAW_LAYOUT = "gl.BlockedLayout([1, 2], [8, 4], [1, 4], [1, 0])"
@@ -269,7 +266,7 @@ class _Emitter:
         # a caller that knows the tile's columns all lie below N says so (RAGGED_N=False): the
         # column masks are then constant along the tile, and its stores vectorize
         self.emit("col_end = N if RAGGED_N else (tile_n + 1) * BLOCK_N")
-        self.emit(f"mask_n = cols < {_COL_END['full']}")
+        self.emit("mask_n = cols < col_end")
         if any(w == HALF for w in self.domains.values()):
             if self.gluon:  # the layout `unpack` gives: a split of the accumulator
                 self.emit("half_like = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))[0]")
@@ -279,7 +276,7 @@ class _Emitter:
                 self.emit("hrows = rows")
                 self.emit("mask_hm = mask_m")
             self.emit(f"hcols = tile_n * (BLOCK_N // 2) + {self.arange('BLOCK_N // 2', 1, 'half_like')}")
-            self.emit(f"mask_h = hcols < {_COL_END[HALF]}")
+            self.emit("mask_h = hcols < col_end // 2")
         if any(w == DOUBLE for w in self.domains.values()):
             if self.gluon:  # the layout `pack` gives: a join of two accumulator-like tiles
                 self.emit("double_like = tl.reshape(tl.join(acc, acc), (BLOCK_M, BLOCK_N * 2))")
@@ -289,7 +286,7 @@ class _Emitter:
                 self.emit("drows = rows")
                 self.emit("mask_dm = mask_m")
             self.emit(f"dcols = tile_n * (BLOCK_N * 2) + {self.arange('BLOCK_N * 2', 1, 'double_like')}")
-            self.emit(f"mask_d = dcols < {_COL_END[DOUBLE]}")
+            self.emit("mask_d = dcols < col_end * 2")
         for index, node in enumerate(self.program.ir.nodes()):
             if node.op == "operand" and self.kinds[node.arg] == "head":
                 self.names[node] = f"op_{node.arg}"  # read by rope, which knows its pair indices
@@ -449,16 +446,6 @@ class _Emitter:
             mask = f"{d.mask_rows}[:, None]" if across == "row" else f"{d.mask_cols}[None, :]"
             value = f"tl.where({mask}, {value}, {fill})"
         self.emit(f"{part} = {value}")
-        if out.axis == "col" and self.gluon:
-            # one partial row per warp of the warpgroup (cm.WARPS rows a tile): the warps do not
-            # combine theirs through shared memory, the finishing kernel merges four times as many
-            warp = f"{part}_warp"
-            self.emit(f"{warp} = cm.warp_col_{'max' if is_max else 'sum'}({part}, BLOCK_M, {d.block})")
-            self.emit(f"{warp}_row = pid_m * cm.WARPS + {self.arange('cm.WARPS', 0, warp)}")
-            self.emit(f"{warp}_col = tile_n * {d.block} + {self.arange(d.block, 1, warp)}")
-            self.emit(f"tl.store(red_{out.name}_ptr + {warp}_row[:, None] * {d.size} + {warp}_col[None, :], "
-                      f"{warp}, mask=({warp}_col < {_COL_END[width]})[None, :])")
-            return
         if out.axis == "col":
             self.emit(f"tl.store(red_{out.name}_ptr + pid_m * {d.size} + {d.cols}, "
                       f"{combine}({part}, axis=0), mask={d.mask_cols})")

@@ -2,10 +2,9 @@
 
 Every tile writes its partial of each reduction output (codegen/epilogue.py): row reductions into a
 [column slices, M] buffer, column reductions into a [row blocks, N] buffer (N/2 for the half-width
-domain of `unpack`; four rows a row block in the ping-pong kernel, one per warp). The finishing
-kernel merges every buffer of the launch along its first axis in index order (deterministic, no
-atomics): sums and maxima directly, a log-sum-exp from each partial's maximum m_p and its sum s_p
-of e^(x - m_p), merged into a running maximum and sum.
+domain of `unpack`). The finishing kernel merges every buffer of the launch along its first axis in
+index order (deterministic, no atomics): sums and maxima directly, a log-sum-exp from each
+partial's maximum m_p and its sum s_p of e^(x - m_p), merged into a running maximum and sum.
 Program i takes row block i of the row reductions and column block i of the column ones, so a
 launch with several reductions (a norm's Σx and Σx², a layer norm's four gradient sums) is one
 small kernel, not one torch reduction each: a GPT-2 training step had 223 of those, 6.3 µs each
@@ -56,7 +55,7 @@ def _params(program: Program, sig: Signature) -> list[str]:
 
 def generate_finish(program: Program, sig: Signature) -> str:
     """The source of `finish(M, N, row_parts, col_parts, M_LIMIT, ..., ROW_P, ROW_BLOCK, COL_P,
-    COL_BLOCK, LIMIT_M, TILE_M, TILE_PARTS)`:
+    COL_BLOCK, LIMIT_M, TILE_M)`:
     ROW_P partials of ROW_BLOCK rows a step for the row reductions, COL_P of COL_BLOCK columns for
     the column ones (`merge_tile`), "" when the launch writes no reduction."""
     by_axis = {axis: [o for o in _written(program, sig) if o.axis == axis] for axis in ("row", "col")}
@@ -65,12 +64,11 @@ def generate_finish(program: Program, sig: Signature) -> str:
     lines = [line for axis, outs in by_axis.items() if outs for line in _merge(program, axis, outs)]
     params = ", ".join(["M", "N", "row_parts", "col_parts", "M_LIMIT", *_params(program, sig),
                         *(f"{c}: tl.constexpr" for c in ("ROW_P", "ROW_BLOCK", "COL_P", "COL_BLOCK",
-                                                         "LIMIT_M", "TILE_M", "TILE_PARTS"))])
+                                                         "LIMIT_M", "TILE_M"))])
     # under a limit on M (`m_limit=`) the kernel ran as if M were the limit: its rows and its
-    # tiles of TILE_M rows past it have no partials (a tile writes TILE_PARTS of a column
-    # reduction: one per warp in the ping-pong kernel)
+    # tiles of TILE_M rows past it have no partials
     limit = ["if LIMIT_M:", "    M = tl.minimum(M, tl.load(M_LIMIT).to(tl.int32))",
-             "    col_parts = tl.cdiv(M, TILE_M) * TILE_PARTS"]
+             "    col_parts = tl.cdiv(M, TILE_M)"]
     body = "\n".join("    " + line for line in limit + lines)
     return f"\n@triton.jit\ndef finish({params}):\n    pid = tl.program_id(0)\n{body}\n"
 

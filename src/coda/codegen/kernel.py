@@ -40,7 +40,6 @@ from .epilogue import (
 )
 from .finish import generate_finish, merge_tile
 from .mainloops import HEADER, MAINLOOPS, ZERO_PAST_EDGES
-from .tl_math import WARPS
 from .tuning import Config
 
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -218,10 +217,7 @@ class Plan:
         # persistent Hopper kernels: one program per SM, TMA descriptors made on the device
         self.persistent = persistent = kernel.variant in ("hopper", "pingpong")
         epilogue_n = config.epilogue_block_n if persistent else config.block_n
-        # the ping-pong kernel's tiles write a column partial per warp (codegen/epilogue.py)
-        self.tile_parts = WARPS.value if kernel.variant == "pingpong" else 1
-        self.partial_rows = {"row": math.ceil(n / epilogue_n),
-                             "col": math.ceil(m / config.block_m) * self.tile_parts}
+        self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": math.ceil(m / config.block_m)}
         tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
         if persistent:
             self.grid = (min(tiles, _num_sms(a.device)),)
@@ -245,7 +241,7 @@ class Plan:
         reductions = [spec for spec in launch.outputs if spec.reduction is not None]
         axes = {spec.reduction[:3] for spec in reductions}
         self.finisher = _Finisher(kernel.finish, m, n, self.partial_rows, axes, self.limited[0],
-                                  config.block_m, self.tile_parts) if axes else None
+                                  config.block_m) if axes else None
         # float32 partials of each reduction: [tiles along the reduced axis, its length], two
         # (max and sum) for a log-sum-exp
         self.partial_shapes = {spec.name: [(self.partial_rows[spec.reduction[:3]], spec.shape[0])]
@@ -327,18 +323,17 @@ class _Finisher:
     """The launch of a Plan's finishing kernel (codegen/finish.py): program i merges row block i
     of the row partials and column block i of the column ones, in steps of `merge_tile`. Under
     a limit on M (its pointer is the first buffer) the kernel's tiles of `block_m` rows past it
-    wrote no partials (`tile_parts` rows of a column reduction's each), which the merge then
-    skips."""
+    wrote no partials, which the merge then skips."""
 
     def __init__(self, fn: Callable, m: int, n: int, partial_rows: dict[str, int], axes: set[str],
-                 limit_m: bool, block_m: int, tile_parts: int):
+                 limit_m: bool, block_m: int):
         row_p, row_block = merge_tile(partial_rows["row"])
         col_p, col_block = merge_tile(partial_rows["col"])
         self.fn, self.sizes = fn, (m, n, partial_rows["row"], partial_rows["col"])
         programs = {"row": math.ceil(m / row_block), "col": math.ceil(n / col_block)}
         self.grid = (max(programs[axis] for axis in axes),)
         self.meta = dict(ROW_P=row_p, ROW_BLOCK=row_block, COL_P=col_p, COL_BLOCK=col_block,
-                         LIMIT_M=limit_m, TILE_M=block_m, TILE_PARTS=tile_parts)
+                         LIMIT_M=limit_m, TILE_M=block_m)
         self.constexprs = [self.meta[name] for name in fn.arg_names if name in self.meta]
         self.launcher = None
 

@@ -197,28 +197,3 @@ def keep_threshold(p):
 @triton.jit
 def dropout(x, p, keep):
     return tl.where(keep, x * (1.0 / (1.0 - p)), 0.0)
-
-
-#: Warps of one MMA warpgroup (the ping-pong kernel's): each holds 16 of every 64 accumulator rows.
-WARPS = tl.constexpr(4)
-
-
-@triton.jit
-def warp_rows(t, BLOCK_M: tl.constexpr, COLS: tl.constexpr):
-    """A wgmma accumulator tile [BLOCK_M, COLS] as [BLOCK_M // 64, WARPS, 16, COLS]: row r of
-    each 64-row block lies with warp (r // 16) % 4, so axis 1 is the warp that holds the row."""
-    return tl.reshape(t, (BLOCK_M // 64, WARPS, 16, COLS))
-
-
-@triton.jit
-def warp_col_sum(t, BLOCK_M: tl.constexpr, COLS: tl.constexpr):
-    """[BLOCK_M, COLS] -> [WARPS, COLS]: each warp's column sums over its own rows, in its
-    registers and lanes (no exchange between warps through shared memory)."""
-    # the 64-row blocks first (within each thread), then the warp's 16 rows (across its lanes)
-    return tl.sum(tl.sum(warp_rows(t, BLOCK_M, COLS), axis=0), axis=1)
-
-
-@triton.jit
-def warp_col_max(t, BLOCK_M: tl.constexpr, COLS: tl.constexpr):
-    """[BLOCK_M, COLS] -> [WARPS, COLS]: each warp's column maxima over its own rows."""
-    return tl.max(tl.max(warp_rows(t, BLOCK_M, COLS), axis=0), axis=1)
