@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # benchmarks/
 from kernel_configs import graph_us
 
-from coda.ops import column_sum
+from coda.ops import column_sum_kernel as column_sum
 from coda.ops.common import SUMS
 from coda.runtime.binding import Concat
 

@@ -59,19 +59,40 @@ def column_sum_kernel(X0, X1, X2, CUT1, CUT2, STRIDE0, STRIDE1, STRIDE2, M, N, r
         tl.atomic_xchg(TICKETS + strip, 0, sem="relaxed", scope="gpu")
 
 
-#: Ticket counters per device: zero between launches (the last program resets its strip's), so
-#: one set serves every launch; grown when a launch needs more.
-_tickets: dict[torch.device, torch.Tensor] = {}
+#: Ticket counters per (device, stream): zero between launches (the last program of a strip
+#: resets its counter), so one set serves every launch on a stream, and launches on other streams
+#: never share one. Under CUDA graph capture the capture stream gets its own, allocated (and
+#: zero-filled) in the graph's memory pool: one fill node at the start of the graph.
+_tickets: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 
 def _tickets_for(device: torch.device, strips: int) -> torch.Tensor:
-    tickets = _tickets.get(device)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    tickets = _tickets.get((device, stream))
     if tickets is None or tickets.numel() < strips:
-        tickets = _tickets[device] = torch.zeros(max(strips, 64), dtype=torch.int32, device=device)
+        tickets = _tickets[(device, stream)] = torch.zeros(max(strips, 64), dtype=torch.int32,
+                                                          device=device)
     return tickets
 
 
-def launch(pieces: list[torch.Tensor], out: torch.Tensor, block_m: int = 64, block_n: int = 64,
+#: The tile the launches take unless told otherwise (a piece's width must be a multiple of its
+#: columns, but for the last piece's).
+BLOCK_N = 64
+
+
+def fits(pieces: tuple[torch.Tensor, ...]) -> bool:
+    """Whether the kernel reads these pieces (joined along columns) as they lie: up to three 2-D
+    tensors of one float dtype (bf16, fp16 or fp32) and device, rows in common, unit column
+    strides, every piece but the last a multiple of BLOCK_N wide."""
+    first = pieces[0]
+    return (len(pieces) <= 3 and first.dtype in (torch.bfloat16, torch.float16, torch.float32)
+            and all(p.dim() == 2 and p.dtype == first.dtype and p.device == first.device
+                    and p.shape[0] == first.shape[0] and (p.stride(1) == 1 or p.shape[1] == 1)
+                    for p in pieces)
+            and all(p.shape[1] % BLOCK_N == 0 for p in pieces[:-1]))
+
+
+def launch(pieces: list[torch.Tensor], out: torch.Tensor, block_m: int = 64, block_n: int = BLOCK_N,
            warps: int = 4, stages: int = 4, programs_per_sm: int = PROGRAMS_PER_SM) -> torch.Tensor:
     """out [N] (float32 or the gradient's dtype) = the column sums of the pieces [M, n_i] joined
     along columns (each with unit column stride; every piece but the last n_i a multiple of
