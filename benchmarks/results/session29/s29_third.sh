@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Twenty-ninth session, third device call: GPT-2 against torch.compile alone (coda+graph
-# profiled), then issue 8's case (e) and plain at every shape (gemm.py, rounds back to back).
+# Twenty-ninth session, third device call, at the commit wiring coda.ops.column_sum_kernel:
+# 1. the column-sum probe (SUMS map, torch.sum, the kernel in several shapes);
+# 2. the GPU tests of the ops with bias gradients and of the HF models;
+# 3. GPT-2 against torch.compile alone, coda+graph profiled.
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
+timeout 100 python benchmarks/results/session29/column_sum_probe.py > $OUT/column_sum_probe.txt 2>&1
+echo "probe rc=$?"; grep -v Warn $OUT/column_sum_probe.txt | tail -45
+timeout 170 python -m pytest -q -n 8 -p no:cacheprovider --tb=short tests/gpu/test_ops_linear.py \
+  tests/gpu/test_ops_norms.py tests/gpu/test_concat_gpu.py tests/gpu/test_hf_gpu.py > $OUT/gpu_tests.txt 2>&1
+echo "gpu tests rc=$?"; grep -E "passed|failed|FAILED|Error" $OUT/gpu_tests.txt | tail -8
 timeout 200 python benchmarks/train.py --models gpt2 --modes compile,coda+graph --steps 8 --warmup 2 \
   --curve none --profile coda+graph --timeout 180 --json $OUT/train_gpt2.json > $OUT/train_gpt2.log 2>&1
 echo "train rc=$?"; tail -4 $OUT/train_gpt2.log
-timeout 200 python benchmarks/gemm.py --cases plain,dgelu_bias_grad --rounds 5 --no-compile \
-  --json $OUT/gemm_e.json > $OUT/gemm_e.log 2>&1
-echo "gemm rc=$?"; grep -v Warn $OUT/gemm_e.log | tail -30
