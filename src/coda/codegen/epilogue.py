@@ -44,6 +44,9 @@ _DOMAIN = {
     DOUBLE: _Domain("drows", "mask_dm", "dcols", "mask_d", "(BLOCK_N * 2)", "(N * 2)", "double_like"),
 }
 
+#: Where each domain's columns end in a tile (the bound of its column mask).
+_COL_END = {"full": "col_end", HALF: "col_end // 2", DOUBLE: "col_end * 2"}
+
 #: Gluon: a layout in which a thread holds whole dropout blocks (rows r and r + 8, columns 2j and
 #: 2j + 1: two columns a thread, eight rows a warp) for four warps.
 _DRAW_LAYOUT = "gl.BlockedLayout([1, 2], [8, 4], [1, 4], [1, 0])"
@@ -62,6 +65,8 @@ class Signature:
     reuse: tuple[tuple[str, str], ...] = ()  # ping-pong: (`out_y`, `op_x`) pairs, output y staged
                                              # in the buffer operand x was staged in (same dtype
                                              # and width), which the epilogue has read by then
+    wide: frozenset[str] = frozenset()  # ping-pong: outputs (`out_y`) stored from registers in
+                                        # 16-byte pieces instead of through TMA
 
 
 def kernel_params(program: Program, sig: Signature) -> list[str]:
@@ -266,7 +271,7 @@ class _Emitter:
         # a caller that knows the tile's columns all lie below N says so (RAGGED_N=False): the
         # column masks are then constant along the tile, and its stores vectorize
         self.emit("col_end = N if RAGGED_N else (tile_n + 1) * BLOCK_N")
-        self.emit("mask_n = cols < col_end")
+        self.emit(f"mask_n = cols < {_COL_END['full']}")
         if any(w == HALF for w in self.domains.values()):
             if self.gluon:  # the layout `unpack` gives: a split of the accumulator
                 self.emit("half_like = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N // 2, 2)))[0]")
@@ -276,7 +281,7 @@ class _Emitter:
                 self.emit("hrows = rows")
                 self.emit("mask_hm = mask_m")
             self.emit(f"hcols = tile_n * (BLOCK_N // 2) + {self.arange('BLOCK_N // 2', 1, 'half_like')}")
-            self.emit("mask_h = hcols < col_end // 2")
+            self.emit(f"mask_h = hcols < {_COL_END[HALF]}")
         if any(w == DOUBLE for w in self.domains.values()):
             if self.gluon:  # the layout `pack` gives: a join of two accumulator-like tiles
                 self.emit("double_like = tl.reshape(tl.join(acc, acc), (BLOCK_M, BLOCK_N * 2))")
@@ -286,7 +291,7 @@ class _Emitter:
                 self.emit("drows = rows")
                 self.emit("mask_dm = mask_m")
             self.emit(f"dcols = tile_n * (BLOCK_N * 2) + {self.arange('BLOCK_N * 2', 1, 'double_like')}")
-            self.emit("mask_d = dcols < col_end * 2")
+            self.emit(f"mask_d = dcols < {_COL_END[DOUBLE]}")
         for index, node in enumerate(self.program.ir.nodes()):
             if node.op == "operand" and self.kinds[node.arg] == "head":
                 self.names[node] = f"op_{node.arg}"  # read by rope, which knows its pair indices
@@ -430,6 +435,10 @@ class _Emitter:
             if base in self.sig.tma:
                 self.emit(f"{base}_desc.store([pid_m * BLOCK_M, tile_n * {d.block}], "
                           f"{value}.to({base}_desc.dtype))")
+                return
+            if base in self.sig.wide:
+                self.emit(f"store_wide({base}_ptr, {base}_s0, pid_m * BLOCK_M, tile_n * {d.block}, "
+                          f"{value}.to({base}_ptr.dtype.element_ty), M, {_COL_END[width]})")
                 return
             ptr = f"{base}_ptr + {d.rows}[:, None] * {base}_s0 + {d.cols}[None, :] * {base}_s1"
             self.emit(f"tl.store({ptr}, {value}.to({base}_ptr.dtype.element_ty), "

@@ -386,15 +386,15 @@ def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
                stage_outputs: bool = True) -> Signature:
     """The launch's operand kinds and which tiles go through TMA: on Hopper every aligned
     output but a packed [M, 2N] one, and every aligned tile operand, unless the ping-pong kernel
-    loads the operands itself (`stage_tiles=False`) or stores the outputs from registers
-    (`stage_outputs=False`)."""
+    loads the operands itself (`stage_tiles=False`) or stores the outputs from registers in
+    16-byte pieces (`stage_outputs=False`: `sig.wide`)."""
     tensors = frozenset(name for name, kind in launch.kinds.items()
                         if kind == "scalar" and isinstance(launch.values[name], torch.Tensor))
-    tma = set()
+    tma, wide = set(), set()
     if variant == "hopper" or (variant == "pingpong" and stage_tiles):
         tma |= {f"op_{name}" for name, kind in launch.kinds.items()
                 if kind == "tile" and _tma_ok(launch.values[name], row_major=True)}
-    if variant == "hopper" or (variant == "pingpong" and stage_outputs):
+    if variant in ("hopper", "pingpong"):
         for spec in launch.outputs:
             # a pack(...) to [M, 2N] is stored through pointers: its tile is twice the width of
             # the epilogue's, wider than a TMA box may be in the widest configurations
@@ -405,10 +405,10 @@ def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
             # may have a wider one (padded rows: the cross-entropy's blocks)
             if (_tma_ok(out, row_major=True) if out is not None
                     else spec.shape[-1] * spec.dtype.itemsize % 16 == 0):
-                tma.add(f"out_{spec.name}")
+                (tma if variant == "hopper" or stage_outputs else wide).add(f"out_{spec.name}")
     written = tuple(spec.name for spec in launch.outputs)
     return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma),
-                     _reuse(launch, tma) if variant == "pingpong" else ())
+                     _reuse(launch, tma) if variant == "pingpong" else (), frozenset(wide))
 
 
 def _reuse(launch: Launch, tma: set[str]) -> tuple[tuple[str, str], ...]:

@@ -246,6 +246,38 @@ def smem_layout(rows, cols, dtype):
     return gl.NVMMASharedLayout.get_default_for([rows, cols], dtype)
 
 
+@gluon.constexpr_function
+def wide_store_layout(layout, piece):
+    # `layout` (linear) with each thread's `piece` adjacent columns in its first registers: the
+    # column bits below `piece` that lanes hold are swapped with higher column bits that
+    # registers hold, within each warp (shuffles, no shared memory), for 16-byte stores
+    regs = [list(b) for b in layout.reg_bases]
+    lanes = [list(b) for b in layout.lane_bases]
+    bit = 1
+    while bit < piece:
+        if [0, bit] in lanes:
+            spare = next(i for i, b in enumerate(regs) if b[0] == 0 and b[1] >= piece)
+            lane = lanes.index([0, bit])
+            regs[spare], lanes[lane] = lanes[lane], regs[spare]
+        bit *= 2
+    low = [[0, 1 << i] for i in range(piece.bit_length() - 1)]
+    regs = low + [b for b in regs if b not in low]
+    return gl.DistributedLinearLayout(regs, lanes, layout.warp_bases, layout.block_bases, layout.shape)
+
+
+@gluon.jit
+def store_wide(ptrs_base, stride, row0, col0, value, M, col_end):
+    # value [ROWS, COLS] stored at ptrs_base + row * stride + col from (row0, col0), rows below M
+    # and columns below col_end, from registers in 16-byte pieces
+    piece: gl.constexpr = 128 // value.dtype.primitive_bitwidth
+    layout: gl.constexpr = wide_store_layout(gl.to_linear_layout(value.type.layout, value.shape), piece)
+    wide = gl.convert_layout(value, layout)
+    rows = row0 + gl.arange(0, value.shape[0], layout=gl.SliceLayout(1, layout))
+    cols = col0 + gl.arange(0, value.shape[1], layout=gl.SliceLayout(0, layout))
+    gl.store(ptrs_base + rows[:, None] * stride + cols[None, :], wide,
+             mask=(rows < M)[:, None] & (cols < col_end)[None, :])
+
+
 @gluon.jit
 def operand_ring(X, ROWS, COLS, stride, BLOCK_ROWS: gl.constexpr, BLOCK_COLS: gl.constexpr,
                  STAGES: gl.constexpr):
