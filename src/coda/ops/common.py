@@ -17,7 +17,6 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.binding import Concat
-from ..runtime.program import default_backend
 
 PLAIN = compile_program("EPILOGUE plain() { output = input; }")
 ACCUMULATE = compile_program("EPILOGUE accumulate() { output += input; }")
@@ -43,17 +42,8 @@ def stored(**dtypes: torch.dtype | None) -> dict[str, torch.dtype] | None:
 
 def column_sum(t: torch.Tensor | Concat, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The sum over the rows of t [M, N] -> [N], summed in float32 and stored in `dtype`
-    (default float32; float64 for float64), reading t (a Concat's pieces where they lie) once
-    (a bias gradient): where Triton runs, one hand-written kernel (ops/column_sum_kernel.py),
-    else the SUMS map."""
-    pieces = t.pieces if isinstance(t, Concat) and t.dim == 1 else (t,)
-    if all(isinstance(p, torch.Tensor) for p in pieces) and default_backend(pieces[0]) == "triton":
-        from . import column_sum_kernel
-
-        if pieces[0].numel() and column_sum_kernel.fits(pieces):
-            n = sum(p.shape[1] for p in pieces)
-            out = torch.empty(n, dtype=dtype or torch.float32, device=pieces[0].device)
-            return column_sum_kernel.launch(list(pieces), out)
+    (default float32; float64 for float64): one map reading t (a Concat's pieces where they
+    lie), which writes nothing else (a bias gradient)."""
     return SUMS.map(t, outputs=["cols"], dtypes=stored(cols=dtype))["cols"]
 
 
