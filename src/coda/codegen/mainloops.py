@@ -248,9 +248,10 @@ def smem_layout(rows, cols, dtype):
 
 @gluon.constexpr_function
 def wide_store_layout(layout, piece):
-    # `layout` (linear) with each thread's `piece` adjacent columns in its first registers: the
-    # column bits below `piece` that lanes hold are swapped with higher column bits that
-    # registers hold, within each warp (shuffles, no shared memory), for 16-byte stores
+    # `layout` (linear) with each thread's `piece` adjacent columns in its first registers, for
+    # 16-byte stores: the column bits below `piece` that lanes hold are swapped with higher
+    # column bits that registers hold, so data moves only within each warp (Triton 3.6 still
+    # lowers the change through shared memory: docs/performance.md, twenty-ninth session)
     regs = [list(b) for b in layout.reg_bases]
     lanes = [list(b) for b in layout.lane_bases]
     bit = 1

@@ -35,7 +35,8 @@ class Config:
                                    # during the K loop; False: the epilogue loads them itself,
                                    # under the other warpgroup's MMAs (operands too big to stage)
     stage_outputs: bool = True     # ping-pong: output tiles leave through shared memory and TMA
-                                   # stores; False: stored from the registers they are in
+                                   # stores; False: from registers, in 16-byte pieces (measured
+                                   # slower with fused epilogues: an option, not a candidate)
 
     def meta(self, variant: str) -> dict:
         """The kernel's compile-time arguments for this configuration."""
