@@ -148,6 +148,8 @@ def compile_sm90(kernel_module, built, config, launch) -> dict[str, int]:
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     ptx = compiled.asm["ptx"]
     return dict(wgmma=ptx.count("wgmma.mma_async"), tma=ptx.count("cp.async.bulk.tensor"),
+                # store_wide's butterfly exchanges (its inline assembly, verbatim in the PTX)
+                wide_exchanges=ptx.count("setp.ne.b32 up"),
                 warp_specialized="setmaxnreg" in ptx, shared=compiled.metadata.shared,
                 **ptxas_report(ptx))
 
@@ -221,7 +223,9 @@ def test_hopper_kernels_compile_for_sm90():
         if "residual" in PROGRAMS[key.split("/")[0]]:
             assert found["staged"] == ([] if key.endswith("pingpong_loads_split8") else ["op_residual"]), key
             # its output through shared memory and a TMA store, unless stored from registers
+            # (then in 16-byte pieces that butterfly shuffles put together)
             assert found["stores_staged"] == ([] if key.endswith("register_stores") else ["out_output"]), key
+            assert (found["wide_exchanges"] > 0) == key.endswith("register_stores"), key
         # the K = 768 default is the ping-pong kernel
         assert found["warp_specialized"] == (key.endswith("/heuristic") or "pingpong" in key), key
         # (the SwiGLU gradient is held to neither: its two tile operands do not fit the ping-pong

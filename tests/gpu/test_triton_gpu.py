@@ -41,7 +41,10 @@ SHAPES = [(4096, 3072, 768), (1000, 1030, 520), (2048, 4096, 2048)]
 PINGPONG = Config(128, 128, 64, 4, 3, split_epilogue=4, pingpong=True)   # fits every program here
 #: The ping-pong kernel whose epilogue loads its tile operands itself (no TMA staging).
 PINGPONG_LOADS = Config(128, 128, 64, 4, 4, split_epilogue=8, pingpong=True, stage_tiles=False)
-MAINLOOPS = {"default": None, "pingpong": PINGPONG, "pingpong_loads": PINGPONG_LOADS}
+#: The ping-pong kernel storing its outputs from registers in 16-byte pieces (no staging).
+PINGPONG_REGISTER_STORES = Config(128, 128, 64, 4, 3, split_epilogue=4, pingpong=True, stage_outputs=False)
+MAINLOOPS = {"default": None, "pingpong": PINGPONG, "pingpong_loads": PINGPONG_LOADS,
+             "pingpong_register_stores": PINGPONG_REGISTER_STORES}
 
 
 def make_operands(spec: dict, m: int, n: int, dtype, half: bool) -> dict:

@@ -247,32 +247,76 @@ def smem_layout(rows, cols, dtype):
 
 
 @gluon.constexpr_function
+def column_swaps(layout, piece):
+    # (lane column, register column, lane xor) for each column bit below `piece` that the lanes
+    # of the linear `layout` hold, paired with a column bit of at least `piece` that registers hold
+    # (none where the registers hold too few columns, a narrow slice: it is stored as it lies)
+    regs = [b[1] for b in layout.reg_bases if b[0] == 0 and b[1] >= piece]
+    lanes = [(b[1], 1 << i) for i, b in enumerate(layout.lane_bases) if b[0] == 0 and 0 < b[1] < piece]
+    if len(lanes) > len(regs):
+        return gl.constexpr(())
+    return gl.constexpr(tuple((col, reg, xor) for (col, xor), reg in zip(lanes, regs)))
+
+
+@gluon.constexpr_function
 def wide_store_layout(layout, piece):
-    # `layout` (linear) with each thread's `piece` adjacent columns in its first registers, for
-    # 16-byte stores: the column bits below `piece` that lanes hold are swapped with higher
-    # column bits that registers hold, so data moves only within each warp (Triton 3.6 still
-    # lowers the change through shared memory: docs/performance.md, twenty-ninth session)
+    # `layout` once its column bits below `piece` are all in registers, those first: each thread
+    # holds `piece` adjacent columns in consecutive registers (one 16-byte store)
+    # (`layout` itself where they cannot all be: see column_swaps)
     regs = [list(b) for b in layout.reg_bases]
     lanes = [list(b) for b in layout.lane_bases]
-    bit = 1
-    while bit < piece:
-        if [0, bit] in lanes:
-            spare = next(i for i, b in enumerate(regs) if b[0] == 0 and b[1] >= piece)
-            lane = lanes.index([0, bit])
-            regs[spare], lanes[lane] = lanes[lane], regs[spare]
-        bit *= 2
+    for lane_col, reg_col, xor in column_swaps(layout, piece).value:
+        i, j = lanes.index([0, lane_col]), regs.index([0, reg_col])
+        regs[j], lanes[i] = lanes[i], regs[j]
     low = [[0, 1 << i] for i in range(piece.bit_length() - 1)]
+    if any(b not in regs for b in low):
+        return layout
     regs = low + [b for b in regs if b not in low]
     return gl.DistributedLinearLayout(regs, lanes, layout.warp_bases, layout.block_bases, layout.shape)
 
 
 @gluon.jit
+def swap_column_bits(v, LANE_COL: gl.constexpr, REG_COL: gl.constexpr, LANE_XOR: gl.constexpr):
+    # v [R, W] in a layout where the lanes that differ by LANE_XOR hold columns LANE_COL apart
+    # and each thread's registers hold columns REG_COL apart (REG_COL > LANE_COL, powers of two):
+    # those two column bits trade places, by one butterfly shuffle of each 32-bit register pair.
+    # Afterwards the lanes hold columns REG_COL apart and the registers columns LANE_COL apart.
+    R: gl.constexpr = v.shape[0]
+    W: gl.constexpr = v.shape[1]
+    SPLIT_SHAPE: gl.constexpr = (R, W // (2 * REG_COL), 2, REG_COL // (2 * LANE_COL), 2, LANE_COL)
+    # columns as (high, r, mid, l, low): r the register bit, l the lane bit; r0 and r1 the values
+    # at r = 0 and r = 1, indexed by (row, high, mid, l, low)
+    r0, r1 = v.reshape(SPLIT_SHAPE).permute(0, 1, 3, 4, 5, 2).split()
+    cols = gl.arange(0, W, layout=gl.SliceLayout(0, v.type.layout))[None, :] + gl.zeros_like(v.to(gl.int32))
+    upper, _ = ((cols // LANE_COL) % 2).to(v.dtype).reshape(SPLIT_SHAPE).permute(0, 1, 3, 4, 5, 2).split()
+    # a lane whose bit is 0 keeps r0 and sends r1, one whose bit is 1 keeps r1 and sends r0;
+    # what arrives is the other register of the pair
+    new0, new1 = gl.inline_asm_elementwise(
+        "{ .reg .pred up; .reg .b32 out, in; setp.ne.b32 up, $4, 0; selp.b32 out, $2, $3, up; "
+        f"shfl.sync.bfly.b32 in, out, {LANE_XOR}, 0x1f, 0xffffffff; "
+        "selp.b32 $0, in, $2, up; selp.b32 $1, $3, in, up; }",
+        "=r,=r,r,r,r", [r0, r1, upper], dtype=(v.dtype, v.dtype), is_pure=True,
+        pack=32 // v.dtype.primitive_bitwidth)
+    # (row, high, mid, r, low, l) -> columns (high, r, mid, l, low)
+    return gl.join(new0, new1).permute(0, 1, 3, 2, 5, 4).reshape(R, W)
+
+
+@gluon.jit
 def store_wide(ptrs_base, stride, row0, col0, value, M, col_end):
-    # value [ROWS, COLS] stored at ptrs_base + row * stride + col from (row0, col0), rows below M
-    # and columns below col_end, from registers in 16-byte pieces
+    # value [ROWS, COLS] (a slice of the wgmma accumulator, or of its column pairs) stored at
+    # ptrs_base + row * stride + col from (row0, col0), rows below M and columns below col_end,
+    # from registers in 16-byte pieces: butterfly shuffles give each thread the adjacent columns
+    # (Triton 3.6 makes that layout change through shared memory: docs/performance.md,
+    # twenty-ninth session)
     piece: gl.constexpr = 128 // value.dtype.primitive_bitwidth
-    layout: gl.constexpr = wide_store_layout(gl.to_linear_layout(value.type.layout, value.shape), piece)
-    wide = gl.convert_layout(value, layout)
+    source: gl.constexpr = gl.to_linear_layout(value.type.layout, value.shape)
+    swaps: gl.constexpr = column_swaps(source, piece)
+    wide = value
+    for i in gl.static_range(len(swaps)):
+        wide = swap_column_bits(wide, swaps[i][0], swaps[i][1], swaps[i][2])
+    # the same placement, its registers in column order (no data moves)
+    layout: gl.constexpr = wide_store_layout(source, piece)
+    wide = gl.convert_layout(wide, layout)
     rows = row0 + gl.arange(0, value.shape[0], layout=gl.SliceLayout(1, layout))
     cols = col0 + gl.arange(0, value.shape[1], layout=gl.SliceLayout(0, layout))
     gl.store(ptrs_base + rows[:, None] * stride + cols[None, :], wide,

@@ -35,8 +35,9 @@ class Config:
                                    # during the K loop; False: the epilogue loads them itself,
                                    # under the other warpgroup's MMAs (operands too big to stage)
     stage_outputs: bool = True     # ping-pong: output tiles leave through shared memory and TMA
-                                   # stores; False: from registers, in 16-byte pieces (measured
-                                   # slower with fused epilogues: an option, not a candidate)
+                                   # stores; False: from registers, in 16-byte pieces put
+                                   # together by warp shuffles (an option, not a candidate:
+                                   # docs/performance.md, twenty-ninth session)
 
     def meta(self, variant: str) -> dict:
         """The kernel's compile-time arguments for this configuration."""
