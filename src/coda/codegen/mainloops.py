@@ -287,7 +287,8 @@ def swap_column_bits(v, LANE_COL: gl.constexpr, REG_COL: gl.constexpr, LANE_XOR:
     # columns as (high, r, mid, l, low): r the register bit, l the lane bit; r0 and r1 the values
     # at r = 0 and r = 1, indexed by (row, high, mid, l, low)
     r0, r1 = v.reshape(SPLIT_SHAPE).permute(0, 1, 3, 4, 5, 2).split()
-    cols = gl.arange(0, W, layout=gl.SliceLayout(0, v.type.layout))[None, :] + gl.zeros_like(v.to(gl.int32))
+    cols = (gl.arange(0, W, layout=gl.SliceLayout(0, v.type.layout))[None, :]
+            + gl.full(v.shape, 0, gl.int32, layout=v.type.layout))   # [R, W]: each value's column
     upper, _ = ((cols // LANE_COL) % 2).to(v.dtype).reshape(SPLIT_SHAPE).permute(0, 1, 3, 4, 5, 2).split()
     # a lane whose bit is 0 keeps r0 and sends r1, one whose bit is 1 keeps r1 and sends r0;
     # what arrives is the other register of the pair
