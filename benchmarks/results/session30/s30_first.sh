@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
 # Thirtieth session, first call: the twenty-ninth session's next_session.sh as left.
-#    out-projection's. If they do, make them the heuristic's choice and time GPT-2's step.
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
 timeout 200 python -m pytest -q -n 8 -p no:cacheprovider --tb=short tests/gpu/test_triton_gpu.py \
   -k "register_stores" > $OUT/gpu_tests.txt 2>&1
