@@ -37,6 +37,13 @@ VARIANTS = {
     "bias_tanh": "EPILOGUE(bias: col) { output = tanh(input + bias); }",
     "bias_gelu_slope": "EPILOGUE(bias: col) { h = input + bias; save slope = gelu_grad(h); "
                        "output = gelu(h); }",
+    # the same in the twenty-ninth session's form of gelu and gelu_grad (11 float32 instructions
+    # an element, the primitives now 10)
+    "bias_gelu_slope_11": "EPILOGUE(bias: col) { h = input + bias; x2 = h * h;"
+                          " t = tanh(h * (0.7978845608028654 + 0.035677408136300125 * x2));"
+                          " hx = 0.5 * h; output = hx + hx * t;"
+                          " q = h * (0.3989422804014327 + 0.05351611220445019 * x2);"
+                          " save slope = (0.5 + q) + t * (0.5 - q * t); }",
     "bias_save": "EPILOGUE(bias: col) { h = input + bias; save copy = h; output = h; }",
     "slope": "EPILOGUE(slope: tile) { output = input * slope; }",
     "slope_colsum": "EPILOGUE(slope: tile) { output = input * slope; db = col_sum(output); }",

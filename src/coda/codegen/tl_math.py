@@ -88,22 +88,21 @@ def sigmoid_grad(x):
 
 @triton.jit
 def gelu(x):
-    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), written so that it compiles to two
-    # multiplications, two fused multiply-adds and the tanh
-    half_x = 0.5 * x
+    # x Φ(x), Φ(x) = 0.5 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): two multiplications, two
+    # fused multiply-adds, the tanh and the last multiplication
     t = tanh(x * (SQRT_2_OVER_PI + SQRT_2_OVER_PI * GELU_CUBIC * (x * x)))
-    return half_x + half_x * t
+    return x * (0.5 + 0.5 * t)
 
 
 @triton.jit
 def gelu_grad(x):
-    # 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t the tanh of gelu; with
-    # h = 0.5 x sqrt(2/pi) (1 + 3 * 0.044715 x^2) that is (0.5 + h) + t (0.5 - h t): three
-    # multiplications, three fused multiply-adds, one addition and the tanh
+    # Φ + x Φ' with Φ' = 0.5 (1 - t^2) s, s = sqrt(2/pi) (1 + 3 * 0.044715 x^2) and t the tanh of
+    # gelu: as 0.5 (1 - t^2) = (1 - t) Φ, that is Φ (1 + x (1 - t) s). Beside gelu of the same x
+    # (the tanh and Φ are shared) it costs three fused multiply-adds and one multiplication.
     x2 = x * x
     t = tanh(x * (SQRT_2_OVER_PI + SQRT_2_OVER_PI * GELU_CUBIC * x2))
-    h = x * (0.5 * SQRT_2_OVER_PI + 1.5 * SQRT_2_OVER_PI * GELU_CUBIC * x2)
-    return (0.5 + h) + t * (0.5 - h * t)
+    phi = 0.5 + 0.5 * t
+    return phi * (1.0 + (x - x * t) * (SQRT_2_OVER_PI + 3.0 * SQRT_2_OVER_PI * GELU_CUBIC * x2))
 
 
 @triton.jit
