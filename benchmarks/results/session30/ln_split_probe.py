@@ -22,13 +22,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from kernel_configs import graph_us  # noqa: E402
+from kernel_configs import graph_us
 
-from coda import Concat, ops  # noqa: E402
-from coda.nn.layer_norm import LAYER_NORM, LN_GRAD_DX, LN_GRAD_SUMS  # noqa: E402
-from coda.ops.common import PLAIN, column_sum, weight_grad_out  # noqa: E402
-from coda.ops.linear import forward_program  # noqa: E402
-from coda.ops.norms import row_shift  # noqa: E402
+from coda import Concat, ops
+from coda.nn.layer_norm import LAYER_NORM, LN_GRAD_DX, LN_GRAD_SUMS
+from coda.ops.common import PLAIN, column_sum, weight_grad_out
+from coda.ops.linear import forward_program
+from coda.ops.norms import row_shift
 
 
 def main() -> None:
