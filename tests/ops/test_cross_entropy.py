@@ -23,6 +23,7 @@ import coda
 from coda.ops.cross_entropy import BLOCK_LOGITS, MIN_BLOCK_ROWS, block_shapes, linear_cross_entropy
 
 F64 = torch.float64
+MAP = coda.Program.map
 
 
 def reference(x, w, target, bias=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
@@ -230,6 +231,58 @@ def test_skip_ignored_rows_interpreter(counted, bias, norm, options):
     if counted == 0.0 and options.get("reduction", "mean") == "mean":   # 0 / 0, as torch
         assert all(torch.isnan(t).all() for t in (got[0], want[0]))
         return
+    assert_close(got, want, TOL32)
+
+
+@pytest.mark.parametrize(("tokens", "vocab", "options", "counted"), [
+    ((45,), 97, dict(), 1.0),
+    ((3, 11), 70, dict(reduction="sum", chunk_size=9 * 70), 1.0),   # blocks of 9 rows
+    ((53,), 40, dict(chunk_size=21 * 40), 0.6),                     # rows skipped past the counted
+])
+def test_exponential_path_interpreter(monkeypatch, tokens, vocab, options, counted):
+    """Without bias, norm, cap or smoothing the forward stores exp(logit - c) and no gradient map
+    runs (module docstring). c from the first 8 columns here, so that the logits of the later
+    ones (scaled up to ~40 above them in some rows) and a target outside [0, V) are exercised."""
+    from coda.ops import cross_entropy
+    monkeypatch.setattr(cross_entropy, "REFERENCE_COLUMNS", 8)
+    x, w, target, _, _ = make(tokens, 24, vocab, bias=False, norm=False, dtype=torch.float32, seed=4)
+    with torch.no_grad():
+        w[8:] *= 1 + 15 * torch.rand(vocab - 8, 1, generator=torch.Generator().manual_seed(1))
+    target.view(-1)[3] = vocab + 2   # its target logit counts as 0, as in the general path
+    g = torch.Generator().manual_seed(5)
+    target[(torch.rand(target.shape, generator=g) >= counted) & (target < vocab)] = -100
+    maps = []
+    monkeypatch.setattr(coda.Program, "map", lambda self, *a, **k: maps.append(self) or MAP(self, *a, **k))
+    got = loss_and_grads(linear_cross_entropy, x, w, target, None, None, skip_ignored=counted < 1,
+                         **options)
+    assert cross_entropy.grad_program(False, False, False) not in maps
+    want = loss_and_grads(counting_reference, *upcast(x, w), target, None, None, **options)
+    assert_close(got, want, TOL32)
+
+
+def counting_reference(x, w, target, reduction="mean", **unused):
+    """`reference` for a target outside [0, V) too: its row counts, with a target logit of 0."""
+    logits = x @ w.T
+    inside = (target >= 0) & (target < w.shape[0])
+    t = torch.where(inside, logits.gather(-1, target.clamp(0, w.shape[0] - 1)[..., None])[..., 0], 0.0)
+    counted = target != -100
+    loss = torch.where(counted, torch.logsumexp(logits, -1) - t, 0.0)
+    return loss.sum() / counted.sum() if reduction == "mean" else loss.sum()
+
+
+def test_exponential_path_forms_the_block_again_past_the_headroom(monkeypatch):
+    """A row whose logits exceed its reference c by more than EXP_HEADROOM (~e^80: exp would
+    near float32's largest) makes the block's forward run again from c = lse."""
+    from coda.ops import cross_entropy
+    monkeypatch.setattr(cross_entropy, "REFERENCE_COLUMNS", 4)
+    x, w, target, _, _ = make((12,), 16, 30, bias=False, norm=False, dtype=torch.float32, seed=6)
+    with torch.no_grad():
+        w[:4] *= 0.01
+        w[17] = x[5] / x[5].norm() * 150 / x[5].norm()   # row 5's logit 17: 150, the first four ~0
+    target[5] = 17
+    got = loss_and_grads(linear_cross_entropy, x, w, target, None, None)
+    want = loss_and_grads(reference, *upcast(x, w), target, None, None)
+    assert all(torch.isfinite(t).all() for t in got)
     assert_close(got, want, TOL32)
 
 

@@ -33,6 +33,28 @@ GEMMs of T·H·V, as many as eager PyTorch.
             dw         += G_b.T @ x_b   (float32 accumulator, kept until the backward).
   backward  dx·g, dw·g (SCALE: one rounding to dw's dtype), db·g, dg·g for the upstream g.
 
+Without bias, cap, norm or smoothing (GPT-2's head) the forward stores exp(ℓ - c) instead of
+Z_b, c per row a reference known before the block's GEMM, and needs no gradient map: then
+
+    G = r ⊙_row E - α ⊙_row onehot(target),   E = exp(ℓ - c),   r = α·exp(c - lse),
+
+and as G = r ⊙_row E' with E' = E - exp(lse - c)·onehot(target), one element a row changed,
+
+  forward   c           = REFERENCE(b): the log-sum-exp of the block's first REFERENCE_COLUMNS
+                          logits (a GEMM of H·REFERENCE_COLUMNS per row), at most ln 256 above
+                          their maximum, never below it: the row's largest logit is at least
+                          c - 6, so E keeps it and everything within e^-60 of it in range.
+            E_b, lse, t = FORWARD(b) storing exp(ℓ - c); should a row's lse exceed c by more
+                          than EXP_HEADROOM (E would near float32's largest, e^88), the block is
+                          formed again with c = lse (E ≤ 1), decided on the device (m_limit 0
+                          or the block's rows: no synchronization).
+            E'_b        = E_b, the target's element set to exp(t - c) - exp(lse - c) (in float32
+                          from the statistics, rounded once: no cancellation in bf16).
+            dx_b        = r ⊙_row (E'_b @ w) (the row scale in the GEMM's epilogue),
+            dw         += E'_b.T @ (r ⊙_row x_b) (x's rows scaled by a map: [rows, H]).
+E in x's dtype is as exact as G (both rounded once, relatively), where the stored Z_b of the
+general path loses |ℓ|·2^-9 of each logit before its exponential.
+
 Otherwise (reduction "none", no gradient wanted, or inside torch.compile without one) the
 forward stores no tile, and the backward recomputes the GEMM: four GEMMs.
 
@@ -90,7 +112,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import ACCUMULATE, ADD_PARTIAL, PLAIN, as_rows, present, weight_grad
+from .common import ACCUMULATE, ADD_PARTIAL, PLAIN, SCALE_ROWS, as_rows, present, weight_grad
 
 REDUCTIONS = ("mean", "sum", "none")
 #: Chunk widths are multiples of this (half a 256-wide GEMM tile) when that wide, except the last.
@@ -116,6 +138,13 @@ ROW_PAD = 16
 #: Targets travel as float32: exact below 2**24.
 MAX_VOCAB = 2**24
 
+#: The exponential path's reference c of a row is the log-sum-exp of this many first logits...
+REFERENCE_COLUMNS = 256
+#: ...and a block whose lse exceeds some row's c by more than this is formed again from c = lse.
+EXP_HEADROOM = 80.0
+
+REFERENCE = compile_program("EPILOGUE ce_reference() { output = input; c = row_logsumexp(input); }")
+
 # h ⊙ g (the GEMMs' A operand when an RMSNorm is folded in) and h's sum of squares, in one pass.
 NORM_INPUT = compile_program("EPILOGUE ce_norm_input(g: col) {"
                              " output = input * g; ss = row_sum(input * input); }")
@@ -136,9 +165,10 @@ def _params(bias: bool, norm: bool, softcap: bool) -> list[str]:
 
 
 @functools.cache
-def forward_program(bias: bool, norm: bool, softcap: bool) -> Program:
+def forward_program(bias: bool, norm: bool, softcap: bool, exp: bool = False) -> Program:
     """The per-row statistics of one chunk (and, stored on request, the GEMM's result, from which
-    `grad_program` as a map forms the logits' gradient); `offset` is the chunk's first column.
+    `grad_program` as a map forms the logits' gradient; with `exp` instead exp(logit - c), c a
+    row operand: the exponential path); `offset` is the chunk's first column.
     For example (True, False, True) is
         EPILOGUE ce_forward(bias: col, cap: scalar, target: row, offset: scalar) {
           z = input + bias; th = tanh(z / cap); logit = cap * th;
@@ -152,9 +182,9 @@ def forward_program(bias: bool, norm: bool, softcap: bool) -> Program:
             "lse = row_logsumexp(logit);",
             "t = row_sum(where(col_index() + offset == target, logit, 0.0));",
             "s = row_sum(logit);",
-            "output = input;"]
-    return compile_program(f"EPILOGUE ce_forward({', '.join(_params(bias, norm, softcap))}) "
-                           f"{{ {' '.join(body)} }}")
+            "output = exp(logit - c);" if exp else "output = input;"]
+    params = _params(bias, norm, softcap) + ["c: row"] * exp
+    return compile_program(f"EPILOGUE ce_forward{'_exp' * exp}({', '.join(params)}) {{ {' '.join(body)} }}")
 
 
 @functools.cache
@@ -380,9 +410,46 @@ class Blocks:
                                  **self._operands(r0, r1, 0, vocab),
                                  **self._grad_operands(outs["lse"], weight[r0:r1]))
 
-        grads = self._row_pass(grad_block, need, _accumulator_dtype(a), by_chunk=False)
+        def exp_block(r0: int, r1: int, grad_names: list[str], limit: torch.Tensor | None
+                      ) -> dict[str, torch.Tensor]:
+            out = self._block(r0, r1, 0, vocab)
+            outs = self._exp_forward(r0, r1, out, limit, weight[r0:r1])
+            for name in stats:
+                stats[name].append(outs[name])
+            return outs
+
+        grads = self._row_pass(exp_block if self.exponential() else grad_block, need,
+                               _accumulator_dtype(a), by_chunk=False)
         lse, t, s = (torch.cat(stats[n]) if n in stats else None for n in ("lse", "t", "s"))
         return lse, t, s, grads
+
+    def exponential(self) -> bool:
+        """Whether the forward that forms the gradients takes the exponential path (no bias,
+        cap, norm or smoothing: the gradient is then a row scale of exp(ℓ - c) but for the
+        target's element)."""
+        return not (self.bias is not None or self.norm or self.softcap is not None or self.label_smoothing)
+
+    def _exp_forward(self, r0: int, r1: int, out: torch.Tensor, limit: torch.Tensor | None,
+                     alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The exponential path's block (module docstring): E' stored in `out`, and the
+        statistics lse and t, and `scale` = r, by which the GEMMs that read E' scale its rows."""
+        a, w, target = self.a[r0:r1], self.w, self.target_f[r0:r1]
+        prog, rows = forward_program(False, False, False, exp=True), r1 - r0
+        reference = REFERENCE(a, w[:REFERENCE_COLUMNS].T, outputs=["c"], m_limit=limit)["c"]
+        outs = prog(a, w.T, out=out, outputs=["output", "lse", "t"], m_limit=limit, c=reference,
+                    target=target, offset=0.0)
+        lse, t = outs["lse"], outs["t"]
+        counts = alpha > 0   # the rows past `limit` hold no statistics, and weigh nothing
+        again = ((lse - reference > EXP_HEADROOM) & counts).any()
+        c = torch.where(again, lse, reference)
+        redo = again.to(torch.int32).reshape(1) * (rows if limit is None else limit)
+        prog(a, w.T, out=out, outputs=["output"], m_limit=redo, c=c, target=target, offset=0.0)
+        # the target's element (none for a target outside [0, V), whose logit counts as 0)
+        hit = torch.arange(rows, device=out.device), target.long().clamp(0, w.shape[0] - 1)
+        onehot = (target >= 0) & (target < w.shape[0])
+        out[hit] = torch.where(onehot, torch.exp(t - c) - torch.exp(lse - c), out[hit].to(c.dtype)).to(out.dtype)
+        scale = torch.where(counts, alpha * torch.exp(c - lse), 0.0)
+        return dict(output=out, lse=lse, t=t, scale=scale)
 
     def backward(self, lse: torch.Tensor, alpha: torch.Tensor, need: list[bool],
                  low_memory: bool) -> tuple:
@@ -439,6 +506,12 @@ class Blocks:
             outs = grad_block(r0, r1, ["output"] + ["r"] * (self.norm and (need_x or need_g))
                               + ["db"] * db_here, limit)
             g_b, a_b = outs["output"], a[r0:r1]
+            scale = outs.get("scale")   # the exponential path: G_b = scale ⊙_row g_b
+            if scale is not None:
+                if need_x:
+                    SCALE_ROWS(g_b, w, out=dx[r0:r1], m_limit=limit, c=scale)
+                if dw_here:
+                    a_b = SCALE_ROWS.map(a_b, m_limit=limit, c=scale)["output"]
             if db_here:
                 db = outs["db"] if db is None else db + outs["db"]
             if dw_here:   # dw += G_b.T @ a_b, summed in float32
@@ -457,7 +530,7 @@ class Blocks:
                         ACCUMULATE(g_b.T, a_b, out=into, k_limit=limit)
                 else:   # the last block's GEMM adds the float32 sum and rounds once
                     ADD_PARTIAL(g_b.T, a_b, partial=dw_sum, out=dw, k_limit=limit)
-            if not (need_x or need_g):
+            if scale is not None or not (need_x or need_g):
                 continue
             if not self.norm and limit is not None:   # dx_b: rows past the limit stay zero
                 PLAIN(g_b, w, out=dx[r0:r1], m_limit=limit)

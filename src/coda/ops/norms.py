@@ -65,6 +65,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from . import checks
 from .common import (
+    SCALE_ROWS,
     STATS,
     SUMS,
     as_rows,
@@ -472,8 +473,6 @@ class RmsRstd(torch.autograd.Function):
         dh = SCALE_ROWS.map(as_rows(h)[0], c=coef.reshape(-1))["output"].reshape(h.shape)
         return dh, None, None
 
-
-SCALE_ROWS = compile_program("EPILOGUE scale_rows(c: row) { output = input * c; }")
 
 
 def rms_rstd(h: torch.Tensor, ss: torch.Tensor, eps: float) -> torch.Tensor:
