@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from kernel_configs import graph_us  # noqa: E402
+from kernel_configs import graph_us
 
-from coda.ops import cross_entropy  # noqa: E402
-from coda.ops.cross_entropy import linear_cross_entropy  # noqa: E402
+from coda.ops import cross_entropy
+from coda.ops.cross_entropy import linear_cross_entropy
 
 
 def main() -> None:

@@ -447,7 +447,8 @@ class Blocks:
         # the target's element (none for a target outside [0, V), whose logit counts as 0)
         hit = torch.arange(rows, device=out.device), target.long().clamp(0, w.shape[0] - 1)
         onehot = (target >= 0) & (target < w.shape[0])
-        out[hit] = torch.where(onehot, torch.exp(t - c) - torch.exp(lse - c), out[hit].to(c.dtype)).to(out.dtype)
+        patched = torch.exp(t - c) - torch.exp(lse - c)
+        out[hit] = torch.where(onehot, patched, out[hit].to(c.dtype)).to(out.dtype)
         scale = torch.where(counts, alpha * torch.exp(c - lse), 0.0)
         return dict(output=out, lse=lse, t=t, scale=scale)
 
