@@ -50,7 +50,7 @@ and as G = r ⊙_row E' with E' = E - exp(lse - c)·onehot(target), one element 
                           or the block's rows: no synchronization).
             E'_b        = E_b, the target's element set to exp(t - c) - exp(lse - c) (in float32
                           from the statistics, rounded once: no cancellation in bf16).
-            dx_b        = r ⊙_row (E'_b @ w) (the row scale in the GEMM's epilogue),
+            dx_b        = r ⊙_row (E'_b @ w) (cuBLAS's GEMM, then the row scale as a map),
             dw         += E'_b.T @ (r ⊙_row x_b) (x's rows scaled by a map: [rows, H]).
 E in x's dtype is as exact as G (both rounded once, relatively), where the stored Z_b of the
 general path loses |ℓ|·2^-9 of each logit before its exponential.
@@ -508,11 +508,8 @@ class Blocks:
                               + ["db"] * db_here, limit)
             g_b, a_b = outs["output"], a[r0:r1]
             scale = outs.get("scale")   # the exponential path: G_b = scale ⊙_row g_b
-            if scale is not None:
-                if need_x:
-                    SCALE_ROWS(g_b, w, out=dx[r0:r1], m_limit=limit, c=scale)
-                if dw_here:
-                    a_b = SCALE_ROWS.map(a_b, m_limit=limit, c=scale)["output"]
+            if scale is not None and dw_here:
+                a_b = SCALE_ROWS.map(a_b, m_limit=limit, c=scale)["output"]
             if db_here:
                 db = outs["db"] if db is None else db + outs["db"]
             if dw_here:   # dw += G_b.T @ a_b, summed in float32
@@ -531,24 +528,25 @@ class Blocks:
                         ACCUMULATE(g_b.T, a_b, out=into, k_limit=limit)
                 else:   # the last block's GEMM adds the float32 sum and rounds once
                     ADD_PARTIAL(g_b.T, a_b, partial=dw_sum, out=dw, k_limit=limit)
-            if scale is not None or not (need_x or need_g):
+            if not (need_x or need_g):
                 continue
-            if not self.norm and limit is not None:   # dx_b: rows past the limit stay zero
-                PLAIN(g_b, w, out=dx[r0:r1], m_limit=limit)
+            if self.norm:
+                k = rstd[r0:r1] * rstd[r0:r1] * outs["r"] / hidden
+                final = DX_NORM(g_b, w, out=None if dx is None else dx[r0:r1], m_limit=limit,
+                                outputs=["output"] * need_x + ["dg"] * need_g, g=g, k=k, h=h[r0:r1])
+                if need_g:
+                    dg = final["dg"] if dg is None else dg + final["dg"]
                 continue
-            if not self.norm:   # dx_b complete, a plain GEMM into rows b of dx: cuBLAS
-                dx_b = dx[r0:r1]
-                if whole < vocab:
-                    torch.matmul(g_b[:, whole:], w[whole:], out=dx_b)
-                    dx_b.addmm_(g_b[:, :whole], w[:whole])
-                else:
-                    torch.matmul(g_b, w, out=dx_b)
-                continue
-            k = rstd[r0:r1] * rstd[r0:r1] * outs["r"] / hidden
-            final = DX_NORM(g_b, w, out=None if dx is None else dx[r0:r1], m_limit=limit,
-                            outputs=["output"] * need_x + ["dg"] * need_g, g=g, k=k, h=h[r0:r1])
-            if need_g:
-                dg = final["dg"] if dg is None else dg + final["dg"]
+            dx_b = dx[r0:r1]   # complete, a plain GEMM into rows b of dx
+            if limit is not None:   # rows past the limit stay zero
+                PLAIN(g_b, w, out=dx_b, m_limit=limit)
+            elif whole < vocab:   # cuBLAS
+                torch.matmul(g_b[:, whole:], w[whole:], out=dx_b)
+                dx_b.addmm_(g_b[:, :whole], w[:whole])
+            else:
+                torch.matmul(g_b, w, out=dx_b)
+            if scale is not None:   # measured faster than the row scale in a CODA GEMM's epilogue
+                SCALE_ROWS.map(dx_b, out=dx_b, m_limit=limit, c=scale)
         return dx, dw, db, dg
 
 
