@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Thirtieth session, fourth call: the LM head + cross-entropy's exponential path (the forward
-# (The third call ran the dx GEMM as a CODA GEMM with the row scale in its epilogue: 222 us slower
-# than cuBLAS there; now cuBLAS and a map. Its GPU tests ran out of memory at -n 8.)
 # stores exp(logit - c), no gradient map): its GPU tests, the head timed against the general
 # path, then GPT-2's training step against torch.compile (profiled: the step's kernels).
+# (The third call ran the dx GEMM as a CODA GEMM with the row scale in its epilogue: 222 us slower
+# than cuBLAS there; now cuBLAS and a map. Its GPU tests ran out of memory at -n 8.)
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
 timeout 200 python -m pytest -q -n 4 -p no:cacheprovider --tb=short tests/gpu/test_ops_cross_entropy.py \
   tests/gpu/test_hf_gpu.py tests/gpu/test_nn_gpt.py > $OUT/gpu_tests.txt 2>&1
