@@ -271,8 +271,9 @@ def counting_reference(x, w, target, reduction="mean", **unused):
 
 
 def test_exponential_path_forms_the_block_again_past_the_headroom(monkeypatch):
-    """A row whose logits exceed its reference c by more than EXP_HEADROOM (~e^80: exp would
-    near float32's largest) makes the block's forward run again from c = lse."""
+    """A row whose logits exceed its reference c by more than EXP_HEADROOM (here by 150: exp
+    overflows float32) makes the block's forward run again from c = lse (without it the
+    gradients are not finite)."""
     from coda.ops import cross_entropy
     monkeypatch.setattr(cross_entropy, "REFERENCE_COLUMNS", 4)
     x, w, target, _, _ = make((12,), 16, 30, bias=False, norm=False, dtype=torch.float32, seed=6)

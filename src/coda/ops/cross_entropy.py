@@ -44,9 +44,11 @@ and as G = r ⊙_row E' with E' = E - exp(lse - c)·onehot(target), one element 
                           logits (a GEMM of H·REFERENCE_COLUMNS per row), at most ln 256 above
                           their maximum, never below it: the row's largest logit is at least
                           c - 6, so E keeps it and everything within e^-60 of it in range.
-            E_b, lse, t = FORWARD(b) storing exp(ℓ - c); should a row's lse exceed c by more
-                          than EXP_HEADROOM (E would near float32's largest, e^88), the block is
-                          formed again with c = lse (E ≤ 1), decided on the device (m_limit 0
+            E_b, lse, t = FORWARD(b) storing E = exp(ℓ - c), summed by rows: lse = c + log Σ E
+                          (one exponential an element for both); should a row's lse exceed c by
+                          more than EXP_HEADROOM (E or Σ E would near float32's largest, e^88),
+                          the block's lse is formed by the general FORWARD and E again with
+                          c = lse (E ≤ 1), decided on the device (the two launches' m_limit is 0
                           or the block's rows: no synchronization).
             E'_b        = E_b, the target's element set to exp(t - c) - exp(lse - c) (in float32
                           from the statistics, rounded once: no cancellation in bf16).
@@ -144,6 +146,11 @@ REFERENCE_COLUMNS = 256
 EXP_HEADROOM = 80.0
 
 REFERENCE = compile_program("EPILOGUE ce_reference() { output = input; c = row_logsumexp(input); }")
+# The exponential path's forward: E = exp(logit - c) is stored and summed (lse = c + log Σ E: one
+# exponential an element serves both), t is the target's logit.
+EXP_FORWARD = compile_program("EPILOGUE ce_forward_exp(target: row, offset: scalar, c: row) {"
+                              " e = exp(input - c); output = e; se = row_sum(e);"
+                              " t = row_sum(where(col_index() + offset == target, input, 0.0)); }")
 
 # h ⊙ g (the GEMMs' A operand when an RMSNorm is folded in) and h's sum of squares, in one pass.
 NORM_INPUT = compile_program("EPILOGUE ce_norm_input(g: col) {"
@@ -165,10 +172,9 @@ def _params(bias: bool, norm: bool, softcap: bool) -> list[str]:
 
 
 @functools.cache
-def forward_program(bias: bool, norm: bool, softcap: bool, exp: bool = False) -> Program:
+def forward_program(bias: bool, norm: bool, softcap: bool) -> Program:
     """The per-row statistics of one chunk (and, stored on request, the GEMM's result, from which
-    `grad_program` as a map forms the logits' gradient; with `exp` instead exp(logit - c), c a
-    row operand: the exponential path); `offset` is the chunk's first column.
+    `grad_program` as a map forms the logits' gradient); `offset` is the chunk's first column.
     For example (True, False, True) is
         EPILOGUE ce_forward(bias: col, cap: scalar, target: row, offset: scalar) {
           z = input + bias; th = tanh(z / cap); logit = cap * th;
@@ -182,9 +188,9 @@ def forward_program(bias: bool, norm: bool, softcap: bool, exp: bool = False) ->
             "lse = row_logsumexp(logit);",
             "t = row_sum(where(col_index() + offset == target, logit, 0.0));",
             "s = row_sum(logit);",
-            "output = exp(logit - c);" if exp else "output = input;"]
-    params = _params(bias, norm, softcap) + ["c: row"] * exp
-    return compile_program(f"EPILOGUE ce_forward{'_exp' * exp}({', '.join(params)}) {{ {' '.join(body)} }}")
+            "output = input;"]
+    return compile_program(f"EPILOGUE ce_forward({', '.join(_params(bias, norm, softcap))}) "
+                           f"{{ {' '.join(body)} }}")
 
 
 @functools.cache
@@ -434,16 +440,18 @@ class Blocks:
         """The exponential path's block (module docstring): E' stored in `out`, and the
         statistics lse and t, and `scale` = r, by which the GEMMs that read E' scale its rows."""
         a, w, target = self.a[r0:r1], self.w, self.target_f[r0:r1]
-        prog, rows = forward_program(False, False, False, exp=True), r1 - r0
+        rows, place = r1 - r0, dict(target=target, offset=0.0)
         reference = REFERENCE(a, w[:REFERENCE_COLUMNS].T, outputs=["c"], m_limit=limit)["c"]
-        outs = prog(a, w.T, out=out, outputs=["output", "lse", "t"], m_limit=limit, c=reference,
-                    target=target, offset=0.0)
-        lse, t = outs["lse"], outs["t"]
+        outs = EXP_FORWARD(a, w.T, out=out, outputs=["output", "se", "t"], m_limit=limit, c=reference,
+                           **place)
+        lse, t = reference + torch.log(outs["se"]), outs["t"]
         counts = alpha > 0   # the rows past `limit` hold no statistics, and weigh nothing
-        again = ((lse - reference > EXP_HEADROOM) & counts).any()
-        c = torch.where(again, lse, reference)
+        again = ((lse - reference > EXP_HEADROOM) & counts).any()   # Σ E may be inf: so is lse
         redo = again.to(torch.int32).reshape(1) * (rows if limit is None else limit)
-        prog(a, w.T, out=out, outputs=["output"], m_limit=redo, c=c, target=target, offset=0.0)
+        stats = forward_program(False, False, False)(a, w.T, outputs=["lse"], m_limit=redo, **place)
+        lse = torch.where(again, stats["lse"], lse)
+        c = torch.where(again, lse, reference)
+        EXP_FORWARD(a, w.T, out=out, outputs=["output"], m_limit=redo, c=c, **place)
         # the target's element (none for a target outside [0, V), whose logit counts as 0)
         hit = torch.arange(rows, device=out.device), target.long().clamp(0, w.shape[0] - 1)
         onehot = (target >= 0) & (target < w.shape[0])
