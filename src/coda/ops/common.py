@@ -24,7 +24,7 @@ ACCUMULATE = compile_program("EPILOGUE accumulate() { output += input; }")
 ADD_PARTIAL = compile_program("EPILOGUE add_partial(partial: tile) { output = input + partial; }")
 # Row and column sums of a tensor (a map launched with outputs= naming the sums it needs).
 SUMS = compile_program("EPILOGUE sums() { output = input; rows = row_sum(input); cols = col_sum(input); }")
-# Each row times a number: as a map, or as a GEMM's epilogue.
+# Each row times a number (the row operand c).
 SCALE_ROWS = compile_program("EPILOGUE scale_rows(c: row) { output = input * c; }")
 #: stats= of out_proj_residual and mlp -> the row sums of the output their epilogue stores
 STATS: dict[str | None, list[str]] = {None: [], "rms": ["ss"], "layer": ["ss", "s"]}

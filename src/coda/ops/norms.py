@@ -474,7 +474,6 @@ class RmsRstd(torch.autograd.Function):
         return dh, None, None
 
 
-
 def rms_rstd(h: torch.Tensor, ss: torch.Tensor, eps: float) -> torch.Tensor:
     """The RMSNorm row scale of h from its row sums of squares `ss` (as `out_proj_residual`
     emits them), differentiable with respect to h, for ops that take `rstd=` (swiglu_mlp)."""
