@@ -104,6 +104,28 @@ def test_skip_ignored_bf16(tokens, hidden, vocab, bias, norm, counted, options):
         assert_within_eager(f"cross_entropy skip_ignored {tokens}x{hidden}x{vocab} {name}", a, e, r)
 
 
+def test_exponential_path_past_its_headroom_bf16():
+    """GPT-2's head where some rows' logits reach ~150 above their reference (the log-sum-exp of
+    the first 256 columns): exp would overflow, so the block's forward runs again from c = lse
+    (the ping-pong and persistent kernels' m_limit read on the device). Within twice eager's
+    error; the rows far from the reference are a quarter of the batch."""
+    torch.manual_seed(9)
+    tokens, hidden, vocab = 4096, 768, 50257
+    x = torch.randn(tokens, hidden, device="cuda").to(BF16)
+    w = (torch.randn(vocab, hidden, device="cuda") * 2 / hidden**0.5)
+    w[:256] *= 0.01
+    target = torch.randint(256, vocab, (tokens,), device="cuda")
+    hot = torch.arange(0, tokens, 4, device="cuda")   # row i's target logit about 150
+    w[target[hot]] += 150 * x[hot].float() / x[hot].float().square().sum(1, keepdim=True)
+    w = w.to(BF16)
+    upstream = torch.randn((), device="cuda")
+    ours = run(coda_fn, [x, w, None, None], target, upstream)
+    eager = run(formula, [x, w, None, None], target, upstream)
+    exact = run(formula, [x.double(), w.double(), None, None], target, upstream.double())
+    for name, a, e, r in zip(["loss", "dx", "dw"], ours, eager, exact, strict=True):
+        assert_within_eager(f"cross_entropy past the headroom {name}", a, e, r)
+
+
 # kernel counts (the lead's profiler) ---------------------------------------------------------------
 def launch_count_cases():
     """(name, coda_fn, eager_fn): forward + backward once, bf16 on CUDA, hidden 2048, 4096 tokens;
