@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Left for the next device session (thirtieth session's closing note): two calls.
+# Left for the next device session (thirtieth session's closing note): three kinds of call.
 #   bash benchmarks/results/session30/next_session.sh run_all   (carry .whl: Liger's wheel)
 #   bash benchmarks/results/session30/next_session.sh gpu_tests
+#   bash benchmarks/results/session30/next_session.sh head      (on main, then on exp-ftz)
 # run_all: the report's one command with the LM head's exponential path, which re-runs GPT-2's
 # 200-step loss curve against eager (not re-run since the path landed), the micro suite's head
 # rows and the training matrix; everything it writes comes back as $OUT/run_all.tar.gz.
 # gpu_tests: the whole GPU suite with room to finish (the thirtieth session's run stopped at its
 # 320 s limit with 552 of 553 passed).
+# head: head_probe.py and GPT-2 against torch.compile, to run once on main and once after
+# `git checkout exp-ftz` or `git am benchmarks/results/session30/exp_ftz.patch` (a branch and its patch: the DSL's exp as one multiplication and ex2.approx.ftz, the
+# head's forward epilogue 4080 SASS instructions against 4840 offline, never run on a GPU; merge
+# it if it is faster and the GPU tests pass on it).
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
 case "$1" in
   run_all)
@@ -20,5 +25,11 @@ case "$1" in
   gpu_tests)
     timeout 500 python -m pytest -q -n 8 -p no:cacheprovider --tb=short tests/gpu > $OUT/gpu_tests.txt 2>&1
     echo "gpu tests rc=$?"; grep -E "passed|failed|FAILED|Error" $OUT/gpu_tests.txt | tail -12 ;;
-  *) echo "usage: $0 run_all | gpu_tests"; exit 2 ;;
+  head)
+    timeout 100 python benchmarks/results/session30/head_probe.py --json $OUT/head_probe.json > $OUT/head_probe.log 2>&1
+    echo "head probe rc=$?"; grep -v Warn $OUT/head_probe.log | tail -6
+    timeout 170 python benchmarks/train.py --models gpt2 --modes compile,coda+graph --steps 8 --warmup 2 \
+      --curve none --profile coda+graph --timeout 160 --json $OUT/train_gpt2.json > $OUT/train_gpt2.log 2>&1
+    echo "train rc=$?"; tail -4 $OUT/train_gpt2.log ;;
+  *) echo "usage: $0 run_all | gpu_tests | head"; exit 2 ;;
 esac
