@@ -2,7 +2,7 @@
 # Left for the next device session (thirtieth session's closing note): three kinds of call.
 #   bash benchmarks/results/session30/next_session.sh run_all   (carry .whl: Liger's wheel)
 #   bash benchmarks/results/session30/next_session.sh gpu_tests
-#   bash benchmarks/results/session30/next_session.sh head      (on main, then on exp-ftz)
+#   bash benchmarks/results/session30/next_session.sh head      (on main, exp-ftz, target-gather)
 # run_all: the report's one command with the LM head's exponential path, which re-runs GPT-2's
 # 200-step loss curve against eager (not re-run since the path landed), the micro suite's head
 # rows and the training matrix; everything it writes comes back as $OUT/run_all.tar.gz.
@@ -11,7 +11,10 @@
 # head: head_probe.py and GPT-2 against torch.compile, to run once on main and once after
 # `git checkout exp-ftz` or `git am benchmarks/results/session30/exp_ftz.patch` (a branch and its patch: the DSL's exp as one multiplication and ex2.approx.ftz, the
 # head's forward epilogue 4080 SASS instructions against 4840 offline, never run on a GPU; merge
-# it if it is faster and the GPU tests pass on it).
+# it if it is faster and the GPU tests pass on it); likewise `target-gather`
+# (`target_gather.patch`: the target's logit as a gather and a dot product per row outside the
+# GEMM, 3768 instructions offline; the twenty-fifth session measured such a gather-dot slower in
+# the general path, with a shorter epilogue running slower, unexplained), and both together.
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
 case "$1" in
   run_all)
