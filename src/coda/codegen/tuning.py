@@ -37,7 +37,8 @@ class Config:
     stage_outputs: bool = True     # ping-pong: output tiles leave through shared memory and TMA
                                    # stores; False: from registers, in 16-byte pieces put
                                    # together by warp shuffles (an option, not a candidate:
-                                   # docs/performance.md, twenty-ninth session)
+                                   # slower with computing epilogues, docs/performance.md,
+                                   # thirtieth session)
 
     def meta(self, variant: str) -> dict:
         """The kernel's compile-time arguments for this configuration."""
