@@ -101,7 +101,7 @@ PRIMITIVES: dict[str, Primitive] = _rows(
     _e("max", 2, torch.maximum, "tl.maximum({0}, {1})"),
     # unary math
     _e("abs", 1, torch.abs, "tl.abs({0})"),
-    _e("exp", 1, torch.exp, "tl.exp({0})", grad="exp"),
+    _e("exp", 1, torch.exp, "cm.exp({0})", grad="exp"),
     _e("log", 1, torch.log, "tl.log({0})"),
     _e("sqrt", 1, torch.sqrt, "tl.sqrt({0})"),
     _e("rsqrt", 1, torch.rsqrt, "tl.rsqrt({0})"),

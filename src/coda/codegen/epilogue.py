@@ -468,7 +468,7 @@ class _Emitter:
             self.emit(f"{part}_shift = tl.where({part}_max == float('-inf'), 0.0, {part}_max)")
             self.emit(f"tl.store(red_{out.name}_max + tile_n * M + {d.rows}, {part}_max, mask={mask})")
             self.emit(f"tl.store(red_{out.name}_sum + tile_n * M + {d.rows}, "
-                      f"tl.sum(tl.exp({part} - {part}_shift[:, None]), axis=1), mask={mask})")
+                      f"tl.sum(cm.exp({part} - {part}_shift[:, None]), axis=1), mask={mask})")
         else:
             self.emit(f"tl.store(red_{out.name}_ptr + tile_n * M + {d.rows}, "
                       f"{combine}({part}, axis=1), mask={mask})")

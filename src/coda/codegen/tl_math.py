@@ -55,6 +55,13 @@ def exp2_ftz(x):
 
 
 @triton.jit
+def exp(x):
+    """e^x with results below 2^-126 flushed to zero: one multiplication and `exp2_ftz`, where
+    `tl.exp` adds the range check and two scalings that keep denormal results."""
+    return exp2_ftz(LOG2_E * x)
+
+
+@triton.jit
 def sigmoid(x):
     """1 / (1 + e^-x) in two MUFU ops (exp2_ftz, rcp): e^-x overflows to inf for x < -88, whose
     reciprocal is the 0 the function tends to."""
