@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Thirty-first session, third call (carry .whl): the report's one command on main with exp-ftz
-# merged (GPT-2's 200-step loss curve with the exponential path among it), then every kernel of
-# GPT-2's head.   bash benchmarks/results/session31/third.sh
-out=${OUT:-/tmp}
-bash benchmarks/results/session30/next_session.sh run_all
+# Thirty-first session, third call (carry .whl): every kernel of GPT-2's head, then the report's
+# one command on main with exp-ftz merged (GPT-2's 200-step loss curve with the exponential path
+# among it), its outputs back as run_all.tar.gz.   bash benchmarks/results/session31/third.sh
+out=${OUT:-/tmp}; start=$(date +%s)
 PYTHONPATH=$PWD/src CODA_AUTOTUNE=0 timeout 90 python benchmarks/results/session31/head_profile.py \
   --json "$out/head_profile.json" > "$out/head_profile.log" 2>&1
-echo "head profile rc=$?"; grep -v Warn "$out/head_profile.log" | tail -40
+echo "head profile rc=$?"; grep -v Warn "$out/head_profile.log" | tail -30
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+PYTHONPATH=/tmp/site timeout $(( 580 - $(date +%s) + start )) bash benchmarks/run_all.sh > "$out/run_all.log" 2>&1
+echo "run_all.sh: rc $? at $(( $(date +%s) - start )) s"
+tar czf "$out/run_all.tar.gz" benchmarks/results/*.json benchmarks/results/*.log benchmarks/results/status.txt \
+  docs/img/*.png 2>/dev/null
+tail -8 benchmarks/results/status.txt
