@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Thirty-first session, third call (carry .whl): every kernel of GPT-2's head, then the report's
 # one command on main with exp-ftz merged (GPT-2's 200-step loss curve with the exponential path
-# among it), its outputs back as run_all.tar.gz.   bash benchmarks/results/session31/third.sh
+# among it), its outputs back as run_all.tar.gz; then, if time is left, step_kernels.py.   bash benchmarks/results/session31/third.sh
 out=${OUT:-/tmp}; start=$(date +%s)
 PYTHONPATH=$PWD/src CODA_AUTOTUNE=0 timeout 90 python benchmarks/results/session31/head_profile.py \
   --json "$out/head_profile.json" > "$out/head_profile.log" 2>&1
@@ -12,3 +12,9 @@ echo "run_all.sh: rc $? at $(( $(date +%s) - start )) s"
 tar czf "$out/run_all.tar.gz" benchmarks/results/*.json benchmarks/results/*.log benchmarks/results/status.txt \
   docs/img/*.png 2>/dev/null
 tail -8 benchmarks/results/status.txt
+left=$(( 590 - $(date +%s) + start ))
+if [ $left -gt 40 ]; then
+  PYTHONPATH=$PWD/src CODA_AUTOTUNE=0 timeout $left python benchmarks/results/session31/step_kernels.py \
+    > "$out/step_kernels.log" 2>&1
+  echo "step kernels rc=$?"; grep -v Warn "$out/step_kernels.log" | head -60
+fi

@@ -1,0 +1,496 @@
+"""`coda.patch(model)`: run a loaded HuggingFace `transformers` model's non-attention compute
+through `coda.ops`, in place.
+
+Only the `forward` of submodule instances is replaced (`types.MethodType`); no module is swapped
+and no parameter moved, so parameter names, `state_dict()` and checkpoints are unchanged, and
+`model.load_state_dict` / `save_pretrained` work as before. Attention itself (scores, softmax,
+attention dropout, KV cache, the attention-implementation choice) stays HF's.
+
+Per family (docs/integrations.md, "HuggingFace models"):
+
+- LLaMA (`LlamaModel`, `LlamaForCausalLM`), each `LlamaDecoderLayer`:
+  `input_layernorm` + q/k/v projections + RoPE -> `qkv_rope(norm_weight=)` (one GEMM against the
+  concatenated `[wq; wk; wv]`, the norm folded in, q and k rows permuted within heads, rotated in
+  the epilogue in CODA's interleaved convention, equal to HF's rotate-half on the permuted rows),
+  HF's attention,
+  `o_proj` + residual -> `out_proj_residual`
+  (which emits the next RMSNorm's row statistics), `post_attention_layernorm` + MLP + residual ->
+  `swiglu_mlp` with the norm folded (`sumsq=` those statistics, the gain in the weight: one
+  `interleave(w_gate, w_up, gain=)` pass); its dx kernel adds the residual's and the norm's
+  gradients, so h's whole gradient from the MLP comes out of one kernel. Its down GEMM sums
+  Σ y² for the next layer's `input_layernorm`, which then runs no statistics map.
+- GPT-2 (`GPT2Model`, `GPT2LMHeadModel`), each `GPT2Block`: `ln_1` + `c_attn` ->
+  `layer_norm_linear` (Conv1D weights [in, out] are used as `w.T` views, no copies), HF's attention,
+  `c_proj` + residual -> `out_proj_residual(stats="layer")`, `ln_2` -> `coda.nn.layer_norm` on those
+  sums, `c_fc` + tanh-GELU + `c_proj` + residual -> `mlp(..., "gelu", residual=, stats="layer")`,
+  whose row sums go with the block's output to the next block's `ln_1` (or to `ln_f`, then
+  `coda.nn.layer_norm`), so only the first block's norm sums its input in a map of its own.
+  Hidden dropout in training maps to the ops' dropout (same p, CODA's counter-based masks, not
+  torch's RNG stream).
+- BERT (`BertModel`, `BertForMaskedLM`, ...): `BertSelfAttention`'s query, key and value
+  projections -> one `linear` against the concatenated `[wq; wk; wv]` (one GEMM forward, its dx
+  in one GEMM instead of three and two adds, its bias gradient in one column sum instead of
+  three), HF's attention (its weights are not returned: `attn_weights` is None);
+  `BertSelfOutput` (dense + dropout + residual + post-LN) -> `out_proj_residual(stats="layer")` +
+  `coda.nn.layer_norm` on the sums; `BertLayer`'s feed-forward (`BertIntermediate` +
+  `BertOutput`) -> one `mlp(..., residual=x, stats="layer")` + `coda.nn.layer_norm` on the sums
+  (the activation's derivative in the epilogue of the GEMM that forms its input gradient, and
+  the residual's gradient added in dx's); the MLM head's `BertPredictionHeadTransform`
+  (dense + activation + LayerNorm) -> `linear(..., activation=)` + `coda.nn.layer_norm`.
+- The token embedding of every model (a plain `nn.Embedding`) -> `coda.ops.embedding`: torch's
+  lookup forward, the table's gradient in one deterministic sorted pass (one Triton kernel that
+  writes every row) instead of PyTorch's segment reductions and zero-fill.
+- The LM heads (`LlamaForCausalLM`, `GPT2LMHeadModel`, `BertForMaskedLM`): with `labels`, the
+  head's decoder and HF's loss (shifted causal-LM / masked-LM cross-entropy) ->
+  `linear_cross_entropy`, which never writes the logits (`logits` is None in the output).
+
+Per-call costs that eager HF does not have: the concatenated q/k/v weight (LLaMA, BERT) and
+`interleave(w_gate, w_up, gain=g)` (LLaMA) are weight-sized copies per forward (autograd routes their
+gradients back to the original parameters); GPT-2 and BERT's other layers use the parameters as
+they are.
+Configurations the ops cannot reproduce exactly raise `CodaError` naming the option.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import nn
+
+from .. import ops
+from ..errors import CodaError
+
+IGNORE_INDEX = -100  # HF's causal-LM loss default
+
+
+#: the method a patcher replaces, where it is not `forward`
+PATCHED_METHODS = {"BertLayer": "feed_forward_chunk"}
+
+
+#: the LM heads, and whether each skips its ignored labels' rows unless told (`patch`)
+SKIPS_IGNORED = {"LlamaForCausalLM": False, "GPT2LMHeadModel": False, "BertForMaskedLM": True}
+
+
+def patch(model: nn.Module, *, skip_ignored_labels: bool | None = None) -> nn.Module:
+    """Patch `model` (and its submodules) in place; returns it. Idempotent.
+
+    `skip_ignored_labels`: whether the LM head's cross-entropy spends no GEMM work on the rows
+    labelled -100 (`linear_cross_entropy(skip_ignored=True)`): worth it where many rows are
+    (a masked LM's 85%, the prompts of supervised fine-tuning), a small cost where none are.
+    Default: on for masked LMs, off for causal LMs."""
+    if skip_ignored_labels is not None and not isinstance(skip_ignored_labels, bool):
+        raise CodaError(f"coda.patch: skip_ignored_labels must be None or a bool, got "
+                        f"{skip_ignored_labels!r}")
+    patchers = _patchers()
+    found = False
+    for module in model.modules():
+        name = type(module).__name__
+        patcher = patchers.get(name)
+        if patcher is None or not type(module).__module__.startswith("transformers."):
+            continue
+        found = True
+        if name in SKIPS_IGNORED:   # read by the head's forward: a second patch may change it
+            module._coda_skip_ignored = (SKIPS_IGNORED[name] if skip_ignored_labels is None
+                                         else skip_ignored_labels)
+        if not getattr(module, "_coda_patched", False):
+            method = patcher(module)
+            setattr(module, PATCHED_METHODS.get(name, "forward"), types.MethodType(method, module))
+            module._coda_patched = True
+    if not found:
+        raise CodaError(f"coda.patch: no supported HuggingFace module in {type(model).__name__}; "
+                        f"supported: {', '.join(sorted(patchers))}")
+    _patch_input_embeddings(model)
+    return model
+
+
+def _patch_input_embeddings(model: nn.Module) -> None:
+    """The model's token embedding -> `coda.ops.embedding` (its table's gradient in one sorted
+    pass), where it is a plain `nn.Embedding` (no max_norm, scale_grad_by_freq or sparse)."""
+    table = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if (type(table) is not nn.Embedding or table.max_norm is not None or table.scale_grad_by_freq
+            or table.sparse or getattr(table, "_coda_patched", False)):
+        return
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return ops.embedding(ids, self.weight, self.padding_idx)
+
+    table.forward = types.MethodType(forward, table)
+    table._coda_patched = True
+
+
+def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
+    """Class name -> a function that checks one instance's config and returns its new forward
+    (or the method PATCHED_METHODS names)."""
+    return {"LlamaDecoderLayer": _llama_layer, "LlamaForCausalLM": _causal_lm,
+            "GPT2Block": _gpt2_block, "GPT2Model": _gpt2_model, "GPT2LMHeadModel": _causal_lm,
+            "BertSelfAttention": _bert_self_attention, "BertSelfOutput": _bert_output,
+            "BertLayer": _bert_feed_forward,
+            "BertPredictionHeadTransform": _bert_head_transform, "BertForMaskedLM": _masked_lm}
+
+
+def _attend(hf, attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask,
+            dropout: float, cache, kwargs: dict) -> torch.Tensor:
+    """HF's attention of the layer (its KV cache updated first), [B, heads, T, d] -> [B, T, heads, d].
+    The cache comes under either name transformers has given it: `cache`, and `past_key_values`
+    in the 5.1x releases; of an EncoderDecoderCache (a decoder with cross-attention, as BERT can
+    be) the self-attention part is this layer's, as in HF's own attention."""
+    cache = cache if cache is not None else kwargs.pop("past_key_values", None)
+    cache = getattr(cache, "self_attention_cache", cache)
+    if cache is not None:
+        k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
+    attention = hf.ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation,
+                                                         hf.eager_attention_forward)
+    out, _ = attention(attn, q, k, v, attention_mask, scaling=attn.scaling, dropout=dropout, **kwargs)
+    return out
+
+
+def _refuse(module: nn.Module, option: str, value: object, supported: str) -> None:
+    raise CodaError(f"coda.patch: {type(module).__name__} with config.{option} = {value!r} is not "
+                    f"supported ({supported})")
+
+
+# ---------------------------------------------------------------------------------------------- LLaMA
+
+def _llama_layer(layer: nn.Module) -> Callable:
+    config = layer.self_attn.config
+    if config.hidden_act != "silu":
+        _refuse(layer, "hidden_act", config.hidden_act, "only 'silu': the MLP runs as swiglu_mlp")
+    if getattr(config, "mlp_bias", False):
+        _refuse(layer, "mlp_bias", True, "swiglu_mlp has no biases")
+    if (getattr(config, "pretraining_tp", 1) or 1) != 1:
+        _refuse(layer, "pretraining_tp", config.pretraining_tp, "only 1")
+    from transformers.models.llama import modeling_llama as hf
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, cache=None, use_cache: bool | None = False,
+                position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+                **kwargs) -> torch.Tensor:
+        attn, mlp = self.self_attn, self.mlp
+        norm1, norm2 = self.input_layernorm, self.post_attention_layernorm
+        lead, d = hidden_states.shape[:-1], attn.head_dim
+        projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+        # HF's rotate_half tables [..., d] repeat one half of angles; q and k rows are permuted
+        # within each head so that CODA's interleaved rotation (in the GEMM's epilogue) is HF's
+        # rotation. The scores are unchanged (q and k permuted alike); v keeps its order.
+        cos, sin = (t[..., :d // 2] for t in position_embeddings)
+        w_qkv = _qkv_rows([p.weight for p in projections], 2, d)
+        b_qkv = _qkv_rows([p.bias for p in projections], 2, d) if attn.q_proj.bias is not None else None
+        heads = attn.q_proj.out_features // d, attn.k_proj.out_features // d
+        _, ss = _carried_sums(hidden_states)   # the previous layer's down GEMM took it
+        *qkv, hidden_states = ops.qkv_rope(hidden_states, w_qkv, cos, sin, *heads, d, bias=b_qkv,
+                                           norm_weight=norm1.weight, eps=norm1.variance_epsilon,
+                                           sumsq=ss, passthrough=True)
+        q, k, v = (t.transpose(1, 2) for t in qkv)
+        out = _attend(hf, attn, q, k, v, attention_mask,
+                      attn.attention_dropout if attn.training else 0.0, cache, kwargs)
+        h, ss = ops.out_proj_residual(out.reshape(*lead, -1), attn.o_proj.weight, hidden_states,
+                                      bias=attn.o_proj.bias, stats="rms")
+        w_gate_up = ops.interleave(mlp.gate_proj.weight, mlp.up_proj.weight, gain=norm2.weight)
+        y, ss = ops.swiglu_mlp(h, w_gate_up, mlp.down_proj.weight, residual=h, sumsq=ss,
+                               eps=norm2.variance_epsilon, stats=True)
+        return _carry_sums(y, None, ss)
+
+    return forward
+
+
+
+
+def _qkv_rows(parts: list[torch.Tensor], rotated: int, d: int) -> torch.Tensor:
+    """The q, k, v weights (or biases) stacked as one [N, ...] tensor by one copy, the rows of the
+    first `rotated` parts (q and k) reordered per head from rotate_half's pairs (i, i + d/2) to
+    interleaved pairs (2i, 2i + 1), as `ops.permute_for_interleaved_rope` does."""
+    tail = parts[0].shape[1:]
+    heads = [p.view(p.shape[0] // d, 2, d // 2, *tail) for p in parts]   # [heads, half, i, ...]
+    return torch.cat([h.transpose(1, 2) if i < rotated else h.view(h.shape[0], d // 2, 2, *tail)
+                      for i, h in enumerate(heads)]).view(-1, *tail)
+
+
+# ---------------------------------------------------------------------------------------------- GPT-2
+
+GPT2_ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh")  # both the tanh approximation: ops' "gelu"
+
+
+def _gpt2_block(block: nn.Module) -> Callable:
+    config = block.attn.config
+    if config.activation_function not in GPT2_ACTIVATIONS:
+        _refuse(block, "activation_function", config.activation_function,
+                f"only {' / '.join(GPT2_ACTIVATIONS)}: the MLP runs as mlp(..., 'gelu')")
+    if config.add_cross_attention:
+        _refuse(block, "add_cross_attention", True, "no cross-attention block")
+    if config.reorder_and_upcast_attn:
+        _refuse(block, "reorder_and_upcast_attn", True, "HF's float32 attention path is not called")
+    from transformers.models.gpt2 import modeling_gpt2 as hf
+
+    from ..nn.layer_norm import layer_norm
+
+    def forward(self, hidden_states: torch.Tensor, cache=None, attention_mask: torch.Tensor | None = None,
+                encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask=None,
+                use_cache: bool | None = False, **kwargs) -> torch.Tensor:
+        if encoder_hidden_states is not None:  # as HF does without add_cross_attention
+            raise ValueError(f"{type(self).__name__} has no cross-attention (add_cross_attention=False)")
+        attn, mlp, ln1, ln2 = self.attn, self.mlp, self.ln_1, self.ln_2
+        lead, d = hidden_states.shape[:-1], attn.head_dim
+        resid_p = attn.resid_dropout.p if self.training else 0.0
+        # Conv1D stores weight [in, out]: w.T is the nn.Linear-layout [out, in] view (no copy).
+        # passthrough: the residual's gradient joins hidden_states' inside the norm's dx kernel
+        # split: q, k, v as blocks of the GEMM's output, whose gradients (from SDPA's backward)
+        # the backward GEMMs read where they are instead of concatenating them
+        s, ss = _carried_sums(hidden_states)   # the previous block's fc2 took them
+        *qkv, hidden_states = ops.layer_norm_linear(hidden_states, ln1.weight, ln1.bias,
+                                                    attn.c_attn.weight.T, bias=attn.c_attn.bias,
+                                                    eps=ln1.eps, rowsum=s, sumsq=ss, passthrough=True,
+                                                    split=[attn.split_size] * 3)
+        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv)
+        out = _attend(hf, attn, q, k, v, attention_mask,
+                      attn.attn_dropout.p if self.training else 0.0, cache, kwargs)
+        h, ss, s = ops.out_proj_residual(out.reshape(*lead, -1), attn.c_proj.weight.T, hidden_states,
+                                         bias=attn.c_proj.bias, dropout_p=resid_p, stats="layer")
+        x, h = layer_norm(h, ln2.weight, ln2.bias, ln2.eps, rowsum=s, sumsq=ss, passthrough=True)
+        y, ss, s = ops.mlp(x, mlp.c_fc.weight.T, mlp.c_fc.bias, mlp.c_proj.weight.T, mlp.c_proj.bias,
+                           "gelu", dropout_p=mlp.dropout.p if self.training else 0.0, residual=h,
+                           stats="layer")
+        return _carry_sums(y, s, ss)
+
+    return forward
+
+
+def _gpt2_model(model: nn.Module) -> Callable:
+    """GPT2Model: `ln_f` -> `coda.nn.layer_norm` on the row sums the last block's fc2 took (the
+    blocks are patched on their own); the model's own forward stays HF's."""
+    from ..nn.layer_norm import layer_norm
+
+    def ln_f(self, x: torch.Tensor) -> torch.Tensor:
+        s, ss = _carried_sums(x)
+        return layer_norm(x, self.weight, self.bias, self.eps, rowsum=s, sumsq=ss)
+
+    norm = model.ln_f
+    if isinstance(norm, nn.LayerNorm) and norm.weight is not None and norm.bias is not None:
+        norm.forward = types.MethodType(ln_f, norm)
+    return type(model).forward
+
+
+#: the attribute by which a block's output carries its row sums Σ y and Σ y² (taken in the
+#: epilogue of the GEMM that formed y) to the norm that reads y next, which then needs no map
+#: of its own to sum them; with y's version counter, so that a change in place drops them.
+#: Not under torch.compile (Dynamo keeps no tensor attribute): there each norm sums its input.
+CARRIED_SUMS = "_coda_row_sums"
+
+
+def _carry_sums(y: torch.Tensor, s: torch.Tensor | None, ss: torch.Tensor) -> torch.Tensor:
+    if not torch.compiler.is_compiling():   # Dynamo would not keep a tensor's attribute
+        setattr(y, CARRIED_SUMS, (s, ss, y._version))
+    return y
+
+
+def _carried_sums(x: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(Σ x, Σ x²) per row if x came out of `_carry_sums` unchanged (Σ x None where an
+    RMSNorm comes next), else (None, None)."""
+    carried = None if torch.compiler.is_compiling() else getattr(x, CARRIED_SUMS, None)
+    if carried is None or carried[2] != x._version:
+        return None, None
+    return carried[0], carried[1]
+
+
+# ----------------------------------------------------------------------------------------------- BERT
+
+BERT_ACTIVATIONS = {"gelu": "gelu_erf", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "relu": "relu"}
+
+
+def _bert_self_attention(attn: nn.Module) -> Callable:
+    """BertSelfAttention: q, k and v from one GEMM against [wq; wk; wv] (+ [bq; bk; bv]), then
+    HF's attention, as `_gpt2_block` does with GPT-2's fused c_attn."""
+    from transformers.models.bert import modeling_bert as hf
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                cache=None, **kwargs) -> tuple[torch.Tensor, None]:
+        lead, d = hidden_states.shape[:-1], self.attention_head_size
+        projections = (self.query, self.key, self.value)   # nn.Linear(..., bias=True) each
+        # q, k and v's gradients are concatenated for cuBLAS's dx and dw GEMMs: CODA's GEMM reading
+        # them in place (a Concat, as GPT-2's layer_norm_linear does) measured slower here
+        qkv = ops.linear(hidden_states, torch.cat([p.weight for p in projections]),
+                         torch.cat([p.bias for p in projections]))
+        q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv.split(self.all_head_size, dim=-1))
+        out = _attend(hf, self, q, k, v, attention_mask, self.dropout.p if self.training else 0.0,
+                      cache, kwargs)
+        return out.reshape(*lead, -1), None
+
+    return forward
+
+
+def _bert_output(output: nn.Module) -> Callable:
+    """BertSelfOutput: LayerNorm(dropout(dense(x)) + input), post-LN."""
+    from ..nn.layer_norm import layer_norm
+
+    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+        norm = self.LayerNorm
+        y, ss, s = ops.out_proj_residual(hidden_states, self.dense.weight, input_tensor, bias=self.dense.bias,
+                                         dropout_p=self.dropout.p if self.training else 0.0, stats="layer")
+        return layer_norm(y, norm.weight, norm.bias, norm.eps, rowsum=s, sumsq=ss)
+
+    return forward
+
+
+def _bert_feed_forward(layer: nn.Module) -> Callable:
+    """BertLayer.feed_forward_chunk, BertIntermediate then BertOutput:
+    LayerNorm(dropout(dense2(act(dense1(x)))) + x), one `mlp` with the residual x itself and the
+    norm's row sums from fc2's epilogue."""
+    activation = _bert_activation(layer.intermediate, layer.intermediate.intermediate_act_fn)
+    from ..nn.layer_norm import layer_norm
+
+    def feed_forward_chunk(self, attention_output: torch.Tensor) -> torch.Tensor:
+        fc1, fc2, norm = self.intermediate.dense, self.output.dense, self.output.LayerNorm
+        y, ss, s = ops.mlp(attention_output, fc1.weight, fc1.bias, fc2.weight, fc2.bias, activation,
+                           dropout_p=self.output.dropout.p if self.training else 0.0,
+                           residual=attention_output, stats="layer")
+        return layer_norm(y, norm.weight, norm.bias, norm.eps, rowsum=s, sumsq=ss)
+
+    return feed_forward_chunk
+
+
+def _bert_head_transform(module: nn.Module) -> Callable:
+    """BertPredictionHeadTransform (the MLM head's): LayerNorm(act(dense(x))), the activation in
+    the GEMM's epilogue."""
+    activation = _bert_activation(module, module.transform_act_fn)
+    from ..nn.layer_norm import layer_norm
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        y = ops.linear(hidden_states, self.dense.weight, self.dense.bias, activation=activation)
+        return layer_norm(y, self.LayerNorm.weight, self.LayerNorm.bias, self.LayerNorm.eps)
+
+    return forward
+
+
+def _bert_activation(module: nn.Module, fn: object) -> str:
+    """CODA's name for a BERT module's activation function; CodaError if the ops lack it."""
+    act = _hf_activation_name(fn)
+    if act not in BERT_ACTIVATIONS:
+        _refuse(module, "hidden_act", act, f"only {', '.join(BERT_ACTIVATIONS)}")
+    return BERT_ACTIVATIONS[act]
+
+
+def _hf_activation_name(fn: object) -> str:
+    """BERT's modules keep no config: the HF name of its activation module's class, else the class
+    name (a callable `hidden_act` is never supported)."""
+    from transformers.activations import ACT2CLS
+
+    for name in BERT_ACTIVATIONS:
+        cls = ACT2CLS[name]
+        if type(fn) is (cls[0] if isinstance(cls, tuple) else cls):
+            return name
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+# ------------------------------------------------------------------------------------- causal LM heads
+
+def _causal_lm(model: nn.Module) -> Callable:
+    config = model.config
+    if getattr(config, "final_logit_softcapping", None):
+        _refuse(model, "final_logit_softcapping", config.final_logit_softcapping, "no cap")
+    original = type(model).forward
+
+    def forward(self, *args, labels: torch.Tensor | None = None, **kwargs):
+        if labels is None:
+            return original(self, *args, **kwargs)
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+
+        # the KV cache's field: `cache` since transformers 5.2x, `past_key_values` before
+        field = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+        kwargs.pop("logits_to_keep", None)
+        num_items = kwargs.pop("num_items_in_batch", None)
+        shift_labels = kwargs.pop("shift_labels", None)
+        outputs = getattr(self, self.base_model_prefix)(*args, **kwargs)
+        hidden = outputs.last_hidden_state
+        if shift_labels is None:  # HF: pad one ignored label at the end, then shift left
+            pad = labels.new_full((*labels.shape[:-1], 1), IGNORE_INDEX)
+            shift_labels = torch.cat((labels[..., 1:], pad), dim=-1)
+        loss = _head_loss(self, hidden, shift_labels, "mean" if num_items is None else "sum",
+                          self._coda_skip_ignored)
+        if num_items is not None:
+            loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
+        return CausalLMOutputWithPast(loss=loss, logits=None, hidden_states=outputs.hidden_states,
+                                      attentions=outputs.attentions,
+                                      **{field: getattr(outputs, field, None)})
+
+    return forward
+
+
+def _masked_lm(model: nn.Module) -> Callable:
+    """BertForMaskedLM: with `labels`, the head's decoder and HF's cross-entropy (mean over the
+    labels other than -100) -> `linear_cross_entropy`; the transform before it is patched on its
+    own (`BertPredictionHeadTransform`)."""
+    original = type(model).forward
+
+    def forward(self, *args, labels: torch.Tensor | None = None, **kwargs):
+        if labels is None:
+            return original(self, *args, **kwargs)
+        from transformers.modeling_outputs import MaskedLMOutput
+
+        kwargs["return_dict"] = True
+        outputs = self.bert(*args, **kwargs)
+        hidden = self.cls.predictions.transform(outputs.last_hidden_state)
+        return MaskedLMOutput(loss=_head_loss(self, hidden, labels, "mean", self._coda_skip_ignored),
+                              logits=None,
+                              hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+
+    return forward
+
+
+def _head_loss(model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, reduction: str,
+               skip_ignored: bool) -> torch.Tensor:
+    """Cross-entropy of the model's output embedding (the decoder, [V, H] and its bias) applied to
+    `hidden`, against `labels` (-100: ignored), without the logits in memory."""
+    head = model.get_output_embeddings()
+    return ops.linear_cross_entropy(hidden, head.weight, labels.to(hidden.device), bias=head.bias,
+                                    ignore_index=IGNORE_INDEX, reduction=reduction,
+                                    skip_ignored=skip_ignored)
+
+
+@contextlib.contextmanager
+def unpadded_batches() -> Iterator[None]:
+    """Within the block, transformers takes a missing attention mask for "no padding" also while a
+    CUDA graph is being captured or Dynamo traces (torch.compile), and looks for no packed
+    sequences: the `context` of `coda.capture_step`, and the block to compile and run in, for a
+    HuggingFace model trained on batches without padding and packing.
+
+    Under capture and under Dynamo transformers 5.17 treats the step like tracing, where a mask's
+    values cannot be read, and builds a full [B, 1, T, T] mask even without padding (5.24 with
+    PyTorch 2.13 skips it under Dynamo); SDPA then loses its fused kernels' causal skip (on the
+    H200 GPT-2's attention took 9.2 instead of 4.3 ms under capture, BERT's ran as float32 math,
+    LLaMA's took 27.1 instead of 10.2 ms a step under torch.compile). Later releases make this
+    distinction themselves. With padded or packed batches do not use it: pass the attention mask
+    and run without it."""
+    from transformers import masking_utils
+
+    def within(kv_length: int, local_attention_size: int | None) -> bool:
+        return local_attention_size is None or kv_length < local_attention_size
+
+    def causal_skip(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size=None):
+        # no padding, a square mask, no cache offset to read: SDPA's is_causal is that mask
+        if (padding_mask is None and q_length == kv_length and not isinstance(q_offset, torch.Tensor)
+                and within(kv_length, local_attention_size)):
+            return True
+        return saved["_ignore_causal_mask_sdpa"](padding_mask, q_length, kv_length, q_offset, kv_offset,
+                                                 local_attention_size)
+
+    def bidirectional_skip(padding_mask, kv_length, local_attention_size=None):
+        if padding_mask is None and within(kv_length, local_attention_size):
+            return True
+        return saved["_ignore_bidirectional_mask_sdpa"](padding_mask, kv_length, local_attention_size)
+
+    replacements = {"is_tracing": lambda tensor=None: tensor is not None and saved["is_tracing"](tensor),
+                    "find_packed_sequence_indices": lambda position_ids: None,
+                    "_ignore_causal_mask_sdpa": causal_skip,
+                    "_ignore_bidirectional_mask_sdpa": bidirectional_skip}
+    # the originals, of the names this transformers release has (the replacements call them)
+    saved = {name: getattr(masking_utils, name) for name in replacements if hasattr(masking_utils, name)}
+    for name in saved:
+        setattr(masking_utils, name, replacements[name])
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(masking_utils, name, value)

@@ -1,0 +1,319 @@
+"""Binding a launch: check A, B, the operands and the options, and settle every output's shape.
+
+Everything a user can get wrong at a launch is caught here with a `LaunchError` that names the
+operand and says what was expected, before any backend sees the tensors.
+"""
+
+from __future__ import annotations
+
+import difflib
+import numbers
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..errors import LaunchError
+from ..passes import infer_kinds
+from ..passes.widths import columns
+from .rng import seed_word
+
+if TYPE_CHECKING:
+    from .program import Program
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    reduction: str | None
+
+
+#: The most pieces a `Concat` operand may have (the kernels take that many pointers).
+MAX_PIECES = 4
+
+
+@dataclass(frozen=True)
+class Concat:
+    """`torch.cat(pieces, dim)` of 2-D tensors, given to a GEMM as its A operand, or to a map as
+    its input, without being formed: the kernel reads each piece where it lies. Concatenated
+    along K (`dim=1` of A) the K loop walks the pieces in turn; along M (`dim=0`) each row block
+    of the output reads its own piece; in a map each tile reads its own piece. `.T` is the
+    concatenation of the transposes (an A given transposed, as a weight gradient's `dy.T` is).
+    Every piece has one dtype, device and stride pattern.
+
+        dx = prog(coda.Concat((dq, dk, dv), dim=1), w_qkv)      # (dq | dk | dv) @ w_qkv
+        dw = prog(coda.Concat((dq, dk, dv), dim=1).T, x)        # (dq | dk | dv).T @ x
+        db = sums.map(coda.Concat((dq, dk, dv), dim=1))        # column sums of (dq | dk | dv)
+    """
+
+    pieces: tuple[torch.Tensor, ...]
+    dim: int
+
+    def __post_init__(self):
+        pieces, dim = tuple(self.pieces), self.dim
+        object.__setattr__(self, "pieces", pieces)
+        if dim not in (0, 1) or isinstance(dim, bool):
+            raise LaunchError(f"Concat: dim must be 0 or 1, got {dim!r}")
+        if not 1 <= len(pieces) <= MAX_PIECES:
+            raise LaunchError(f"Concat: takes 1 to {MAX_PIECES} pieces, got {len(pieces)}")
+        for i, piece in enumerate(pieces):
+            _check_matrix(f"Concat piece {i}", piece)
+            first = pieces[0]
+            if (piece.dtype, piece.device) != (first.dtype, first.device):
+                raise LaunchError(f"Concat: piece {i} is {piece.dtype} on {piece.device}, piece 0 "
+                                  f"{first.dtype} on {first.device}; they must match")
+            if piece.shape[1 - dim] != first.shape[1 - dim]:
+                raise LaunchError(f"Concat along dim {dim}: piece {i} has shape {list(piece.shape)}, "
+                                  f"piece 0 {list(first.shape)}; their dim {1 - dim} must match")
+
+    @property
+    def shape(self) -> torch.Size:
+        sizes = list(self.pieces[0].shape)
+        sizes[self.dim] = sum(p.shape[self.dim] for p in self.pieces)
+        return torch.Size(sizes)
+
+    @property
+    def T(self) -> Concat:
+        return Concat(tuple(p.T for p in self.pieces), 1 - self.dim)
+
+    def materialize(self) -> torch.Tensor:
+        return torch.cat(self.pieces, self.dim)
+
+
+@dataclass
+class Launch:
+    """One bound launch: the program, the GEMM operands and sizes (`b` None for a map, whose
+    `input` is `a`), and the epilogue's operands. An A given as a `Concat` is its first piece
+    here, the Concat itself in `concat` (None for one tensor)."""
+
+    program: Program
+    a: torch.Tensor
+    b: torch.Tensor | None
+    m: int
+    n: int
+    k: int
+    kinds: dict[str, str]
+    values: dict[str, object]
+    outputs: tuple[OutputSpec, ...]
+    out: torch.Tensor | None
+    seed: int
+    concat: Concat | None
+    m_limit: torch.Tensor | None = None
+    k_limit: torch.Tensor | None = None
+
+    @property
+    def a_pieces(self) -> tuple[torch.Tensor, ...]:
+        return self.concat.pieces if self.concat else (self.a,)
+
+    def whole_a(self) -> torch.Tensor:
+        """A as one tensor (a Concat's pieces joined: the reference backend's input)."""
+        return self.concat.materialize() if self.concat else self.a
+
+    def allocate_outputs(self) -> dict[str, torch.Tensor]:
+        """Fresh output tensors (the primary one is `out=` when given)."""
+        tensors = {}
+        for spec in self.outputs:
+            if spec.name == "output" and self.out is not None:
+                tensors[spec.name] = self.out
+            else:
+                tensors[spec.name] = torch.empty(spec.shape, dtype=spec.dtype, device=self.a.device)
+        return tensors
+
+
+def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, seed=None,
+         outputs=None, dtypes=None, m_limit=None, k_limit=None) -> Launch:
+    """Validate a launch of `program` and resolve operand kinds and output shapes.
+
+    With `b` None the launch is a map: `input` is `a` itself ([M, N], a tensor or a Concat), no
+    GEMM runs. `outputs`
+    names the outputs to produce (default: all); the others are neither computed nor written.
+    `dtypes` maps output names to the dtype each is stored in (default: tiles in `out_dtype`,
+    reductions in float32). A `Concat` A stays in pieces (`Launch.concat`). `m_limit` and
+    `k_limit` are one-element integer tensors on A's device: the launch runs as if M (K) were
+    min(M, m_limit) (min(K, k_limit)), read on the device (no synchronization; `check_limit`)."""
+    concat = a if isinstance(a, Concat) else None
+    if b is None:
+        if not concat:
+            _check_matrix("X", a)
+        (m, n), k = a.shape, 0
+        a = concat.pieces[0] if concat else a
+    else:
+        if not concat:
+            _check_matrix("A", a)
+        _check_matrix("B", b)
+        (m, k), (k2, n) = a.shape, b.shape
+        a = concat.pieces[0] if concat else a
+        if b.device != a.device:
+            raise LaunchError(f"B is on {b.device} but A is on {a.device}")
+        if k != k2:
+            raise LaunchError(f"A is [M, K] = {list(a.shape)} and B is [K, N] = {list(b.shape)}: "
+                              f"their K differ ({k} vs {k2})")
+    epi = program.ir
+    if program.has_unpack and n % 2:
+        raise LaunchError(f"the program unpacks column pairs, so N must be even; got N = {n}")
+    for width in program.rope_domains:
+        if columns(width, n) % 2:
+            raise LaunchError(f"rope rotates column pairs: the rotated value needs an even number "
+                              f"of columns; got N = {n}")
+    values = _operand_values(epi, operands, a.device)
+    kinds = infer_kinds(epi, program.widths, m, n, values)
+    check_per_call(program.probabilities, values, seed)
+    if out_dtype is None:
+        out_dtype = out.dtype if isinstance(out, torch.Tensor) else a.dtype
+    specs = _stored_as(_output_specs(program, m, n, out_dtype), dtypes)
+    if out is not None:
+        _check_out(out, specs[0], a.device)
+    elif epi.accumulates:
+        raise LaunchError("the program accumulates into `output` (it reads the prior output, as "
+                          "`output += ...` does): pass the tensor to accumulate into as out=")
+    if epi.uses_dropout and seed is None:
+        raise LaunchError("the program uses dropout: pass an integer seed= (got None)")
+    seed = seed_word(seed)
+    selected = _select(specs, outputs)
+    if epi.accumulates and selected[0].name != "output":
+        raise LaunchError("the program accumulates into `output`: outputs= must include 'output'")
+    check_limit("m_limit", m_limit, a.device)
+    check_limit("k_limit", k_limit, a.device)
+    if k_limit is not None and b is None:
+        raise LaunchError("k_limit= bounds a GEMM's K: a map has none")
+    return Launch(program, a, b, m, n, k, kinds, values, selected, out, seed, concat, m_limit, k_limit)
+
+
+def check_limit(name: str, limit, device: torch.device) -> None:
+    """A row or depth limit is None or a one-element integer tensor on the launch's device: its
+    value stays there (a count of rows known only on the device, such as the targets that are
+    not ignored, bounds the work without a synchronization, also in a CUDA graph). Rows past
+    the limit are not computed: their outputs keep what they held, their reductions are not
+    finished."""
+    if limit is None:
+        return
+    if (not isinstance(limit, torch.Tensor) or limit.numel() != 1
+            or limit.dtype not in (torch.int32, torch.int64)):
+        raise LaunchError(f"{name}= must be a one-element int32 or int64 tensor, got "
+                          f"{describe(limit)}")
+    if limit.device != device:
+        raise LaunchError(f"{name}= is on {limit.device} but A is on {device}")
+
+
+def describe(x: object) -> str:
+    """What a bad argument was, for the message (the ops' checks use it too)."""
+    if isinstance(x, torch.Tensor):
+        return f"a {x.dtype} tensor of shape {list(x.shape)}"
+    return type(x).__name__
+
+
+def _stored_as(specs: tuple[OutputSpec, ...], dtypes) -> tuple[OutputSpec, ...]:
+    """The specs with the dtypes that `dtypes=` names (a reduction is still summed in float32
+    and rounded once, when stored: a bias gradient stored in the parameter's dtype needs no
+    cast kernel after the launch)."""
+    if dtypes is None:
+        return specs
+    if not isinstance(dtypes, dict):
+        raise LaunchError(f"dtypes= takes a dict of output name -> torch.dtype, got {dtypes!r}")
+    known = [s.name for s in specs]
+    for name, dtype in dtypes.items():
+        if name not in known:
+            raise LaunchError(f"dtypes=: {name!r} is not an output of the program; it has: "
+                              f"{', '.join(known)}")
+        if not isinstance(dtype, torch.dtype) or dtype not in FLOAT_DTYPES:
+            raise LaunchError(f"dtypes=: the dtype of {name!r} must be a floating-point "
+                              f"torch.dtype, got {dtype!r}")
+    return tuple(OutputSpec(s.name, s.shape, dtypes.get(s.name, s.dtype), s.reduction) for s in specs)
+
+
+def _select(specs: tuple[OutputSpec, ...], names) -> tuple[OutputSpec, ...]:
+    if names is None:
+        return specs
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise LaunchError(f"outputs= takes a list of output names, got {names!r}")
+    known = [s.name for s in specs]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise LaunchError(f"outputs=: {unknown[0] if unknown else 'no outputs'!r} is not an output "
+                          f"of the program; it has: {', '.join(known)}")
+    return tuple(s for s in specs if s.name in names)
+
+
+def probability_operands(epi) -> tuple[str, ...]:
+    """The operands that some dropout takes as its probability."""
+    return tuple(dict.fromkeys(node.args[1].arg for node in epi.nodes()
+                               if node.op == "dropout" and node.args[1].op == "operand"))
+
+
+def check_per_call(probabilities: tuple[str, ...], values: dict, seed) -> None:
+    """What a launch must check even when its plan is cached (these values are not in the plan's
+    key): the seed is an integer, and a dropout probability bound as a plain number lies in
+    [0, 1] (tensors are not read back here: that would synchronize with the device)."""
+    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
+        raise LaunchError(f"seed= must be an integer, got {seed!r}")
+    for name in probabilities:
+        p = values.get(name)
+        if isinstance(p, numbers.Real) and not 0.0 <= p <= 1.0:
+            raise LaunchError(f"operand {name!r} is a dropout probability: expected a number in "
+                              f"[0, 1], got {p!r}")
+
+
+def _check_matrix(name: str, x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise LaunchError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise LaunchError(f"{name} must be 2-D ([M, K] for A, [K, N] for B), got shape "
+                          f"{list(x.shape)}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise LaunchError(f"{name} has dtype {x.dtype}; expected one of float16, bfloat16, "
+                          f"float32, float64")
+
+
+def _operand_values(epi, operands: dict, device: torch.device) -> dict[str, object]:
+    unknown = [name for name in operands if name not in epi.params]
+    if unknown:
+        name = unknown[0]
+        close = difflib.get_close_matches(name, epi.params, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        known = ", ".join(epi.params) or "none"
+        raise LaunchError(f"unknown operand {name!r}{hint}; the program's operands are: {known}")
+    values = {}
+    for name, param in epi.params.items():
+        value = operands.get(name, param.default)
+        if value is None:
+            kind = f" (kind {param.kind})" if param.kind else ""
+            raise LaunchError(f"missing operand {name!r}{kind}: pass it by keyword, "
+                              f"`prog(a, b, {name}=...)`")
+        if isinstance(value, torch.Tensor):
+            if value.device != device:
+                raise LaunchError(f"operand {name!r} is on {value.device} but A is on {device}")
+            if value.dtype not in FLOAT_DTYPES:
+                raise LaunchError(f"operand {name!r} has dtype {value.dtype}; expected a "
+                                  f"floating-point tensor")
+        values[name] = value
+    return values
+
+
+def _output_specs(program: Program, m: int, n: int, dtype) -> tuple[OutputSpec, ...]:
+    if not isinstance(dtype, torch.dtype) or dtype not in FLOAT_DTYPES:
+        raise LaunchError(f"out_dtype must be a floating-point torch.dtype, got {dtype!r}")
+    reduction_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    specs = []
+    for out in program.ir.outputs:
+        cols = columns(program.widths.outputs[out.name], n)
+        if out.reduction is None:
+            specs.append(OutputSpec(out.name, (m, cols), dtype, None))
+        else:
+            size = m if out.axis == "row" else cols
+            specs.append(OutputSpec(out.name, (size,), reduction_dtype, out.reduction))
+    return tuple(specs)
+
+
+def _check_out(out, spec: OutputSpec, device) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise LaunchError(f"out= must be a torch.Tensor, got {type(out).__name__}")
+    if tuple(out.shape) != spec.shape:
+        raise LaunchError(f"out=: expected shape {list(spec.shape)}, got {list(out.shape)}")
+    if out.dtype != spec.dtype:
+        raise LaunchError(f"out=: expected dtype {spec.dtype} (the output dtype), got {out.dtype}")
+    if out.device != device:
+        raise LaunchError(f"out= is on {out.device} but A is on {device}")

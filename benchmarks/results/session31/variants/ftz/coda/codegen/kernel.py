@@ -1,0 +1,522 @@
+"""The Triton backend of one Program: generate, cache, configure and launch its kernels.
+
+Source is generated once per (operand signature, mainloop) and imported from a file in the cache
+directory (Triton reads kernel source from files); Triton caches the compiled binaries per dtype
+and configuration in memory and on disk. The first launch of a shape returns a `Plan`, which
+`Program` keeps: a later launch of the same layout is allocate outputs, one direct kernel launch,
+and, with reduction outputs, one direct launch of the small kernel that finishes them all
+(codegen/finish.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import math
+import os
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from triton.runtime.errors import OutOfResources
+
+from ..errors import LaunchError
+from ..ir import format_epilogue
+from ..passes.widths import DOUBLE
+from ..runtime.binding import MAX_PIECES, Concat, Launch
+from ..runtime.program import Program, interpreter_enabled
+from . import tuning
+from .epilogue import (
+    Signature,
+    descriptor_prologue,
+    epilogue_args,
+    generate_epilogue,
+    half_width,
+    kernel_params,
+    pingpong_parts,
+)
+from .finish import generate_finish, merge_tile
+from .mainloops import HEADER, MAINLOOPS, ZERO_PAST_EDGES
+from .tuning import Config
+
+_TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_thread = threading.local()   # Triton keeps its allocator per thread (a ContextVar)
+KEPT_PARTIAL_BYTES = 16 << 20  # a plan keeps its reductions' partial buffers up to this size
+
+
+@dataclass(frozen=True)
+class Kernel:
+    variant: str
+    source: str
+    fn: Callable
+    finish: Callable | None = None   # the kernel that finishes the launch's reductions
+
+
+class TritonProgram:
+    """Kernels of one Program, keyed by operand signature and mainloop variant."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.fingerprint = hashlib.sha256(format_epilogue(program.ir).encode()).hexdigest()[:16]
+        self._kernels: dict[tuple[Signature, str], Kernel] = {}
+        self._configs: dict[tuple, Config] = {}
+        self._lock = threading.Lock()
+        # The ping-pong kernel stages outputs in shared memory for TMA stores and never reads
+        # them back from global memory: a program that reads its prior output (`output += x`)
+        # runs in the Triton kernel. (Prefetching the prior tile would not fit for a float32
+        # accumulator: two warpgroups' 128x128 fp32 tiles are 128 KiB next to the 128 KiB ring.)
+        self.pingpong = not program.ir.accumulates
+        self.packs = DOUBLE in program.widths.outputs.values()   # stores a pack(...) [M, 2N]
+
+    # public -----------------------------------------------------------------------------------
+    def launch(self, launch: Launch, config: Config | None = None) -> dict[str, torch.Tensor]:
+        """Run the bound launch; `config` overrides tuning (tests, benchmarks)."""
+        return self.start(launch, config)[1]
+
+    def start(self, launch: Launch, config: Config | None = None
+              ) -> tuple[Plan, dict[str, torch.Tensor]]:
+        """Run a launch for the first time and return its plan (for cached relaunches) and
+        outputs. A configuration that does not fit the GPU (shared memory) is replaced by the
+        next candidate."""
+        _check_dtypes(launch)
+        kernel = self.kernel(launch)
+        chosen = config or self.config(launch, kernel)
+        fallbacks = [] if config else [c for c in tuning.candidates(kernel.variant, self.pingpong)
+                                       if c != chosen]
+        for candidate in (chosen, *fallbacks):
+            plan = self.plan(launch, candidate)
+            try:
+                return plan, plan.run(launch.concat or launch.a, launch.b, launch.values, launch.out,
+                                      launch.seed, (launch.m_limit, launch.k_limit))
+            except OutOfResources:
+                if config:
+                    raise
+        raise LaunchError(f"no kernel configuration of {self.program.name} fits this GPU")
+
+    def plan(self, launch: Launch, config: Config) -> Plan:
+        """The launch's Plan in `config`; a Concat A whose pieces one kernel cannot read as they
+        lie is joined (torch.cat) at every run."""
+        if _readable_pieces(launch, config):
+            return Plan(self.kernel(launch, config), config, launch)
+        joined = dataclasses.replace(launch, a=launch.whole_a(), concat=None)
+        return Plan(self.kernel(joined, config), config, joined, join_pieces=True)
+
+    def kernel(self, launch: Launch, config: Config | None = None) -> Kernel:
+        """The kernel for this launch's operand signature, in the mainloop `config` picks."""
+        variant = _variant(launch)
+        if config is not None:
+            variant = config.mainloop(variant)
+        if variant == "pingpong" and not self.pingpong:
+            raise LaunchError(f"{self.program.name} reads its prior output (`output += ...`), which "
+                              f"the ping-pong kernel cannot: give a configuration without pingpong")
+        sig = _signature(launch, variant, config is None or config.stage_tiles,
+                         config is None or config.stage_outputs)
+        key = (sig, variant)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            with self._lock:
+                kernel = self._kernels.get(key) or self._build(sig, variant)
+                self._kernels[key] = kernel
+        return kernel
+
+    def config(self, launch: Launch, kernel: Kernel) -> Config:
+        """The configuration for this launch's shape: tuned, cached, or the heuristic."""
+        m, n, k, a = launch.m, launch.n, launch.k, launch.a
+        if interpreter_enabled() and not a.is_cuda:
+            return tuning.INTERPRETER_CONFIG
+        if kernel.variant == "map":
+            reductions = [spec.reduction or "tile" for spec in launch.outputs]
+            return tuning.map_config("tile" in reductions, any(r.startswith("col") for r in reductions), n)
+        bucket = (kernel.variant, str(a.dtype), 1 << max(m - 1, 0).bit_length(), n, k,
+                  _layout(launch))
+        config = self._configs.get(bucket)
+        if config is None:
+            if os.environ.get("CODA_AUTOTUNE", "1") == "0":
+                config = tuning.heuristic(kernel.variant, m, n, k, self.pingpong, self.packs,
+                                          launch.m_limit is not None,
+                                          launch.concat is not None and launch.concat.dim == 1)
+            else:
+                key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
+                                         *bucket)))
+                scratch = None if launch.out is None else launch.out.clone()  # tuning never
+                plans: dict[Config, Plan] = {}                                 # touches `out=`
+
+                def run(c: Config) -> None:
+                    if c not in plans:
+                        plans[c] = self.plan(launch, c)
+                    plans[c].run(launch.concat or launch.a, launch.b, launch.values, scratch, launch.seed,
+                                 (launch.m_limit, launch.k_limit))
+
+                config = tuning.autotune(key, tuning.candidates(kernel.variant, self.pingpong), run,
+                                         f"{self.program.name} {m}x{n}x{k}")
+            self._configs[bucket] = config
+        return config
+
+    def explain(self, launch: Launch) -> str:
+        config = self.config(launch, self.kernel(launch))
+        kernel = self.kernel(launch, config)
+        return (f"# Triton kernel ({kernel.variant} mainloop), config {config}\n"
+                f"{kernel.source}")
+
+    # building ---------------------------------------------------------------------------------
+    def _build(self, sig: Signature, variant: str) -> Kernel:
+        gluon = variant == "pingpong"
+        parts = pingpong_parts(self.program, sig) if gluon else {
+            "{EPILOGUE_ARGS}": "".join(f", {p}" for p in epilogue_args(self.program, sig)),
+            "{PROLOGUE}": descriptor_prologue(self.program, sig)}
+        parts["{EPILOGUE_PARAMS}"] = "".join(f", {p}" for p in kernel_params(self.program, sig))
+        # the kernel's name, what profilers show: coda_gemm_<program> or coda_map_<program>
+        name = f"coda_{'map' if variant == 'map' else 'gemm'}_" + re.sub(r"\W", "_", self.program.name)
+        parts["{KERNEL}"] = name
+        mainloop = MAINLOOPS[variant]
+        for placeholder, text in parts.items():
+            mainloop = mainloop.replace(placeholder, text)
+        source = (HEADER.format(NAME=self.program.name, VARIANT=variant)
+                  + generate_epilogue(self.program, sig, gluon, variant in ZERO_PAST_EDGES) + mainloop
+                  + generate_finish(self.program, sig))
+        digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+        path = tuning.cache_dir() / "kernels" / f"{self.program.name}_{digest}.py"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(f"coda_generated_{digest}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return Kernel(variant, source, getattr(module, name), getattr(module, "finish", None))
+
+
+class Plan:
+    """A ready launch for fixed shapes, strides and dtypes. The first `run` goes through Triton's
+    JIT (which compiles or finds the binary); later runs call the compiled kernel directly, with
+    the arguments in its signature order, skipping the per-call specialization work."""
+
+    def __init__(self, kernel: Kernel, config: Config, launch: Launch, join_pieces: bool = False):
+        a, b, m, n = launch.a, launch.b, launch.m, launch.n
+        self.kernel, self.config = kernel, config
+        defaults = {p.name: p.default for p in launch.program.ir.params.values()}
+        self.operands = [(name, kind, defaults[name]) for name, kind in launch.kinds.items()]
+        self.outputs = launch.outputs
+        if kernel.variant == "map":
+            self.sizes = (m, n, a.stride(0), a.stride(1))
+        else:
+            self.sizes = (m, n, launch.k, a.stride(0), a.stride(1), b.stride(0), b.stride(1))
+        # A Concat A (or map input X): pieces 1-3's pointers follow the sizes (A itself in unused
+        # places), then where they start along the joined axis (padded with its length; one
+        # piece spans K).
+        # `join_pieces`: the plan was made for the joined tensor (TritonProgram.plan), so each
+        # run joins a Concat's pieces.
+        pieces, self.join_pieces = launch.a_pieces, join_pieces
+        concat_k = len(pieces) == 1 or launch.concat.dim == 1
+        ends = [sum(p.shape[1 if concat_k else 0] for p in pieces[:i + 1]) for i in range(len(pieces))]
+        self.cuts = tuple(ends[:-1]) + (ends[-1],) * (MAX_PIECES - len(pieces))
+        # persistent Hopper kernels: one program per SM, TMA descriptors made on the device
+        self.persistent = persistent = kernel.variant in ("hopper", "pingpong")
+        epilogue_n = config.epilogue_block_n if persistent else config.block_n
+        self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": math.ceil(m / config.block_m)}
+        tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
+        if persistent:
+            self.grid = (min(tiles, _num_sms(a.device)),)
+            self.meta = config.meta(kernel.variant) | dict(
+                A_K_CONTIGUOUS=a.stride(1) == 1, B_N_CONTIGUOUS=b.stride(1) == 1)
+            if kernel.variant == "hopper":
+                self.meta["NUM_SMS"] = self.grid[0]
+        else:
+            self.grid, self.meta = (tiles,), config.meta(kernel.variant)
+        # m_limit / k_limit: pointers to the limits follow the cuts (A itself where there is none)
+        self.limited = (launch.m_limit is not None, launch.k_limit is not None)
+        self.meta |= dict(LIMIT_M=self.limited[0]) if kernel.variant == "map" else dict(
+            LIMIT_M=self.limited[0], LIMIT_K=self.limited[1])
+        self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=concat_k)
+        if len(pieces) > 1 and kernel.variant == "hopper":
+            self.meta["FLATTEN"] = False   # pieces_product's loops are no plain nest
+        names = kernel.fn.arg_names
+        self.constexprs = [self.meta[name] for name in names if name in self.meta]
+        self.launcher = None
+        self.compiled = None   # Triton's CompiledKernel after the first run (n_regs, n_spills, asm)
+        reductions = [spec for spec in launch.outputs if spec.reduction is not None]
+        axes = {spec.reduction[:3] for spec in reductions}
+        self.finisher = _Finisher(kernel.finish, m, n, self.partial_rows, axes, self.limited[0],
+                                  config.block_m) if axes else None
+        # float32 partials of each reduction: [tiles along the reduced axis, its length], two
+        # (max and sum) for a log-sum-exp
+        self.partial_shapes = {spec.name: [(self.partial_rows[spec.reduction[:3]], spec.shape[0])]
+                               * (2 if spec.reduction == "row_logsumexp" else 1) for spec in reductions}
+        partial_bytes = 4 * sum(r * c for shapes in self.partial_shapes.values() for r, c in shapes)
+        self.keep_partials = partial_bytes <= KEPT_PARTIAL_BYTES
+        self.kept_partials: dict[int | None, dict[str, list[torch.Tensor]]] = {}
+
+    def run(self, a: torch.Tensor | Concat, b: torch.Tensor, values: dict, out: torch.Tensor | None,
+            seed: int, limits: tuple = (None, None)) -> dict[str, torch.Tensor]:
+        pieces = (a,)
+        if isinstance(a, Concat):
+            pieces = (a.materialize(),) if self.join_pieces else a.pieces
+        a = pieces[0]
+        m_limit, k_limit = (a if limit is None else limit for limit in limits)
+        args = [a, *(() if b is None else (b,)), *self.sizes, *pieces[1:],
+                *(a,) * (MAX_PIECES - len(pieces)), *self.cuts, m_limit,
+                *(() if b is None else (k_limit,)), seed]
+        device = a.device
+        for name, kind, default in self.operands:
+            value = values.get(name)
+            if value is None:
+                value = default
+            if kind == "scalar":
+                args.append(value if isinstance(value, torch.Tensor) else float(value))
+            elif kind == "tile":
+                args += (value, *value.stride())
+            elif kind == "head":
+                args += (value, *value.stride(), value.shape[1])
+            else:   # a row or a column: its one stride
+                args += (value, value.stride()[0])
+        partials = self._partials(device)
+        outputs, finish_args = {}, []
+        for spec in self.outputs:
+            if spec.reduction is None:
+                tensor = out if spec.name == "output" and out is not None else torch.empty(
+                    spec.shape, dtype=spec.dtype, device=device)
+                args += (tensor, *tensor.stride())
+            else:
+                tensor = torch.empty(spec.shape, dtype=spec.dtype, device=device)
+                args += partials[spec.name]
+                finish_args += (*partials[spec.name], tensor)
+            outputs[spec.name] = tensor
+        if self.launcher is not None:
+            self.launcher(*args, *self.constexprs)
+        else:
+            if self.persistent:
+                _ensure_allocator()
+            self.compiled, self.launcher = first_launch(self.kernel.fn, self.grid, args, self.meta, device)
+        if self.finisher is not None:
+            self.finisher([m_limit, *finish_args], device)
+        return outputs
+
+    def _partials(self, device: torch.device) -> dict[str, list[torch.Tensor]]:
+        """The reductions' partial buffers: the kernel writes them and the finishing kernel
+        reads them right after, on one stream, so one set per stream serves every launch
+        (stream order keeps launches apart; an allocation costs ~4 us of host time on the H200
+        machine, docs/performance.md).
+        Fresh ones while a CUDA graph is captured (its memory pool owns what its kernels
+        touch) and above KEPT_PARTIAL_BYTES (a large launch does not notice the allocation)."""
+        stream = None
+        if device.type == "cuda":
+            if torch._C._cuda_isCurrentStreamCapturing():
+                return self._new_partials(device)
+            stream = torch._C._cuda_getCurrentRawStream(device.index)
+        kept = self.kept_partials.get(stream)
+        if kept is None:
+            kept = self._new_partials(device)
+            if self.keep_partials:
+                self.kept_partials[stream] = kept
+        return kept
+
+    def _new_partials(self, device: torch.device) -> dict[str, list[torch.Tensor]]:
+        return {name: [torch.empty(shape, dtype=torch.float32, device=device) for shape in shapes]
+                for name, shapes in self.partial_shapes.items()}
+
+
+class _Finisher:
+    """The launch of a Plan's finishing kernel (codegen/finish.py): program i merges row block i
+    of the row partials and column block i of the column ones, in steps of `merge_tile`. Under
+    a limit on M (its pointer is the first buffer) the kernel's tiles of `block_m` rows past it
+    wrote no partials, which the merge then skips."""
+
+    def __init__(self, fn: Callable, m: int, n: int, partial_rows: dict[str, int], axes: set[str],
+                 limit_m: bool, block_m: int):
+        row_p, row_block = merge_tile(partial_rows["row"])
+        col_p, col_block = merge_tile(partial_rows["col"])
+        self.fn, self.sizes = fn, (m, n, partial_rows["row"], partial_rows["col"])
+        programs = {"row": math.ceil(m / row_block), "col": math.ceil(n / col_block)}
+        self.grid = (max(programs[axis] for axis in axes),)
+        self.meta = dict(ROW_P=row_p, ROW_BLOCK=row_block, COL_P=col_p, COL_BLOCK=col_block,
+                         LIMIT_M=limit_m, TILE_M=block_m)
+        self.constexprs = [self.meta[name] for name in fn.arg_names if name in self.meta]
+        self.launcher = None
+
+    def __call__(self, buffers: list[torch.Tensor], device: torch.device) -> None:
+        if self.launcher is not None:
+            self.launcher(*self.sizes, *buffers, *self.constexprs)
+        else:
+            _, self.launcher = first_launch(self.fn, self.grid, [*self.sizes, *buffers], self.meta, device)
+
+
+def first_launch(fn, grid: tuple[int], args: list, meta: dict, device: torch.device):
+    """Launch `fn` through Triton's JIT (which compiles or finds the binary): (its compiled
+    kernel, a direct launcher of it for the later launches), or (None, None) where there is no
+    compiled CUDA kernel (the interpreter)."""
+    compiled = fn[grid](*args, **meta)
+    if device.type == "cuda" and hasattr(compiled, "packed_metadata"):
+        return compiled, direct_launcher(compiled, grid, device)
+    return None, None
+
+
+def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callable[..., None]:
+    """A launcher of Triton's compiled kernel that does its per-call Python once: the stream is
+    read from PyTorch, the launch hooks are passed only while a profiler has set some, and the
+    scratch memory of device-side TMA descriptors is kept per stream (launches on one stream run
+    in order, so one buffer serves them all, also under CUDA-graph capture)."""
+    from triton import knobs
+
+    runner, run = compiled[(*grid, 1, 1)], compiled.run
+    if run.profile_scratch_size:   # an instrumented kernel: Triton's own path
+        return runner
+    launch, function, packed = run.launch, compiled.function, compiled.packed_metadata
+    cooperative, pdl = run.launch_cooperative_grid, run.launch_pdl
+    scratch_bytes = math.prod(grid) * run.num_ctas * run.global_scratch_size
+    scratch: dict[int, torch.Tensor] = {}
+    hooks, current_stream, index = knobs.runtime, torch._C._cuda_getCurrentRawStream, device.index
+
+    def launcher(*args) -> None:
+        if hooks.launch_enter_hook.calls or hooks.launch_exit_hook.calls:
+            return runner(*args)
+        stream = current_stream(index)
+        buffer = scratch.get(stream)
+        if buffer is None and scratch_bytes:
+            buffer = scratch[stream] = torch.empty(scratch_bytes, dtype=torch.uint8, device=device)
+        launch(grid[0], 1, 1, stream, function, cooperative, pdl, buffer, None, packed, None, None,
+               None, *args)
+    return launcher
+
+
+def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
+               stage_outputs: bool = True) -> Signature:
+    """The launch's operand kinds and which tiles go through TMA: on Hopper every aligned
+    output but a packed [M, 2N] one, and every aligned tile operand, unless the ping-pong kernel
+    loads the operands itself (`stage_tiles=False`) or stores the outputs from registers in
+    16-byte pieces (`stage_outputs=False`: `sig.wide`)."""
+    tensors = frozenset(name for name, kind in launch.kinds.items()
+                        if kind == "scalar" and isinstance(launch.values[name], torch.Tensor))
+    tma, wide = set(), set()
+    if variant == "hopper" or (variant == "pingpong" and stage_tiles):
+        tma |= {f"op_{name}" for name, kind in launch.kinds.items()
+                if kind == "tile" and _tma_ok(launch.values[name], row_major=True)}
+    if variant in ("hopper", "pingpong"):
+        for spec in launch.outputs:
+            # a pack(...) to [M, 2N] is stored through pointers: its tile is twice the width of
+            # the epilogue's, wider than a TMA box may be in the widest configurations
+            if spec.reduction is not None or launch.program.widths.outputs[spec.name] == DOUBLE:
+                continue
+            out = launch.out if spec.name == "output" else None
+            # an allocated output is contiguous: its row stride is its width; an `out=` tensor
+            # may have a wider one (padded rows: the cross-entropy's blocks)
+            if (_tma_ok(out, row_major=True) if out is not None
+                    else spec.shape[-1] * spec.dtype.itemsize % 16 == 0):
+                (tma if variant == "hopper" or stage_outputs else wide).add(f"out_{spec.name}")
+    written = tuple(spec.name for spec in launch.outputs)
+    return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma),
+                     _reuse(launch, tma) if variant == "pingpong" else (), frozenset(wide))
+
+
+def _reuse(launch: Launch, tma: set[str]) -> tuple[tuple[str, str], ...]:
+    """(output, operand) pairs of TMA tiles of one dtype and width: the ping-pong kernel stages
+    the output of a slice in the buffer its operand came in (epilogue.pingpong_parts)."""
+    program = launch.program
+    free = {f"op_{name}": (launch.values[name].dtype, half_width(program, f"op_{name}"))
+            for name, kind in launch.kinds.items() if kind == "tile" and f"op_{name}" in tma}
+    pairs = []
+    for spec in launch.outputs:
+        base = f"out_{spec.name}"
+        if base not in tma:
+            continue
+        key = (spec.dtype, half_width(program, base))
+        operand = next((op for op in sorted(free) if free[op] == key), None)
+        if operand is not None:
+            pairs.append((base, operand))
+            del free[operand]
+    return tuple(pairs)
+
+
+def _check_dtypes(launch: Launch) -> None:
+    if launch.b is None:
+        if launch.a.dtype not in _TRITON_DTYPES:
+            raise LaunchError(f"X has dtype {launch.a.dtype}: the Triton backend takes float16, "
+                              f"bfloat16 or float32; use backend='reference' for float64")
+        return
+    for name, x in (("A", launch.a), ("B", launch.b)):
+        if x.dtype not in _TRITON_DTYPES:
+            raise LaunchError(f"{name} has dtype {x.dtype}: the Triton backend takes float16, "
+                              f"bfloat16 or float32 (tf32 tensor cores); use backend='reference' "
+                              f"for float64")
+    if launch.a.dtype != launch.b.dtype:
+        raise LaunchError(f"A is {launch.a.dtype} but B is {launch.b.dtype}: the Triton backend "
+                          f"needs one input dtype")
+    if any(s.dtype == torch.float64 for s in launch.outputs):
+        raise LaunchError("float64 outputs (out_dtype or dtypes=) are not supported by the Triton "
+                          "backend")
+
+
+def _layout(launch: Launch) -> str:
+    """What a tuned configuration depends on besides dtype and shape: the operands' layouts, a
+    Concat's pieces, and limits (a launch under `m_limit` is tuned on the rows it ran with, which
+    says little about the same shape without one)."""
+    b_layout = "-" if launch.b is None else int(launch.b.stride(1) == 1)
+    pieces = f"{len(launch.a_pieces)}{'mk'[launch.concat.dim]}" if launch.concat else ""
+    limits = "".join(axis for axis, limit in (("m", launch.m_limit), ("k", launch.k_limit))
+                     if limit is not None)
+    return f"a{int(launch.a.stride(1) == 1)}{pieces}b{b_layout}" + (f"-limit{limits}" if limits else "")
+
+
+def _readable_pieces(launch: Launch, config: Config) -> bool:
+    """Whether one kernel reads a Concat's pieces as they lie: every piece with the first one's
+    strides, and pieces joined in whole tiles where a tile reads one piece (a GEMM's A along M,
+    in row blocks; a map's X, in row or column blocks). A GEMM's K loop walks pieces of any
+    width."""
+    pieces, concat = launch.a_pieces, launch.concat
+    if any(p.stride() != pieces[0].stride() for p in pieces):
+        return False
+    if concat is None or (concat.dim == 1 and launch.b is not None):
+        return True
+    block = config.block_n if concat.dim == 1 else config.block_m
+    return all(p.shape[concat.dim] % block == 0 for p in pieces[:-1])
+
+
+def _variant(launch: Launch) -> str:
+    """`map` without B, `hopper` where TMA descriptors can describe A (each piece of a Concat)
+    and B, else `portable`."""
+    a, b = launch.a, launch.b
+    if b is None:
+        return "map"
+    if not a.is_cuda or torch.cuda.get_device_capability(a.device)[0] != 9:
+        return "portable"
+    if a.dtype not in (torch.float16, torch.bfloat16):
+        return "portable"
+    return "hopper" if all(map(_tma_ok, launch.a_pieces)) and _tma_ok(b) else "portable"
+
+
+def _tma_ok(x: torch.Tensor, row_major: bool = False) -> bool:
+    """A 2-D tensor TMA can address: 16-byte aligned, one unit stride (the last one if
+    `row_major`), the other a multiple of 16 bytes."""
+    size = x.element_size()
+    if x.data_ptr() % 16:
+        return False
+    if x.stride(1) == 1:
+        return (x.stride(0) * size) % 16 == 0
+    return not row_major and x.stride(0) == 1 and (x.stride(1) * size) % 16 == 0
+
+
+_sm_counts: dict[int, int] = {}
+
+
+def _num_sms(device: torch.device) -> int:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _sm_counts:
+        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _sm_counts[index]
+
+
+def _alloc(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, device="cuda", dtype=torch.int8)
+
+
+def _ensure_allocator() -> None:
+    """Device-side tensor descriptors need scratch memory from a Triton allocator, which Triton
+    keeps per thread: autograd runs backward passes on threads of its own."""
+    if not getattr(_thread, "allocator_set", False):
+        import triton
+
+        triton.set_allocator(_alloc)
+        _thread.allocator_set = True

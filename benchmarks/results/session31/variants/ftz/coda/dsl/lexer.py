@@ -1,0 +1,45 @@
+"""Tokens of the epilogue DSL, each with its line and column."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import DslError, Loc
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # "num", "name", "op" or "end"
+    text: str
+    loc: Loc
+
+
+_TOKEN = re.compile(
+    r"""(?P<space>[ \t\r\f\v]+)
+      | (?P<newline>\n)
+      | (?P<comment>(\#|//)[^\n]*)
+      | (?P<num>(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)
+      | (?P<name>[A-Za-z_][A-Za-z_0-9]*)
+      | (?P<op>\+=|<=|>=|==|!=|[-+*/(){},;:=<>])""",
+    re.VERBOSE,
+)
+
+
+def tokenize(source: str) -> list[Token]:
+    """Split `source` into tokens; raise DslError at the first character that starts none."""
+    tokens: list[Token] = []
+    line, line_start, pos = 1, 0, 0
+    while pos < len(source):
+        match = _TOKEN.match(source, pos)
+        loc = Loc(line, pos - line_start + 1)
+        if match is None:
+            raise DslError(f"unexpected character {source[pos]!r}", loc, source)
+        kind = match.lastgroup
+        if kind == "newline":
+            line, line_start = line + 1, match.end()
+        elif kind in ("num", "name", "op"):
+            tokens.append(Token(kind, match.group(), loc))
+        pos = match.end()
+    tokens.append(Token("end", "", Loc(line, pos - line_start + 1)))
+    return tokens

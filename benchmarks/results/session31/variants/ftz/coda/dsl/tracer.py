@@ -1,0 +1,190 @@
+"""Python function -> IR. `@coda.epilogue` calls the function once on symbolic values.
+
+The functions users call inside (`coda.gelu`, `coda.row_sum`, `coda.unpack`, ...) are made here
+from the primitive table, so the tracer and the text DSL build the very same nodes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+from collections.abc import Callable
+
+from ..errors import DslError
+from ..ir import Epilogue, Node, Output, Param
+from ..primitives import INFIX, KINDS, PRIMITIVES
+
+
+class Value:
+    """A symbolic tile value inside a traced epilogue function."""
+
+    __slots__ = ("node",)
+    __hash__ = None  # `==` builds a comparison, so values cannot be dictionary keys
+
+    def __init__(self, node: Node):
+        self.node = node
+
+    def __bool__(self):
+        raise DslError("an epilogue value has no truth value: use coda.where(cond, a, b) "
+                       "instead of `if` or `and`/`or`")
+
+    def __neg__(self):
+        return _apply("neg", self)
+
+    def __pos__(self):
+        return self
+
+    def __repr__(self) -> str:
+        return f"<coda value {self.node.op}>"
+
+
+def _binary(name: str, reflected: bool = False):
+    if reflected:
+        return lambda self, other: _apply(name, other, self)
+    return lambda self, other: _apply(name, self, other)
+
+
+for _op, _name in INFIX.items():
+    _dunder = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "<": "lt", "<=": "le",
+               ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}[_op]
+    setattr(Value, f"__{_dunder}__", _binary(_name))
+    if _op in "+-*/":
+        setattr(Value, f"__r{_dunder}__", _binary(_name, reflected=True))
+
+
+class Reduced:
+    """The result of `coda.row_sum(...)` and friends: an output, not a value to compute with."""
+
+    def __init__(self, reduction: str, node: Node):
+        self.reduction = reduction
+        self.node = node
+
+    def _refuse(self, *_):
+        raise DslError(f"{self.reduction}(...) is an output, complete only when the kernel ends: "
+                       f"return it in the result dict instead of computing with it")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __neg__ = __pos__ = __bool__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _refuse
+    __hash__ = None
+
+
+def _node(x, where: str) -> Node:
+    if isinstance(x, Value):
+        return x.node
+    if isinstance(x, numbers.Real) and not isinstance(x, bool):
+        return Node("const", (), float(x))
+    if isinstance(x, Reduced):
+        x._refuse()
+    raise DslError(f"{where}: expected an epilogue value or a number, got {type(x).__name__}")
+
+
+def _check_arity(name: str, args: tuple) -> None:
+    arity = PRIMITIVES[name].arity
+    if len(args) != arity:
+        plural = "s" if arity != 1 else ""
+        raise DslError(f"{name} takes {arity} argument{plural}, got {len(args)}")
+
+
+def _apply(name: str, *args) -> Value:
+    prim = PRIMITIVES[name]
+    _check_arity(name, args)
+    nodes = tuple(_node(a, name) for a in args)
+    if prim.form == "rope" and any(n.op != "operand" for n in nodes[1:]):
+        raise DslError("rope's cos and sin must be operands (kind `head`)")
+    return Value(Node(name, nodes))
+
+
+def _make_function(name: str) -> Callable:
+    prim = PRIMITIVES[name]
+    if prim.form == "reduction":
+        def fn(*args):
+            _check_arity(name, args)
+            return Reduced(name, _node(args[0], name))
+    elif prim.form == "unpack":
+        def fn(*args):
+            _check_arity(name, args)
+            pair = _node(args[0], name)
+            return Value(Node("unpack", (pair,), 0)), Value(Node("unpack", (pair,), 1))
+    else:
+        def fn(*args):
+            return _apply(name, *args)
+    fn.__name__ = name
+    fn.__doc__ = prim.doc or f"The epilogue primitive `{name}`."
+    return fn
+
+
+#: The functions `coda` exports for use inside `@coda.epilogue` (`coda.gelu`, `coda.row_sum`, ...).
+FUNCTIONS: dict[str, Callable] = {name: _make_function(name) for name in PRIMITIVES}
+
+
+def trace(fn: Callable) -> Epilogue:
+    """Call `fn(acc, *operands)` on symbolic values and collect the outputs it returns.
+
+    The first parameter is the GEMM result. A parameter named `output` is the prior contents of
+    `out=` (for accumulation: `return output + acc`). Every other parameter is an operand; its
+    kind comes from its annotation (`bias: coda.col` or `"col"`) or is inferred at launch, and a
+    numeric default makes it a scalar with that default.
+    """
+    signature = inspect.signature(fn)
+    names = list(signature.parameters)
+    if not names:
+        raise DslError(f"{fn.__name__}: an epilogue function takes the GEMM result as its "
+                       f"first parameter")
+    params: dict[str, Param] = {}
+    for p in list(signature.parameters.values())[1:]:
+        if p.name == "output":
+            continue
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise DslError(f"{fn.__name__}: *args and **kwargs cannot be epilogue operands")
+        kind = None if p.annotation is p.empty else _annotation_kind(fn, p.annotation)
+        if kind is not None and kind not in KINDS:
+            raise DslError(f"{fn.__name__}: parameter {p.name!r} has kind {kind!r}; expected one "
+                           f"of {', '.join(KINDS)}")
+        default = None
+        if p.default is not p.empty:
+            if not isinstance(p.default, numbers.Real) or isinstance(p.default, bool):
+                raise DslError(f"{fn.__name__}: parameter {p.name!r} has a default that is not "
+                               f"a number")
+            default, kind = float(p.default), kind or "scalar"
+        params[p.name] = Param(p.name, kind, None, default)
+    symbols = {n: Value(Node("prior" if n == "output" else "operand", (), None if n == "output" else n))
+               for n in names[1:]}
+    result = fn(Value(Node("input")), **symbols)
+    return Epilogue(fn.__name__, params, _collect_outputs(fn.__name__, result))
+
+
+def _annotation_kind(fn: Callable, annotation):
+    """The kind an annotation names. Under `from __future__ import annotations` the annotation
+    `coda.col` arrives as the string "coda.col" (and `"col"` as "'col'"): evaluate it in the
+    function's globals."""
+    for _ in range(2):
+        if not isinstance(annotation, str) or annotation in KINDS:
+            break
+        try:
+            value = eval(annotation, getattr(fn, "__globals__", {}))
+        except Exception:
+            break
+        if not isinstance(value, str):
+            break
+        annotation = value
+    return annotation
+
+
+def _collect_outputs(name: str, result) -> tuple[Output, ...]:
+    if not isinstance(result, dict):
+        result = {"output": result}
+    if "output" not in result:
+        raise DslError(f"{name}: the returned dict has no 'output' entry")
+    outputs = []
+    for key in ["output", *(k for k in result if k != "output")]:
+        value = result[key]
+        if not isinstance(key, str) or not key.isidentifier():
+            raise DslError(f"{name}: output names must be identifiers, got {key!r}")
+        if isinstance(value, Reduced):
+            if key == "output":
+                raise DslError(f"{name}: 'output' must be a tile, not a {value.reduction}")
+            outputs.append(Output(key, value.node, value.reduction))
+        else:
+            outputs.append(Output(key, _node(value, f"output {key!r}")))
+    return tuple(outputs)

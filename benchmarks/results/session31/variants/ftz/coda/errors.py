@@ -1,0 +1,56 @@
+"""Every error CODA raises for bad input is a `CodaError`.
+
+DSL errors carry a source location and render a caret excerpt; launch errors name the operand and
+what was expected, so a user never has to read a Triton or PyTorch stack trace to fix their call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A position in DSL text (1-based line and column) or in a traced Python function."""
+
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"line {self.line}, column {self.col}"
+
+
+class CodaError(Exception):
+    """Base class of every error CODA raises on purpose."""
+
+
+class DslError(CodaError):
+    """A bad epilogue program: syntax, unknown function, wrong arity, undefined name, ...
+
+    `str(err)` names the line and column and, when the source text is known, shows the line with a
+    caret under the offending column.
+    """
+
+    def __init__(self, message: str, loc: Loc | None = None, source: str | None = None):
+        self.message = message
+        self.loc = loc
+        self.source = source
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if self.loc is None:
+            return self.message
+        text = f"{self.loc}: {self.message}"
+        lines = self.source.splitlines() if self.source else []
+        if 1 <= self.loc.line <= len(lines):
+            line = lines[self.loc.line - 1]
+            text += f"\n    {line}\n    {' ' * (self.loc.col - 1)}^"
+        return text
+
+    def with_source(self, source: str) -> DslError:
+        """The same error, rendered against `source` (the parser attaches its text this way)."""
+        return DslError(self.message, self.loc, source)
+
+
+class LaunchError(CodaError):
+    """A launch with operands of the wrong shape, dtype, device or kind, or bad options."""

@@ -1,0 +1,18 @@
+"""Transformer operators as GEMM + epilogue programs, forward and backward.
+
+Each op is a `torch.autograd.Function` whose passes are CODA programs (see docs/ops.md).
+"""
+
+from .common import as_rows, matmul, weight_grad
+from .cross_entropy import linear_cross_entropy
+from .dropout import dropout
+from .embedding import embedding
+from .gated_mlp import deinterleave, geglu_mlp, interleave, swiglu_mlp
+from .linear import linear, mlp
+from .norms import layer_norm_linear, out_proj_residual, rms_norm_linear, rms_rstd
+from .rope import permute_for_interleaved_rope, qkv_rope, rope
+
+__all__ = ["as_rows", "deinterleave", "dropout", "embedding", "geglu_mlp", "interleave", "layer_norm_linear",
+           "linear", "linear_cross_entropy", "matmul", "mlp", "out_proj_residual",
+           "permute_for_interleaved_rope", "qkv_rope", "rms_norm_linear", "rms_rstd", "rope",
+           "swiglu_mlp", "weight_grad"]

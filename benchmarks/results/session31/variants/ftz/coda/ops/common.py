@@ -1,0 +1,130 @@
+"""Pieces every op shares: flattening to rows, the plain GEMM, and weight gradients.
+
+Every GEMM that carries an epilogue is a CODA program (the library eats its own cooking). A GEMM
+with none (`matmul`, `weight_grad`) is cuBLAS's job: torch.matmul is as fast or faster there
+(CODA's plain GEMM runs at 0.96x cuBLAS's speed on the H200, docs/performance.md) and launches
+with less host time. PLAIN and ACCUMULATE remain for what torch.matmul cannot do in one
+kernel: a float32 result of bf16 operands, `+=` into a float32 accumulator, a last `+` of that
+accumulator rounded once to bf16, strided `out=`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .. import compile as compile_program
+from ..errors import LaunchError
+from ..runtime.binding import Concat
+
+PLAIN = compile_program("EPILOGUE plain() { output = input; }")
+ACCUMULATE = compile_program("EPILOGUE accumulate() { output += input; }")
+# A GEMM plus a float32 partial result of the same sum, rounded once to the output's dtype.
+ADD_PARTIAL = compile_program("EPILOGUE add_partial(partial: tile) { output = input + partial; }")
+# Row and column sums of a tensor (a map launched with outputs= naming the sums it needs).
+SUMS = compile_program("EPILOGUE sums() { output = input; rows = row_sum(input); cols = col_sum(input); }")
+# Each row times a number (the row operand c).
+SCALE_ROWS = compile_program("EPILOGUE scale_rows(c: row) { output = input * c; }")
+#: stats= of out_proj_residual and mlp -> the row sums of the output their epilogue stores
+STATS: dict[str | None, list[str]] = {None: [], "rms": ["ss"], "layer": ["ss", "s"]}
+
+
+def present(**operands: object) -> dict[str, object]:
+    """The launch operands that are given: None marks one that this variant does not declare."""
+    return {name: value for name, value in operands.items() if value is not None}
+
+
+def stored(**dtypes: torch.dtype | None) -> dict[str, torch.dtype] | None:
+    """The `dtypes=` of a launch: each named output stored in its dtype (None: the default). A
+    parameter's gradient summed by the launch is stored in the parameter's dtype, with no cast
+    kernel after it."""
+    return {name: dtype for name, dtype in dtypes.items() if dtype is not None} or None
+
+
+def column_sum(t: torch.Tensor | Concat, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The sum over the rows of t [M, N] -> [N], summed in float32 and stored in `dtype`
+    (default float32; float64 for float64): one map reading t (a Concat's pieces where they
+    lie), which writes nothing else (a bias gradient)."""
+    return SUMS.map(t, outputs=["cols"], dtypes=stored(cols=dtype))["cols"]
+
+
+# -- a GEMM's output returned in column blocks (`split=`): q, k and v of one q/k/v projection --
+def check_split(op: str, split: Sequence[int] | None, n: int) -> tuple[int, ...] | None:
+    """`split=`: None, or positive column widths that add up to the output's N."""
+    if split is None:
+        return None
+    widths = tuple(split) if isinstance(split, (list, tuple)) else None
+    if (not widths or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in widths)
+            or sum(widths) != n):
+        raise LaunchError(f"{op}: split must be a list of positive column widths adding up to N = {n}, "
+                          f"got {split!r}")
+    return widths
+
+
+def split_columns(y: torch.Tensor, widths: tuple[int, ...] | None) -> tuple[torch.Tensor, ...]:
+    """y [..., N] as views of its column blocks (y alone without widths)."""
+    return (y,) if widths is None else y.split(widths, dim=-1)
+
+
+def joined_grad(grads: Sequence[torch.Tensor | None], widths: tuple[int, ...] | None, rows: int,
+                like: torch.Tensor) -> torch.Tensor | Concat | None:
+    """The gradient of a GEMM's output from the gradients of its column blocks (`split=`), as
+    rows [M, N]: one tensor, or a Concat of the blocks' gradients that the backward GEMMs read
+    where cuDNN's attention left them (no torch.cat of q, k and v's gradients). A block whose
+    output was not used gets zeros; None when none was."""
+    if all(g is None for g in grads):
+        return None
+    if widths is None:
+        return grads[0].reshape(rows, -1)
+    return Concat(tuple(like.new_zeros(rows, w) if g is None else g.reshape(rows, w)
+                        for g, w in zip(grads, widths, strict=True)), 1)
+
+
+def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:
+    """`x` as [rows, features] (a view when possible) and its leading shape, to restore later."""
+    return x.reshape(-1, x.shape[-1]), x.shape[:-1]
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`a @ b` (any strides: pass `w.T` for an nn.Linear weight)."""
+    return torch.matmul(a, b)
+
+
+def input_grad(dpre: torch.Tensor, w: torch.Tensor, dres: torch.Tensor | None = None) -> torch.Tensor:
+    """`dpre @ w` ([M, N] @ [N, K]), the gradient of a linear layer's input, plus `dres` (x's
+    other gradient, [..., K]: a residual's) in the GEMM's epilogue, where autograd would add
+    the two in a third kernel (cuBLAS without dres, as `matmul`)."""
+    if dres is None:
+        return matmul(dpre, w)
+    return ADD_PARTIAL(dpre, w, partial=as_rows(dres)[0])["output"]
+
+
+def transposed(w: torch.Tensor) -> bool:
+    """Whether a weight [N, K] is the transpose of a contiguous tensor (HF's Conv1D stores
+    [in, out] and passes `weight.T`)."""
+    return w.stride(0) == 1 and w.stride(1) != 1
+
+
+def weight_grad_out(w: torch.Tensor) -> torch.Tensor | None:
+    """The `out=` of an epilogue that forms the gradient of weight `w`: for a transposed weight a
+    buffer laid out as `w`, so that the parameter receives a contiguous gradient (autograd copies
+    a transposed one into the parameter's layout: GPT-2's c_attn, 12 copies and 0.17 ms a step on
+    the H200, measured); None (the launch allocates it) otherwise."""
+    return torch.empty_like(w) if transposed(w) else None
+
+
+def weight_grad(dy: torch.Tensor, x: torch.Tensor, into: torch.Tensor | None = None,
+                like: torch.Tensor | None = None) -> torch.Tensor:
+    """`dy.T @ x` ([N, M] @ [M, K] = [N, K]), the gradient of an nn.Linear weight; with `into`
+    (a [N, K] buffer of the output dtype, e.g. an existing `.grad`) it is accumulated there, in
+    one GEMM (beta = 1). With `like` (the weight) a transposed weight (HF's Conv1D stores
+    [in, out] and passes `weight.T`) gets its gradient as `(x.T @ dy).T`: the parameter then
+    receives a contiguous gradient, where autograd would copy a transposed one."""
+    if into is None:
+        if like is not None and transposed(like):
+            return torch.matmul(x.T, dy).T
+        return torch.matmul(dy.T, x)
+    if into.dtype == dy.dtype:
+        return into.addmm_(dy.T, x)
+    return ACCUMULATE(dy.T, x, out=into)["output"]   # e.g. a float32 .grad of bf16 activations

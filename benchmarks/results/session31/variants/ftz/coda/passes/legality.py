@@ -1,0 +1,57 @@
+"""Static checks: what can run inside an epilogue, and the kinds usage alone decides.
+
+- `rope`'s tables are operands of kind `head`, and a `head` operand is nothing else;
+  `dropout`'s probability is built from constants and scalar operands only, and a constant
+  probability lies in [0, 1].
+- No computed value mixes the [M, N] and [M, N/2] column domains (see `widths`).
+Reductions that are read back, `output` never assigned and the like are caught while the IR is
+built (lowering, tracing), where the source location is at hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import DslError
+from ..ir import Epilogue, Node, toposort
+from .widths import widths
+
+
+def check(epi: Epilogue) -> Epilogue:
+    """Raise DslError for an illegal program; return it with the kinds usage implies filled in."""
+    params = dict(epi.params)
+
+    def require(node: Node, kind: str, why: str) -> None:
+        param = params[node.arg]
+        if param.kind not in (None, kind):
+            raise DslError(f"operand {node.arg!r} is declared `{param.kind}` but {why} needs "
+                           f"kind `{kind}`", param.loc or node.loc)
+        params[node.arg] = replace(param, kind=kind)
+
+    for node in epi.nodes():
+        if node.op == "rope":
+            for table in node.args[1:]:
+                require(table, "head", "a rope table")
+        elif node.op == "dropout":
+            for leaf in toposort([node.args[1]]):
+                if leaf.op == "operand":
+                    require(leaf, "scalar", "a dropout probability")
+                elif leaf.op in ("input", "prior", "unpack"):
+                    raise DslError("dropout's probability must be a scalar (a number or a "
+                                   "scalar operand)", node.loc)
+            p = node.args[1]
+            if p.op == "const" and not 0.0 <= p.arg <= 1.0:
+                raise DslError(f"dropout probability {p.arg} is outside [0, 1]", p.loc or node.loc)
+    for node in epi.nodes():
+        for position, arg in enumerate(node.args):
+            if arg.op == "operand" and params[arg.arg].kind == "head" and not (
+                    node.op == "rope" and position > 0):
+                raise DslError(f"operand {arg.arg!r} is a `head` table ([M, H]); it can only be "
+                               f"rope's cos or sin argument", arg.loc or node.loc)
+    for out in epi.outputs:
+        if out.value.op == "operand" and params[out.value.arg].kind == "head":
+            raise DslError(f"operand {out.value.arg!r} is a `head` table ([M, H]); it cannot be "
+                           f"the output {out.name!r}", out.value.loc or out.loc)
+    checked = epi.replace(params=params)
+    widths(checked)
+    return checked

@@ -1,0 +1,115 @@
+"""The reference backend: eager PyTorch evaluation of the IR, the ground truth and the CPU path.
+
+It computes in float32, or in float64 when A is float64, on whole [M, N] tensors: no tiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..ir import Node
+from ..passes.widths import COLUMNS, columns
+from ..primitives import PRIMITIVES
+from . import rng
+from .binding import Launch
+
+
+def run_reference(launch: Launch) -> dict[str, torch.Tensor]:
+    """Evaluate the bound program and write its outputs (into `out=` when given); with an
+    `m_limit` only their rows before it."""
+    outputs = launch.allocate_outputs()
+    launch, rows = _limited(launch)
+    results = evaluate(launch)
+    for spec in launch.outputs:
+        tensor = outputs[spec.name]
+        (tensor if (spec.reduction or "").startswith("col") else tensor[:rows]).copy_(results[spec.name])
+    return outputs
+
+
+def _limited(launch: Launch) -> tuple[Launch, int]:
+    """The launch as if M and K were at most its limits (read back from the device: this is
+    the ground truth, not the fast path), and its M."""
+    m = launch.m if launch.m_limit is None else max(0, min(launch.m, int(launch.m_limit)))
+    k = launch.k if launch.k_limit is None else max(0, min(launch.k, int(launch.k_limit)))
+    if (m, k) == (launch.m, launch.k):
+        return launch, m
+    a = launch.whole_a()[:m, :k] if launch.b is not None else launch.whole_a()[:m]
+    b = None if launch.b is None else launch.b[:k]
+    values = {name: value[:m] if launch.kinds[name] in ("row", "tile") else value
+              for name, value in launch.values.items()}
+    outputs = tuple(dataclasses.replace(s, shape=(m, *s.shape[1:])) if s.reduction is None or
+                    s.reduction.startswith("row") else s for s in launch.outputs)
+    out = None if launch.out is None else launch.out[:m]
+    return dataclasses.replace(launch, a=a, b=b, m=m, k=k, values=values, outputs=outputs, out=out,
+                               concat=None, m_limit=None, k_limit=None), m
+
+
+def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """Every output of the program, full size, computed in `compute_dtype` (default float32, or
+    float64 when A is float64; tests pass A's own dtype to mimic eager PyTorch at that dtype)."""
+    program, m, n = launch.program, launch.m, launch.n
+    ct = compute_dtype or (torch.float64 if launch.a.dtype == torch.float64 else torch.float32)
+    cols = {w: columns(w, n) for w in COLUMNS}
+    domains = program.widths.nodes
+    env: dict[Node, torch.Tensor] = {}
+
+    def tile(node: Node) -> torch.Tensor:
+        return env[node].expand(m, cols[domains[node]])
+
+    for node in program.ir.nodes():
+        op, args = node.op, [env[a] for a in node.args]
+        if op == "input":
+            value = launch.whole_a().to(ct)
+            value = value if launch.b is None else value @ launch.b.to(ct)
+        elif op == "operand":
+            value = _broadcastable(launch.values[node.arg], launch.kinds[node.arg], ct)
+        elif op == "const":
+            value = torch.tensor(node.arg, dtype=ct, device=launch.a.device)
+        elif op == "prior":
+            value = launch.out.to(ct)
+        elif op == "unpack":
+            value = tile(node.args[0])[:, node.arg::2]
+        elif op == "pack":
+            value = torch.stack([tile(a) for a in node.args], dim=2).flatten(1)
+        elif op == "dropout":
+            x, p = tile(node.args[0]), args[1]
+            keep = rng.dropout_mask(launch.seed, p.float(), m, x.shape[1], x.device)
+            value = torch.where(keep, x / (1 - p), torch.zeros((), dtype=ct, device=x.device))
+        elif op == "row_index":
+            value = torch.arange(m, dtype=ct, device=launch.a.device)[:, None]
+        elif op == "col_index":
+            value = torch.arange(cols[domains[node]], dtype=ct, device=launch.a.device)[None, :]
+        elif op == "rope":
+            value = _rope(tile(node.args[0]), args[1], args[2])
+        else:
+            value = PRIMITIVES[op].ref(*args)
+        env[node] = value
+    wanted = {spec.name for spec in launch.outputs}
+    return {o.name: _finish(o.reduction, tile(o.value)) for o in program.ir.outputs
+            if o.name in wanted}
+
+
+def _broadcastable(value, kind: str, ct: torch.dtype) -> torch.Tensor:
+    if kind == "scalar":
+        return torch.as_tensor(value, dtype=ct)
+    value = value.to(ct)
+    return {"row": lambda: value[:, None], "col": lambda: value[None, :]}.get(kind, lambda: value)()
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    pair = torch.arange(x.shape[1] // 2, device=x.device) % cos.shape[1]
+    c, s = cos[:, pair], sin[:, pair]
+    first, second = x[:, 0::2], x[:, 1::2]
+    return torch.stack((first * c - second * s, second * c + first * s), dim=2).flatten(1)
+
+
+def _finish(reduction: str | None, x: torch.Tensor) -> torch.Tensor:
+    if reduction is None:
+        return x
+    return {
+        "row_sum": lambda: x.sum(1), "col_sum": lambda: x.sum(0),
+        "row_max": lambda: x.amax(1), "col_max": lambda: x.amax(0),
+        "row_logsumexp": lambda: torch.logsumexp(x, 1),
+    }[reduction]()

@@ -1,0 +1,178 @@
+"""AST -> IR: resolve names, check calls, and collect the program's outputs.
+
+Scoping rules (docs/dsl.md has the user's version):
+- `input` (alias `acc`) is the GEMM result; a local is any name assigned by a statement.
+- A name that no statement assigns is an operand. With a parameter list in the header, every
+  operand must be declared there; without one, free names are operands of inferred kind.
+- Reading a local before its first assignment is an error, except `output`: before it is
+  assigned, `output` is the prior contents of `out=` (so `output += x;` accumulates).
+- `save NAME = e;` writes a tile output and binds NAME; `NAME = row_sum(e);` (or another
+  reduction) writes a reduction output, which the program cannot read back.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from ..errors import DslError, Loc
+from ..ir import Epilogue, Node, Output, Param
+from ..primitives import INPUT_NAMES, PRIMITIVES
+from . import parser as ast
+
+
+def lower(program: ast.Program, source: str | None = None) -> Epilogue:
+    """Turn a parsed program into an Epilogue; DslErrors are rendered against `source`."""
+    try:
+        return _Lowering(program).run().replace(source=source)
+    except DslError as err:
+        raise (err.with_source(source) if source else err) from None
+
+
+class _Lowering:
+    def __init__(self, program: ast.Program):
+        self.program = program
+        self.declared_only = program.params is not None
+        self.params: dict[str, Param] = {}
+        for decl in program.params or ():
+            if decl.name in self.params:
+                raise DslError(f"parameter {decl.name!r} is declared twice", decl.loc)
+            _check_name(decl.name, decl.loc, "a parameter")
+            self.params[decl.name] = Param(decl.name, decl.kind, decl.loc)
+        self.assigned = {t.name for s in program.body for t in s.targets}
+        self.env: dict[str, Node] = {}
+        self.outputs: list[Output] = []
+        self.reductions: dict[str, str] = {}
+
+    def run(self) -> Epilogue:
+        for stmt in self.program.body:
+            self.statement(stmt)
+        if "output" not in self.env:
+            raise DslError("the program never assigns `output`", self.program.end)
+        main = Output("output", self.env["output"], None, self.program.loc)
+        return Epilogue(self.program.name or "epilogue", self.params, (main, *self.outputs))
+
+    # statements -------------------------------------------------------------------------------
+    def statement(self, stmt: ast.Assign) -> None:
+        value = stmt.value
+        is_call = isinstance(value, ast.Call)
+        form = PRIMITIVES[value.func].form if is_call and value.func in PRIMITIVES else None
+        if len(stmt.targets) == 2:
+            if form != "unpack":
+                raise DslError("only `unpack(...)` gives two values", stmt.targets[1].loc)
+            pair = self.expr(value.args[0]) if self.arity_ok(value) else None
+            for index, target in enumerate(stmt.targets):
+                self.bind(target, Node("unpack", (pair,), index, value.loc))
+            return
+        target = stmt.targets[0]
+        if form == "unpack":
+            raise DslError(f"unpack gives two values: write `gate, up = unpack(...);`, not "
+                           f"`{target.name} = unpack(...);`", value.loc)
+        if form == "reduction":
+            if stmt.op != "=":
+                raise DslError(f"a reduction is an output: write `{target.name} = "
+                               f"{value.func}(...);`", stmt.loc)
+            self.arity_ok(value)
+            if target.name == "output":
+                raise DslError(f"`output` is a tile; give the {value.func} output its own name, "
+                               f"as in `s = {value.func}(...);`", target.loc)
+            self.declare_output(target)
+            reduced = self.expr(value.args[0])
+            self.reductions[target.name] = value.func
+            self.outputs.append(Output(target.name, reduced, value.func, stmt.loc))
+            return
+        node = self.expr(value)
+        if stmt.op == "+=":
+            node = Node("add", (self.read(target), node), None, stmt.loc)
+        if stmt.op == "save":
+            self.declare_output(target)
+            self.outputs.append(Output(target.name, node, None, stmt.loc))
+        self.bind(target, node)
+
+    def declare_output(self, target: ast.Name) -> None:
+        if target.name == "output" or any(o.name == target.name for o in self.outputs):
+            raise DslError(f"output {target.name!r} is written twice", target.loc)
+        if target.name in self.env:
+            raise DslError(f"{target.name!r} already names a value; an output needs a new name",
+                           target.loc)
+        _check_name(target.name, target.loc, "an output")
+        if target.name in self.params:
+            raise DslError(f"cannot assign to operand {target.name!r}", target.loc)
+
+    def bind(self, target: ast.Name, node: Node) -> None:
+        name = target.name
+        _check_name(name, target.loc, "a value")
+        if name in self.params:
+            raise DslError(f"cannot assign to operand {name!r}", target.loc)
+        if name in self.reductions:
+            raise DslError(f"{name!r} is the reduction output {self.reductions[name]}(...); "
+                           f"it cannot be reassigned", target.loc)
+        self.env[name] = node
+
+    # expressions ------------------------------------------------------------------------------
+    def expr(self, e) -> Node:
+        if isinstance(e, ast.Num):
+            return Node("const", (), e.value, e.loc)
+        if isinstance(e, ast.Name):
+            return self.read(e)
+        return self.call(e)
+
+    def read(self, e: ast.Name) -> Node:
+        name = e.name
+        if name in self.reductions:
+            raise DslError(f"{name!r} is a reduction result ({self.reductions[name]}); it is "
+                           f"complete only when the kernel ends, so the epilogue cannot read it",
+                           e.loc)
+        if name in self.env:
+            return self.env[name]
+        if name in INPUT_NAMES:
+            return Node("input", (), None, e.loc)
+        if name == "output":
+            return Node("prior", (), None, e.loc)
+        if name in PRIMITIVES:
+            raise DslError(f"{name!r} is a function; call it as {name}(...)", e.loc)
+        if name in self.params and self.params[name].declared:
+            return Node("operand", (), name, e.loc)
+        if name in self.assigned:
+            raise DslError(f"{name!r} is read before it is assigned", e.loc)
+        if name not in self.params:
+            if self.declared_only:
+                raise DslError(f"unknown name {name!r}: not `input`, a local value or a "
+                               f"declared parameter", e.loc)
+            _check_name(name, e.loc, "an operand")
+            self.params[name] = Param(name, None, e.loc, declared=False)
+        return Node("operand", (), name, e.loc)
+
+    def call(self, e: ast.Call) -> Node:
+        prim = PRIMITIVES.get(e.func)
+        if prim is None:
+            close = difflib.get_close_matches(e.func, PRIMITIVES, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise DslError(f"unknown function {e.func!r}{hint}", e.loc)
+        if prim.form == "reduction":
+            raise DslError(f"{e.func}(...) is an output: it must be the whole right-hand side of "
+                           f"an assignment, as in `s = {e.func}(...);`", e.loc)
+        if prim.form == "unpack":
+            raise DslError("unpack(...) must be the whole right-hand side of "
+                           "`gate, up = unpack(...);`", e.loc)
+        self.arity_ok(e)
+        args = tuple(self.expr(a) for a in e.args)
+        if prim.form == "rope":
+            for table, node in zip(e.args[1:], args[1:], strict=True):
+                if node.op != "operand":
+                    raise DslError("rope's cos and sin must be operands (kind `head`)",
+                                   getattr(table, "loc", e.loc))
+        return Node(e.func, args, None, e.loc)
+
+    def arity_ok(self, e: ast.Call) -> bool:
+        arity = PRIMITIVES[e.func].arity
+        if len(e.args) != arity:
+            plural = "s" if arity != 1 else ""
+            raise DslError(f"{e.func} takes {arity} argument{plural}, got {len(e.args)}", e.loc)
+        return True
+
+
+def _check_name(name: str, loc: Loc, what: str) -> None:
+    if name in INPUT_NAMES:
+        raise DslError(f"{name!r} is the GEMM result; it cannot be used as {what} name", loc)
+    if name in PRIMITIVES or name in ("save", "EPILOGUE"):
+        raise DslError(f"{name!r} is reserved; it cannot be used as {what} name", loc)

@@ -1,0 +1,159 @@
+"""Drop-in `nn.Module`s whose forward is one `coda.ops` op.
+
+Each module has the parameter names and shapes of its PyTorch counterpart, so a state dict of
+the standard module loads as it is (`load_state_dict`), and `from_torch(module)` builds one from
+an existing module (parameters copied, same device and dtype):
+
+- `Linear(in, out, bias, activation, dropout)`: `weight`, `bias` (an `nn.Linear` subclass) -> `linear`
+- `FusedMLP(dim, hidden, activation, bias, dropout)`: `fc1.*`, `fc2.*` (two `nn.Linear`) -> `mlp`
+- `SwiGLUMLP(dim, hidden)`: `gate_proj.weight`, `up_proj.weight`, `down_proj.weight` (LLaMA's MLP)
+  -> `swiglu_mlp`
+- `RMSNormLinear(dim, out, eps, bias=False)`: `norm.weight`, `linear.weight` (`linear.bias`)
+  -> `rms_norm_linear`
+- `LayerNormLinear(dim, out, eps, bias=True)`: `norm.weight`, `norm.bias`, `linear.weight`,
+  `linear.bias` -> `layer_norm_linear`
+
+Activations use the ops' names: "gelu" is the tanh approximation (`nn.GELU(approximate="tanh")`),
+"gelu_erf" the exact one (`nn.GELU()`). Dropout runs only in training mode, with CODA's
+counter-based masks (same p as torch, not torch's RNG stream).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .. import ops
+
+
+class Linear(nn.Linear):
+    """`dropout(f(x @ weight.T + bias))` as one `coda.ops.linear`; an `nn.Linear` with the
+    activation and dropout in the GEMM's epilogue."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, activation: str | None = None,
+                 dropout: float = 0.0, device: torch.device | None = None, dtype: torch.dtype | None = None):
+        super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        self.activation, self.dropout = activation, dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.linear(x, self.weight, self.bias, self.activation, self.dropout if self.training else 0.0)
+
+    @classmethod
+    def from_torch(cls, linear: nn.Linear, activation: str | None = None, dropout: float = 0.0) -> Linear:
+        new = cls(linear.in_features, linear.out_features, linear.bias is not None, activation, dropout,
+                  device=linear.weight.device, dtype=linear.weight.dtype)
+        new.load_state_dict(linear.state_dict())
+        return new
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, activation={self.activation}, dropout={self.dropout}"
+
+
+class FusedMLP(nn.Module):
+    """`dropout(f(x @ fc1.weight.T + fc1.bias) @ fc2.weight.T + fc2.bias) + residual` as one
+    `coda.ops.mlp` (two GEMMs; activation, dropout and the optional residual in their epilogues)."""
+
+    def __init__(self, dim: int, hidden: int, activation: str | None = "gelu", bias: bool = True,
+                 dropout: float = 0.0, device: torch.device | None = None, dtype: torch.dtype | None = None):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden, bias, device=device, dtype=dtype)
+        self.fc2 = nn.Linear(hidden, dim, bias, device=device, dtype=dtype)
+        self.activation, self.dropout = activation, dropout
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        return ops.mlp(x, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias, self.activation,
+                       self.dropout if self.training else 0.0, residual=residual)
+
+    @classmethod
+    def from_torch(cls, module: nn.Module, activation: str | None = "gelu", dropout: float = 0.0) -> FusedMLP:
+        """From any module with `fc1` and `fc2` nn.Linear children (e.g. timm's / ViT's `Mlp`)."""
+        fc1, fc2 = module.fc1, module.fc2
+        new = cls(fc1.in_features, fc1.out_features, activation, fc1.bias is not None, dropout,
+                  device=fc1.weight.device, dtype=fc1.weight.dtype)
+        new.load_state_dict({f"{name}.{key}": t for name, fc in (("fc1", fc1), ("fc2", fc2))
+                             for key, t in fc.state_dict().items()})
+        return new
+
+
+class SwiGLUMLP(nn.Module):
+    """LLaMA's MLP, `down_proj(silu(gate_proj(x)) * up_proj(x)) (+ residual)`, as one
+    `coda.ops.swiglu_mlp`.
+
+    The op reads one interleaved [2F, H] weight (`coda.ops.interleave(gate, up)`); the parameters
+    stay LLaMA's two [F, H] matrices, so each forward builds the interleaved weight: a copy of
+    2FH elements per call (autograd routes its gradient back to the two parameters). `rstd` folds
+    an RMSNorm's row scale in (then the norm's gain must already be in the weight: see
+    `coda.nn.llama`)."""
+
+    def __init__(self, dim: int, hidden: int, device: torch.device | None = None,
+                 dtype: torch.dtype | None = None):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False, device=device, dtype=dtype)
+        self.up_proj = nn.Linear(dim, hidden, bias=False, device=device, dtype=dtype)
+        self.down_proj = nn.Linear(hidden, dim, bias=False, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        w_gate_up = ops.interleave(self.gate_proj.weight, self.up_proj.weight)
+        return ops.swiglu_mlp(x, w_gate_up, self.down_proj.weight, residual=residual)
+
+    @classmethod
+    def from_torch(cls, module: nn.Module) -> SwiGLUMLP:
+        """From any module with bias-free `gate_proj`, `up_proj`, `down_proj` (e.g. HF's LlamaMLP)."""
+        w = module.gate_proj.weight
+        new = cls(w.shape[1], w.shape[0], device=w.device, dtype=w.dtype)
+        new.load_state_dict({f"{name}.weight": getattr(module, name).weight
+                             for name in ("gate_proj", "up_proj", "down_proj")})
+        return new
+
+
+class RMSNormLinear(nn.Module):
+    """`linear(norm(x))` with `norm` an `nn.RMSNorm`, as one `coda.ops.rms_norm_linear` (the norm
+    folded into the GEMM)."""
+
+    def __init__(self, dim: int, out: int, eps: float = 1e-6, bias: bool = False,
+                 device: torch.device | None = None, dtype: torch.dtype | None = None):
+        super().__init__()
+        self.norm = nn.RMSNorm(dim, eps=eps, device=device, dtype=dtype)
+        self.linear = nn.Linear(dim, out, bias, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor, sumsq: torch.Tensor | None = None) -> torch.Tensor:
+        """sumsq: Σ x² per row when x's producer summed it (`out_proj_residual(stats="rms")`)."""
+        return ops.rms_norm_linear(x, self.norm.weight, self.linear.weight, self.norm.eps, self.linear.bias,
+                                   sumsq)
+
+    @classmethod
+    def from_torch(cls, norm: nn.RMSNorm, linear: nn.Linear) -> RMSNormLinear:
+        w = linear.weight
+        eps = norm.eps if norm.eps is not None else torch.finfo(w.dtype).eps   # nn.RMSNorm's default
+        new = cls(linear.in_features, linear.out_features, eps, linear.bias is not None, device=w.device,
+                  dtype=w.dtype)
+        new.norm.load_state_dict(norm.state_dict())
+        new.linear.load_state_dict(linear.state_dict())
+        return new
+
+
+class LayerNormLinear(nn.Module):
+    """`linear(norm(x))` with `norm` an `nn.LayerNorm`, as one `coda.ops.layer_norm_linear` (the
+    norm folded into the GEMM)."""
+
+    def __init__(self, dim: int, out: int, eps: float = 1e-5, bias: bool = True,
+                 device: torch.device | None = None, dtype: torch.dtype | None = None):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim, eps=eps, device=device, dtype=dtype)
+        self.linear = nn.Linear(dim, out, bias, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor, rowsum: torch.Tensor | None = None,
+                sumsq: torch.Tensor | None = None) -> torch.Tensor:
+        """rowsum, sumsq: Σ x and Σ x² per row when x's producer summed them
+        (`out_proj_residual(stats="layer")`)."""
+        return ops.layer_norm_linear(x, self.norm.weight, self.norm.bias, self.linear.weight,
+                                     self.linear.bias, self.norm.eps, rowsum, sumsq)
+
+    @classmethod
+    def from_torch(cls, norm: nn.LayerNorm, linear: nn.Linear) -> LayerNormLinear:
+        w = linear.weight
+        new = cls(linear.in_features, linear.out_features, norm.eps, linear.bias is not None,
+                  device=w.device, dtype=w.dtype)
+        new.norm.load_state_dict(norm.state_dict())
+        new.linear.load_state_dict(linear.state_dict())
+        return new

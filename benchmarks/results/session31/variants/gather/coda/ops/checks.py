@@ -1,0 +1,78 @@
+"""Argument checks shared by the ops: every bad argument is a LaunchError that names it."""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+from ..errors import LaunchError
+from ..runtime.binding import describe as describe  # the runtime's, for the ops' messages
+
+
+def weight(name: str, w: object, x: torch.Tensor, in_features: int) -> int:
+    """`w` is an nn.Linear weight [out_features, in_features] of x's dtype and device; returns
+    out_features."""
+    if not isinstance(w, torch.Tensor) or w.dim() != 2:
+        raise LaunchError(f"{name} must be a 2-D tensor [out_features, in_features], got {describe(w)}")
+    if w.shape[1] != in_features:
+        raise LaunchError(f"{name} is {list(w.shape)} = [out_features, in_features]; expected "
+                          f"in_features = {in_features}")
+    if w.dtype != x.dtype or w.device != x.device:
+        raise LaunchError(f"{name} is {w.dtype} on {w.device} but x is {x.dtype} on {x.device}: "
+                          f"they must match")
+    return w.shape[0]
+
+
+def flag(name: str, value: object) -> bool:
+    """A True / False option (not 0, 1 or None)."""
+    if not isinstance(value, bool):
+        raise LaunchError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def eps(op: str, value: object) -> float:
+    """A norm's epsilon: a real number >= 0 (not a bool), as a float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
+        raise LaunchError(f"{op}: eps must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def optional_tensor(name: str, t: object, shape: tuple[int, ...], x: torch.Tensor) -> None:
+    """`t` is None, or a floating-point tensor of `shape` on x's device."""
+    if t is None:
+        return
+    if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shape) or not t.is_floating_point():
+        raise LaunchError(f"{name} must be a floating-point tensor of shape {list(shape)}, got "
+                          f"{describe(t)}")
+    if t.device != x.device:
+        raise LaunchError(f"{name} is on {t.device} but x is on {x.device}")
+
+
+def float_tensor(op: str, name: str, t: object, x: torch.Tensor | None = None) -> None:
+    """`t` is a floating-point tensor (on x's device, when x is given)."""
+    if not isinstance(t, torch.Tensor):
+        raise LaunchError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise LaunchError(f"{op}: {name} has dtype {t.dtype}; expected float16, bfloat16, float32 "
+                          f"or float64")
+    if x is not None and t.device != x.device:
+        raise LaunchError(f"{op}: {name} is on {t.device} but x is on {x.device}")
+
+
+def vector(op: str, name: str, t: object, size: int, x: torch.Tensor) -> None:
+    """`t` is a floating-point tensor [size] on x's device (a gain, a bias)."""
+    float_tensor(op, name, t, x)
+    if tuple(t.shape) != (size,):
+        raise LaunchError(f"{op}: {name} must have shape [{size}], got {list(t.shape)}")
+
+
+def row_stats(op: str, x: torch.Tensor, m: int, **sums: torch.Tensor | None) -> None:
+    """Each given per-row statistic (Σ x, Σ x² from x's producer) has one value per row of x."""
+    for name, t in sums.items():
+        if t is None:
+            continue
+        float_tensor(op, name, t, x)
+        if tuple(t.shape) not in (tuple(x.shape[:-1]), (m,)):
+            raise LaunchError(f"{op}: {name} must have one value per row of x, shape "
+                              f"{list(x.shape[:-1])} or [{m}], got {list(t.shape)}")

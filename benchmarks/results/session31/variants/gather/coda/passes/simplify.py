@@ -1,0 +1,69 @@
+"""Constant folding and algebraic simplification, as node rewrite rules.
+
+Only rewrites that are exact in floating point (or change rounding by less than one float32
+operation would) are applied: x*1, x+0, x-0, x/1, --x, 0-x -> -x, dropout(x, 0) -> x, and
+scale folding (x*c1)*c2 -> x*(c1*c2). `x*0` is kept: it is NaN for infinite x.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ir import Epilogue, Node, rewrite
+from ..primitives import PRIMITIVES
+
+_COMMUTATIVE = ("add", "mul", "min", "max", "eq", "ne")
+
+
+def _const(node: Node) -> float | None:
+    return node.arg if node.op == "const" else None
+
+
+def fold_constants(epi: Epilogue) -> Epilogue:
+    """Evaluate element-wise nodes whose arguments are all constants (in float64)."""
+    def rule(node: Node) -> Node:
+        prim = PRIMITIVES.get(node.op)
+        if prim is None or prim.form != "elementwise" or not node.args:
+            return node
+        if any(a.op != "const" for a in node.args):
+            return node
+        value = prim.ref(*(torch.tensor(a.arg, dtype=torch.float64) for a in node.args))
+        return Node("const", (), float(value), node.loc)
+    return rewrite(epi, rule)
+
+
+def simplify(epi: Epilogue) -> Epilogue:
+    """Apply the algebraic identities until none applies (each rewrite shrinks the DAG)."""
+    return rewrite(epi, _simplify_node)
+
+
+def _simplify_node(node: Node) -> Node:
+    op, args = node.op, node.args
+    if op in _COMMUTATIVE and _const(args[0]) is not None and _const(args[1]) is None:
+        node = Node(op, (args[1], args[0]), None, node.loc)
+        args = node.args
+    c = _const(args[1]) if len(args) == 2 else None
+    if op in ("add", "sub") and c == 0.0:
+        return args[0]
+    if op in ("mul", "div") and c == 1.0:
+        return args[0]
+    if op == "mul" and c == -1.0:
+        return _simplify_node(Node("neg", (args[0],), None, node.loc))
+    if op == "sub" and _const(args[0]) == 0.0:
+        return _simplify_node(Node("neg", (args[1],), None, node.loc))
+    if op == "neg" and args[0].op == "neg":
+        return args[0].args[0]
+    if op == "neg" and args[0].op == "mul" and _const(args[0].args[1]) is not None:
+        inner = args[0]
+        return _scaled(inner.args[0], -inner.args[1].arg, node)
+    if op == "mul" and c is not None and args[0].op == "mul" and _const(args[0].args[1]) is not None:
+        return _scaled(args[0].args[0], args[0].args[1].arg * c, node)
+    if op == "mul" and c is not None and args[0].op == "neg":
+        return _scaled(args[0].args[0], -c, node)
+    if op == "dropout" and _const(args[1]) == 0.0:
+        return args[0]
+    return node
+
+
+def _scaled(x: Node, scale: float, like: Node) -> Node:
+    return _simplify_node(Node("mul", (x, Node("const", (), scale)), None, like.loc))

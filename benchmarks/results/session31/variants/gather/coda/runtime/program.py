@@ -1,0 +1,164 @@
+"""`Program`: a checked, optimized epilogue that launches as GEMM + epilogue on any backend."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..errors import LaunchError
+from ..ir import Epilogue, format_epilogue
+from ..passes import optimize, widths
+from ..passes.widths import COLUMNS
+from .binding import Concat, Launch, bind, check_per_call, probability_operands
+from .reference import run_reference
+from .rng import seed_word
+
+BACKENDS = ("auto", "triton", "reference")
+
+
+def _meta(x) -> tuple | type:
+    """What a launch plan depends on: a tensor's layout (and 16-byte alignment, on which Triton
+    specializes pointers), a Concat's pieces' and axis, or a non-tensor's type."""
+    if isinstance(x, torch.Tensor):
+        return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0)
+    if isinstance(x, Concat):
+        return (x.dim, *map(_meta, x.pieces))
+    return type(x)
+
+
+def interpreter_enabled() -> bool:
+    """True when TRITON_INTERPRET=1: Triton kernels then run on CPU tensors."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def default_backend(a: torch.Tensor) -> str:
+    """The backend `backend="auto"` picks for a launch on `a`: Triton on the GPU or under the
+    interpreter, the reference (eager PyTorch) elsewhere and for float64, which Triton does not
+    compute in."""
+    if a.dtype == torch.float64:
+        return "reference"
+    return "triton" if a.is_cuda or interpreter_enabled() else "reference"
+
+
+class Program:
+    """A compiled epilogue: `prog(a, b, **operands)` returns a dict of output tensors.
+
+    Built by `coda.compile(text)` or `@coda.epilogue`. The IR is checked and optimized once,
+    here; kernels are generated and compiled at the first launch of each configuration.
+    """
+
+    def __init__(self, epi: Epilogue):
+        self.ir = optimize(epi)
+        self.widths = widths(self.ir)
+        nodes = self.ir.nodes()
+        self.has_unpack = any(n.op == "unpack" for n in nodes)
+        self.rope_domains = {self.widths.nodes[n] for n in nodes if n.op == "rope"}
+        self.probabilities = probability_operands(self.ir)
+        self._triton = None
+        self._plans: dict[tuple, object] = {}
+
+    @property
+    def name(self) -> str:
+        return self.ir.name
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.ir.outputs]
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{p.name}: {p.kind or '?'}" for p in self.ir.params.values())
+        return f"<coda.Program {self.name}({params}) -> {', '.join(self.output_names)}>"
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, /, *, backend: str = "auto",
+                 out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+                 seed: int | None = None, outputs: list[str] | None = None,
+                 dtypes: dict[str, torch.dtype] | None = None, m_limit: torch.Tensor | None = None,
+                 k_limit: torch.Tensor | None = None, **operands) -> dict[str, torch.Tensor]:
+        """Run `A @ B` and the epilogue; returns {output name: tensor}. `outputs` selects
+        which outputs to produce (default all): a cross-entropy can keep its row reductions
+        and never write the logits. `dtypes` names the dtype an output is stored in.
+        `m_limit` / `k_limit` (one-element integer tensors on the device) run the launch as if
+        M / K were at most their value: the rows past it are neither computed nor written."""
+        return self._launch(a, b, backend, out, out_dtype, seed, outputs, dtypes, operands,
+                            (m_limit, k_limit))
+
+    def map(self, x: torch.Tensor, /, *, backend: str = "auto", out: torch.Tensor | None = None,
+            out_dtype: torch.dtype | None = None, seed: int | None = None,
+            outputs: list[str] | None = None, dtypes: dict[str, torch.dtype] | None = None,
+            m_limit: torch.Tensor | None = None, **operands) -> dict[str, torch.Tensor]:
+        """Run the epilogue on an existing [M, N] tensor (`input` = x), without a GEMM: for the
+        element-wise and reduction steps whose input no GEMM produces (a norm's statistics of a
+        model input, an activation's derivative applied to an incoming gradient). `m_limit` as
+        for a GEMM."""
+        return self._launch(x, None, backend, out, out_dtype, seed, outputs, dtypes, operands,
+                            (m_limit, None))
+
+    def _launch(self, a, b, backend, out, out_dtype, seed, outputs, dtypes, operands, limits
+                ) -> dict[str, torch.Tensor]:
+        key = None
+        first = a.pieces[0] if isinstance(a, Concat) else a
+        if backend != "reference" and isinstance(first, torch.Tensor) and (
+                first.is_cuda or interpreter_enabled()):
+            # The cached fast path: same shapes, strides, dtypes and alignment as a launch
+            # that was validated before, so only the values outside this key are checked.
+            key = (backend, _meta(a), _meta(b), _meta(out), out_dtype, seed is None,
+                   outputs if outputs is None else tuple(outputs),
+                   None if dtypes is None else repr(dtypes), *map(_meta, limits), *operands,
+                   *map(_meta, operands.values()))
+            plan = self._plans.get(key)
+            if plan is not None:
+                if seed is not None or self.probabilities:
+                    check_per_call(self.probabilities, operands, seed)
+                return plan.run(a, b, operands, out, seed_word(seed), limits)
+        launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
+                      outputs=outputs, dtypes=dtypes, m_limit=limits[0], k_limit=limits[1])
+        if self._pick_backend(backend, launch.a) == "reference":
+            return run_reference(launch)
+        plan, outputs = self.triton.start(launch)
+        if key is not None:
+            self._plans[key] = plan
+        return outputs
+
+    def reference(self, a: torch.Tensor, b: torch.Tensor, /, **kwargs) -> dict[str, torch.Tensor]:
+        """The same launch on the reference backend (eager PyTorch): the ground truth."""
+        return self(a, b, backend="reference", **kwargs)
+
+    def bind(self, a: torch.Tensor, b: torch.Tensor | None, /, **kwargs) -> Launch:
+        """Validate a launch without running it (what `__call__` does first)."""
+        options = {k: kwargs.pop(k) for k in ("out", "out_dtype", "seed", "outputs", "dtypes",
+                                              "m_limit", "k_limit") if k in kwargs}
+        return bind(self, a, b, kwargs, **options)
+
+    @property
+    def triton(self):
+        """The Triton backend of this program (kernels generated on first use)."""
+        if self._triton is None:
+            from ..codegen.kernel import TritonProgram
+            self._triton = TritonProgram(self)
+        return self._triton
+
+    def explain(self, a: torch.Tensor | None = None, b: torch.Tensor | None = None, **kwargs) -> str:
+        """The IR after passes, operand kinds and outputs; with example tensors also the
+        generated Triton kernel and the configuration it would launch with."""
+        lines = ["# IR after passes", format_epilogue(self.ir), "", "# outputs"]
+        for o in self.ir.outputs:
+            width = COLUMNS[self.widths.outputs[o.name]]
+            shape = {None: f"[M, {width}]", "row": "[M]", "col": f"[{width}]"}[o.axis]
+            lines.append(f"  {o.name}: {o.reduction or 'tile'} {shape}")
+        if a is not None:
+            launch = self.bind(a, b, **kwargs)
+            lines += ["", "# operand kinds"]
+            lines += [f"  {name}: {kind}" for name, kind in launch.kinds.items()]
+            lines += ["", self.triton.explain(launch)]
+        return "\n".join(lines)
+
+    def _pick_backend(self, backend: str, a: torch.Tensor) -> str:
+        if backend not in BACKENDS:
+            raise LaunchError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+        if backend == "auto":
+            return default_backend(a)
+        if backend == "triton" and not (a.is_cuda or interpreter_enabled()):
+            raise LaunchError("backend='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run "
+                              "the kernels on the CPU")
+        return backend
