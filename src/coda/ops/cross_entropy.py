@@ -112,7 +112,7 @@ import torch
 
 from .. import compile as compile_program
 from ..errors import LaunchError
-from ..runtime.program import Program
+from ..runtime.program import Program, default_backend
 from . import checks
 from .common import ACCUMULATE, ADD_PARTIAL, PLAIN, SCALE_ROWS, as_rows, present, weight_grad
 
@@ -318,7 +318,9 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         w_dtype, bias_dtype, g_dtype = ctx.dtypes
         if ctx.grads_in_forward:   # formed for an upstream gradient of 1: times the real one
             dx, dw_sum, db, dg = ctx.saved_tensors
-            dx = dx * grad if need[0] else None   # x's dtype, the product formed in float32
+            # x's dtype, the product in float32 (a map: `dx * grad` runs PyTorch's unvectorized
+            # kernel for a 0-dim CUDA operand and rounds grad to bf16 first; 46 µs at GPT-2's head)
+            dx = SCALE.map(dx, out_dtype=dx.dtype, s=grad)["output"] if need[0] else None
             dw = SCALE.map(dw_sum, out_dtype=w_dtype, s=grad)["output"] if need[1] else None
             db = db * grad if need[2] else None
             dg = dg * grad if need[3] else None
@@ -440,25 +442,17 @@ class Blocks:
         """The exponential path's block (module docstring): E' stored in `out`, and the
         statistics lse and t, and `scale` = r, by which the GEMMs that read E' scale its rows."""
         a, w, target = self.a[r0:r1], self.w, self.target_f[r0:r1]
-        rows, place = r1 - r0, dict(target=target, offset=0.0)
+        place = dict(target=target, offset=0.0)
         reference = REFERENCE(a, w[:REFERENCE_COLUMNS].T, outputs=["c"], m_limit=limit)["c"]
         outs = EXP_FORWARD(a, w.T, out=out, outputs=["output", "se", "t"], m_limit=limit, c=reference,
                            **place)
-        lse, t = reference + torch.log(outs["se"]), outs["t"]
-        counts = alpha > 0   # the rows past `limit` hold no statistics, and weigh nothing
-        again = ((lse - reference > EXP_HEADROOM) & counts).any()   # Σ E may be inf: so is lse
-        redo = again.to(torch.int32).reshape(1) * (rows if limit is None else limit)
-        stats = forward_program(False, False, False)(a, w.T, outputs=["lse"], m_limit=redo, **place)
-        lse = torch.where(again, stats["lse"], lse)
-        c = torch.where(again, lse, reference)
-        EXP_FORWARD(a, w.T, out=out, outputs=["output"], m_limit=redo, c=c, **place)
-        # the target's element (none for a target outside [0, V), whose logit counts as 0)
-        hit = torch.arange(rows, device=out.device), target.long().clamp(0, w.shape[0] - 1)
-        onehot = (target >= 0) & (target < w.shape[0])
-        patched = torch.exp(t - c) - torch.exp(lse - c)
-        out[hit] = torch.where(onehot, patched, out[hit].to(c.dtype)).to(out.dtype)
-        scale = torch.where(counts, alpha * torch.exp(c - lse), 0.0)
-        return dict(output=out, lse=lse, t=t, scale=scale)
+        lse, redo = exp_headroom(reference, outs["se"], alpha, limit)
+        # the block again from c = lse (the general forward's) if a row's lse left the headroom
+        # (m_limit = redo: no rows when none did)
+        again = forward_program(False, False, False)(a, w.T, outputs=["lse"], m_limit=redo, **place)["lse"]
+        EXP_FORWARD(a, w.T, out=out, outputs=["output"], m_limit=redo, c=again, **place)
+        lse, scale = exp_patch(reference, lse, again, redo, outs["t"], target, alpha, out)
+        return dict(output=out, lse=lse, t=outs["t"], scale=scale)
 
     def backward(self, lse: torch.Tensor, alpha: torch.Tensor, need: list[bool],
                  low_memory: bool) -> tuple:
@@ -556,6 +550,42 @@ class Blocks:
             if scale is not None:   # measured faster than the row scale in a CODA GEMM's epilogue
                 SCALE_ROWS.map(dx_b, out=dx_b, m_limit=limit, c=scale)
         return dx, dw, db, dg
+
+
+def exp_headroom(reference: torch.Tensor, se: torch.Tensor, alpha: torch.Tensor,
+                 limit: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lse, redo) of an exponential-path block: lse = c + log ΣE per row, and the m_limit of
+    the block's second forward, redo [1] int32: its rows (`limit` if given) when a row that
+    counts (α > 0) has lse - c > EXP_HEADROOM, else 0. One Triton kernel where CODA's programs
+    run Triton (ops/cross_entropy_rows.py); these PyTorch operators elsewhere."""
+    if default_backend(reference) == "triton":
+        from . import cross_entropy_rows
+        return cross_entropy_rows.headroom(reference, se, alpha, limit, EXP_HEADROOM)
+    lse = reference + torch.log(se)
+    again = ((lse - reference > EXP_HEADROOM) & (alpha > 0)).any()
+    return lse, again.to(torch.int32).reshape(1) * (reference.shape[0] if limit is None else limit)
+
+
+def exp_patch(reference: torch.Tensor, lse: torch.Tensor, lse_again: torch.Tensor, redo: torch.Tensor,
+              t: torch.Tensor, target: torch.Tensor, alpha: torch.Tensor, e: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lse, scale) of an exponential-path block after its second forward: lse and c are the
+    general forward's lse (`lse_again`) where the block ran again (redo > 0), else lse and the
+    reference; E's element at each row's target becomes exp(t - c) - exp(lse - c) in place
+    (none for a target outside [0, V)), and scale = α·exp(c - lse), 0 where α = 0. One Triton
+    kernel where CODA's programs run Triton; these PyTorch operators elsewhere."""
+    if default_backend(e) == "triton":
+        from . import cross_entropy_rows
+        return cross_entropy_rows.patch(reference, lse, lse_again, redo, t, target, alpha, e)
+    again = redo[0] > 0
+    lse = torch.where(again, lse_again, lse)
+    c = torch.where(again, lse_again, reference)
+    rows, vocab = e.shape
+    hit = torch.arange(rows, device=e.device), target.long().clamp(0, vocab - 1)
+    onehot = (target >= 0) & (target < vocab)
+    patched = torch.exp(t - c) - torch.exp(lse - c)
+    e[hit] = torch.where(onehot, patched, e[hit].to(c.dtype)).to(e.dtype)
+    return lse, torch.where(alpha > 0, alpha * torch.exp(c - lse), 0.0)
 
 
 def _accumulator_dtype(x: torch.Tensor) -> torch.dtype:
