@@ -1,0 +1,70 @@
+"""GPT-2's 200-step loss curve (train.py's `curve`: KJV bytes, seed 0, 16×1024, bf16) with every
+run on PyTorch's math attention, deterministic, so that only the head's path differs: eager, CODA
+with the LM head's exponential path, and CODA with the general path (`Blocks.exponential`
+patched to False). Prints the mean of each run's last 20 losses and the largest gap to eager's.
+
+    PYTHONPATH=src python benchmarks/results/session31/curve_probe.py [--steps 200] [--json out]
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import train
+
+from coda.ops import cross_entropy
+
+
+def run(mode: str, steps: int, data) -> list[float]:
+    device = torch.device("cuda")
+    model = train.build("gpt2", False, device, torch.bfloat16)
+    step_model = train.prepare(model, mode)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train.LR, fused=True)
+    generator = torch.Generator().manual_seed(train.SEED)
+    batch, seq = train.SHAPES["gpt2"]
+    losses = []
+    for i in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = train.learning_rate(i, steps, train.LR)
+        ids, _ = train.text_batch(data, batch, seq, generator, torch.device("cpu"))
+        with sdpa_kernel(SDPBackend.MATH):
+            loss = step_model(**train.model_inputs("gpt2", ids, model.config.vocab_size, generator,
+                                                   device)).loss
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+    return torch.stack(losses).float().tolist()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--json", default="")
+    args = parser.parse_args()
+    data = train.load_corpus()
+    exponential = cross_entropy.Blocks.exponential
+    results = {}
+    for label, mode, exp in (("eager", "eager", True), ("coda_exp", "coda", True),
+                             ("coda_general", "coda", False), ("coda_exp_again", "coda", True)):
+        cross_entropy.Blocks.exponential = exponential if exp else (lambda self: False)
+        start = time.perf_counter()
+        results[label] = run(mode, args.steps, data)
+        gap = max(abs(a - b) for a, b in zip(results[label], results["eager"], strict=True))
+        print(f"{label:15s} last-20 mean {statistics.mean(results[label][-20:]):.4f}  last "
+              f"{results[label][-1]:.4f}  max gap to eager {gap:.4f}  ({time.perf_counter() - start:.0f} s)",
+              flush=True)
+        torch.cuda.empty_cache()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
