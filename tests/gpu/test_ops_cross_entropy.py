@@ -46,6 +46,7 @@ def coda_fn(x, w, target, b, nw, **options):
 
 @pytest.mark.parametrize(("tokens", "hidden", "vocab", "bias", "norm", "options"), [
     (4096, 768, 50257, False, False, {}),   # GPT-2, V odd: 2 row blocks of 2560 (dw += once)
+    (4096, 768, 50257, False, False, dict(exponential=True)),   # the same, its exponential path
     (4096, 768, 50257, False, False, dict(low_memory=True)),   # 79 chunks / 86 row blocks
     (4096, 2048, 32000, True, False, dict(label_smoothing=0.1, softcap=30.0)),
     (2048, 4096, 128256, False, True, {}),  # Llama 3, final norm folded: 2 blocks of 1024 rows
@@ -119,7 +120,7 @@ def test_exponential_path_past_its_headroom_bf16():
     w[target[hot]] += 150 * x[hot].float() / x[hot].float().square().sum(1, keepdim=True)
     w = w.to(BF16)
     upstream = torch.randn((), device="cuda")
-    ours = run(coda_fn, [x, w, None, None], target, upstream)
+    ours = run(coda_fn, [x, w, None, None], target, upstream, exponential=True)
     eager = run(formula, [x, w, None, None], target, upstream)
     exact = run(formula, [x.double(), w.double(), None, None], target, upstream.double())
     for name, a, e, r in zip(["loss", "dx", "dw"], ours, eager, exact, strict=True):

@@ -579,9 +579,12 @@ def opcheck_cases():
         "linear_cross_entropy": (c.linear_cross_entropy, (x, w, target, b, g, -100, "mean", 0.1, 3.0,
                                                           4, False, 1e-6)),
         "linear_cross_entropy_with_grads": (c.linear_cross_entropy_with_grads, (
-            x, w, target, b, g, -100, "sum", 0.1, 3.0, 4, 1e-6, [True, True, True, True], False)),
+            x, w, target, b, g, -100, "sum", 0.1, 3.0, 4, 1e-6, [True, True, True, True], False, False)),
         "linear_cross_entropy_with_grads_skipping": (c.linear_cross_entropy_with_grads, (
-            x, w, target, b, g, -100, "mean", 0.1, 3.0, 4, 1e-6, [True, True, True, True], True)),
+            x, w, target, b, g, -100, "mean", 0.1, 3.0, 4, 1e-6, [True, True, True, True], True, False)),
+        "linear_cross_entropy_with_grads_exponential": (c.linear_cross_entropy_with_grads, (
+            x, w, target, None, None, -100, "mean", 0.0, None, 4, 1e-6, [True, True, False, False], False,
+            True)),
         "linear_cross_entropy_backward": (c.linear_cross_entropy_backward, (
             torch.tensor(0.5, dtype=F64), x.detach(), w.detach(), None, None, torch.empty(0, dtype=F64),
             tf, vec + 2.0, torch.empty(0, dtype=F64), vec, 0.0, None, 4, True, [True, True, False, False])),

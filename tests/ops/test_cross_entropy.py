@@ -254,10 +254,24 @@ def test_exponential_path_interpreter(monkeypatch, tokens, vocab, options, count
     maps = []
     monkeypatch.setattr(coda.Program, "map", lambda self, *a, **k: maps.append(self) or MAP(self, *a, **k))
     got = loss_and_grads(linear_cross_entropy, x, w, target, None, None, skip_ignored=counted < 1,
-                         **options)
+                         exponential=True, **options)
     assert cross_entropy.grad_program(False, False, False) not in maps
     want = loss_and_grads(counting_reference, *upcast(x, w), target, None, None, **options)
     assert_close(got, want, TOL32)
+
+
+def test_exponential_path_only_when_asked(monkeypatch):
+    """Without `exponential=True` a head open to the exponential path forms its gradient with
+    the GRAD map (the general path: docs/ops.md says why it is the default)."""
+    from coda.ops import cross_entropy
+    x, w, target, _, _ = make((21,), 16, 50, bias=False, norm=False, dtype=torch.float32, seed=8)
+    maps = []
+    monkeypatch.setattr(coda.Program, "map", lambda self, *a, **k: maps.append(self) or MAP(self, *a, **k))
+    got = loss_and_grads(linear_cross_entropy, x, w, target, None, None)
+    assert cross_entropy.grad_program(False, False, False) in maps
+    assert_close(got, loss_and_grads(reference, *upcast(x, w), target, None, None), TOL32)
+    with pytest.raises(coda.LaunchError, match="exponential must be a bool"):
+        linear_cross_entropy(x, w, target, exponential=1)
 
 
 def counting_reference(x, w, target, reduction="mean", **unused):
@@ -281,7 +295,7 @@ def test_exponential_path_forms_the_block_again_past_the_headroom(monkeypatch):
         w[:4] *= 0.01
         w[17] = x[5] / x[5].norm() * 150 / x[5].norm()   # row 5's logit 17: 150, the first four ~0
     target[5] = 17
-    got = loss_and_grads(linear_cross_entropy, x, w, target, None, None)
+    got = loss_and_grads(linear_cross_entropy, x, w, target, None, None, exponential=True)
     want = loss_and_grads(reference, *upcast(x, w), target, None, None)
     assert all(torch.isfinite(t).all() for t in got)
     assert_close(got, want, TOL32)

@@ -656,7 +656,8 @@ def _linear_cross_entropy_with_grads(x: Tensor, w: Tensor, target: Tensor, bias:
                                      norm_weight: Tensor | None, ignore_index: int, reduction: str,
                                      label_smoothing: float, softcap: float | None,
                                      chunk_size: int | None, norm_eps: float, needs: list[bool],
-                                     skip_ignored: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                                     skip_ignored: bool, exponential: bool
+                                     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(loss, dx, dw, dbias, dnorm_weight) of a scalar loss, the gradients for an upstream
     gradient of 1 formed in the forward (LinearCrossEntropyFunction with grads_in_forward); dw,
     dbias and dnorm_weight in float32 (float64 for float64 x); empty where `needs` (x, w, bias,
@@ -664,7 +665,7 @@ def _linear_cross_entropy_with_grads(x: Tensor, w: Tensor, target: Tensor, bias:
     ctx = _Ctx(needs=(needs[0], needs[1], False, needs[2], needs[3]))
     loss = LinearCrossEntropyFunction.forward(ctx, x, w, target, bias, norm_weight, ignore_index,
                                               reduction, label_smoothing, softcap, chunk_size,
-                                              False, norm_eps, True, skip_ignored)
+                                              False, norm_eps, True, skip_ignored, exponential)
     dx, dw, db, dg = ctx.saved_tensors
     dx = None if dx is None else dx.reshape(x.shape)
     return loss, *(_or_empty(g, x) for g in (dx, dw, db, dg))
@@ -673,7 +674,7 @@ def _linear_cross_entropy_with_grads(x: Tensor, w: Tensor, target: Tensor, bias:
 @_register_fake(_linear_cross_entropy_with_grads)
 def _linear_cross_entropy_with_grads_fake(x, w, target, bias, norm_weight, ignore_index, reduction,
                                           label_smoothing, softcap, chunk_size, norm_eps, needs,
-                                          skip_ignored):
+                                          skip_ignored, exponential):
     stat = _stat_dtype(x)
     shapes = (x.shape, w.shape, w.shape[:1], x.shape[-1:])
     dtypes = (x.dtype, stat, stat, stat)
@@ -696,7 +697,7 @@ def _linear_cross_entropy_with_grads_grad(ctx, grad, *_):
              for g, dtype in zip(ctx.saved_tensors, ctx.dtypes, strict=True)]
     needs = [*ctx.needs_input_grad[:2], *ctx.needs_input_grad[3:5]]
     dx, dw, db, dg = _wanted(grads, needs)
-    return dx, dw, None, db, dg, None, None, None, None, None, None, None, None
+    return dx, dw, None, db, dg, None, None, None, None, None, None, None, None, None
 
 
 _linear_cross_entropy_with_grads.register_autograd(_linear_cross_entropy_with_grads_grad,
@@ -707,14 +708,14 @@ def linear_cross_entropy_op(x: Tensor, w: Tensor, target: Tensor, bias: Tensor |
                             norm_weight: Tensor | None, ignore_index: int, reduction: str,
                             label_smoothing: float, softcap: float | None, chunk_size: int | None,
                             low_memory: bool, norm_eps: float, grads_in_forward: bool,
-                            skip_ignored: bool) -> Tensor:
+                            skip_ignored: bool, exponential: bool) -> Tensor:
     """linear_cross_entropy's launch (checked arguments) through coda::linear_cross_entropy, or
     coda::linear_cross_entropy_with_grads when the forward forms the gradients."""
     if grads_in_forward:
         needs = [t is not None and t.requires_grad for t in (x, w, bias, norm_weight)]
         return torch.ops.coda.linear_cross_entropy_with_grads(
             x, w, target, bias, norm_weight, ignore_index, reduction, label_smoothing, softcap,
-            chunk_size, norm_eps, needs, skip_ignored)[0]
+            chunk_size, norm_eps, needs, skip_ignored, exponential)[0]
     return torch.ops.coda.linear_cross_entropy(x, w, target, bias, norm_weight, ignore_index,
                                                reduction, label_smoothing, softcap, chunk_size,
                                                low_memory, norm_eps)[0]
