@@ -3,7 +3,11 @@ run on PyTorch's math attention, deterministic, so that only the head's path dif
 with the LM head's exponential path, and CODA with the general path (`Blocks.exponential`
 patched to True and to False). Prints the mean of each run's last 20 losses and the largest gap to eager's.
 
-    PYTHONPATH=src python benchmarks/results/session31/curve_probe.py [--steps 200] [--json out]
+    PYTHONPATH=src python benchmarks/results/session31/curve_probe.py [--steps 200] [--seeds 0,1]
+        [--runs eager,coda_exp,coda_general] [--json out]
+
+(Call 7 of the thirty-first session ran it before --seeds and --runs existed: seed 0, the four
+runs of the default --runs, results keyed by run alone.)
 """
 
 import argparse
@@ -22,12 +26,13 @@ import train
 from coda.ops import cross_entropy
 
 
-def run(mode: str, steps: int, data) -> list[float]:
+def run(mode: str, steps: int, data, seed: int) -> list[float]:
     device = torch.device("cuda")
+    train.SEED = seed   # build()'s weights
     model = train.build("gpt2", False, device, torch.bfloat16)
     step_model = train.prepare(model, mode)
     optimizer = torch.optim.AdamW(model.parameters(), lr=train.LR, fused=True)
-    generator = torch.Generator().manual_seed(train.SEED)
+    generator = torch.Generator().manual_seed(seed)   # the batches
     batch, seq = train.SHAPES["gpt2"]
     losses = []
     for i in range(steps):
@@ -47,21 +52,24 @@ def run(mode: str, steps: int, data) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--seeds", default="0", help="comma-separated: weights and batches")
+    parser.add_argument("--runs", default="eager,coda_exp,coda_general,coda_exp_again")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     data = train.load_corpus()
     exponential = cross_entropy.Blocks.exponential
     results = {}   # the HF patch takes no `exponential=`: the path is forced (GPT-2's head is open to it)
-    for label, mode, exp in (("eager", "eager", True), ("coda_exp", "coda", True),
-                             ("coda_general", "coda", False), ("coda_exp_again", "coda", True)):
-        cross_entropy.Blocks.exponential = (lambda self: True) if exp else (lambda self: False)
-        start = time.perf_counter()
-        results[label] = run(mode, args.steps, data)
-        gap = max(abs(a - b) for a, b in zip(results[label], results["eager"], strict=True))
-        print(f"{label:15s} last-20 mean {statistics.mean(results[label][-20:]):.4f}  last "
-              f"{results[label][-1]:.4f}  max gap to eager {gap:.4f}  ({time.perf_counter() - start:.0f} s)",
-              flush=True)
-        torch.cuda.empty_cache()
+    for seed in map(int, args.seeds.split(",")):
+        for label in args.runs.split(","):
+            cross_entropy.Blocks.exponential = lambda self, exp="exp" in label: exp
+            start = time.perf_counter()
+            losses = results[f"{label}_seed{seed}"] = run(label.split("_")[0], args.steps, data, seed)
+            eager = results.get(f"eager_seed{seed}", losses)
+            gap = max(abs(a - b) for a, b in zip(losses, eager, strict=True))
+            print(f"seed {seed} {label:15s} last-20 mean {statistics.mean(losses[-20:]):.4f}  last "
+                  f"{losses[-1]:.4f}  max gap to eager {gap:.4f}  ({time.perf_counter() - start:.0f} s)",
+                  flush=True)
+            torch.cuda.empty_cache()
     cross_entropy.Blocks.exponential = exponential
     if args.json:
         Path(args.json).write_text(json.dumps(results))
