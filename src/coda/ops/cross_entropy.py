@@ -33,8 +33,9 @@ GEMMs of T·H·V, as many as eager PyTorch.
             dw         += G_b.T @ x_b   (float32 accumulator, kept until the backward).
   backward  dx·g, dw·g (SCALE: one rounding to dw's dtype), db·g, dg·g for the upstream g.
 
-Without bias, cap, norm or smoothing (GPT-2's head) the forward stores exp(ℓ - c) instead of
-Z_b, c per row a reference known before the block's GEMM, and needs no gradient map: then
+With `exponential=True` (opt-in) and without bias, cap, norm or smoothing (GPT-2's head) the
+forward stores exp(ℓ - c) instead of Z_b, c per row a reference known before the block's GEMM,
+and needs no gradient map: then
 
     G = r ⊙_row E - α ⊙_row onehot(target),   E = exp(ℓ - c),   r = α·exp(c - lse),
 
