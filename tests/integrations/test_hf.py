@@ -363,3 +363,33 @@ def test_generation_with_kv_cache_matches(build):
     assert torch.equal(got.sequences, want.sequences)
     for step_got, step_want in zip(got.logits, want.logits, strict=True):
         torch.testing.assert_close(step_got, step_want, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("build", [tiny_gpt2, tiny_bert])
+def test_tied_head_takes_the_embeddings_table(monkeypatch, build):
+    """A tied LM head's loss reads `tied_embedding`'s table (its weight gradient then joins the
+    lookup's inside the embedding's backward: no zero-filled table, no autograd add); nothing is
+    left on the embedding after a forward, with labels or without; the loss and the tied
+    table's gradient match the unpatched model's (float32 through the interpreter)."""
+    from coda.integrations import hf
+
+    ref = build(torch.float32)
+    model = coda.patch(copy.deepcopy(ref))
+    table = model.get_input_embeddings()
+    weights, call = [], hf.ops.linear_cross_entropy
+    monkeypatch.setattr(hf.ops, "linear_cross_entropy",
+                        lambda x, w, *a, **k: weights.append(w) or call(x, w, *a, **k))
+    ids, labels = batch()
+    if build is tiny_bert:
+        labels[:, ::2] = -100
+    out, expected = model(input_ids=ids, labels=labels), ref(input_ids=ids, labels=labels)
+    (weight,) = weights
+    assert weight is not table.weight and torch.equal(weight, table.weight.detach())
+    assert weight.grad_fn is not None and not {hf.TIE_NEXT, hf.TIED_TABLE} & set(vars(table))
+    torch.testing.assert_close(out.loss, expected.loss, rtol=2e-5, atol=2e-5)
+    out.loss.backward()
+    expected.loss.backward()
+    want = ref.get_input_embeddings().weight.grad
+    assert ((table.weight.grad - want).norm() / want.norm()).item() < 2e-5
+    model(input_ids=ids)
+    assert not {hf.TIE_NEXT, hf.TIED_TABLE} & set(vars(table))

@@ -95,3 +95,46 @@ def test_bad_arguments_raise():
     for fn, words in cases:
         with pytest.raises(coda.LaunchError, match=words):
             fn()
+
+
+@pytest.mark.parametrize(("dtype", "padding_idx"), [
+    pytest.param(torch.float32, None, marks=needs_interpreter),
+    pytest.param(torch.float32, 2, marks=needs_interpreter),
+    (F64, 2),   # the reference backend
+])
+def test_tied_table_gradient_joins_the_output_layers(dtype, padding_idx):
+    """tied_embedding's table used as an output layer's weight (GPT-2's tied head): w's gradient
+    is the lookup's plus the layer's, against float64 autograd of the untied formula; the
+    layer's gradient arrives in the embedding's backward, which adds into it in place."""
+    from coda.ops import tied_embedding
+
+    rows, h = 37, 24
+    ids, x = batch(rows, 4), torch.randn(10, h, generator=torch.Generator().manual_seed(5), dtype=dtype)
+    w = torch.randn(rows, h, dtype=dtype, generator=torch.Generator().manual_seed(6), requires_grad=True)
+    dy = torch.randn(3, 21, h, dtype=dtype, generator=torch.Generator().manual_seed(7))
+    dz = torch.randn(10, rows, dtype=dtype, generator=torch.Generator().manual_seed(8))
+    y, table = tied_embedding(ids, w, padding_idx)
+    assert torch.equal(table, w.detach()) and table.requires_grad
+    torch.autograd.backward([y, x @ table.T], [dy, dz])
+    want = reference_grad(ids, dy, rows, padding_idx) + dz.T.to(F64) @ x.to(F64)
+    torch.testing.assert_close(w.grad.to(F64), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+@needs_interpreter
+def test_tied_table_unused_or_without_gradient():
+    """A table that feeds nothing leaves the lookup's gradient alone (autograd's zeros come in);
+    without a gradient for w, the op is a lookup and the table is w."""
+    from coda.ops import tied_embedding
+
+    rows = 37
+    ids = batch(rows, 9)
+    w = torch.randn(rows, 16, requires_grad=True)
+    dy = torch.randn(3, 21, 16)
+    y, _ = tied_embedding(ids, w)
+    y.backward(dy)
+    torch.testing.assert_close(w.grad.to(F64), reference_grad(ids, dy, rows, None), rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        y, table = tied_embedding(ids, w)
+    assert table is w and torch.equal(y, w[ids])
+    with pytest.raises(coda.LaunchError, match="ids must be"):
+        tied_embedding(ids.float(), w)

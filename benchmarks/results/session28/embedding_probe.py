@@ -35,9 +35,9 @@ for law in ("uniform", "zipf1.1"):
     runs = embedding_grad.sorted_runs(ids)
     for variant in VARIANTS:
         dw.zero_()
-        embedding_grad.kernel(dy, *runs, dw, None, *variant)
+        embedding_grad.kernel(dy, *runs, dw, None, False, *variant)
         ok = torch.allclose(dw.float(), want, rtol=1e-2, atol=1e-2)
-        us = graph_us(lambda variant=variant: embedding_grad.kernel(dy, *runs, dw, None, *variant), 10)
+        us = graph_us(lambda variant=variant: embedding_grad.kernel(dy, *runs, dw, None, False, *variant), 10)
         row["kernel_h{}_t{}_w{}_s{}".format(*variant)] = round(us, 1) if ok else f"WRONG {us:.1f}"
     results.append({k: round(v, 1) if isinstance(v, float) else v for k, v in row.items()})
     print(results[-1], flush=True)

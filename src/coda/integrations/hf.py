@@ -115,10 +115,29 @@ def _patch_input_embeddings(model: nn.Module) -> None:
         return
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.__dict__.pop(TIE_NEXT, False):   # the tied LM head of this forward takes the table
+            y, self.__dict__[TIED_TABLE] = ops.tied_embedding(ids, self.weight, self.padding_idx)
+            return y
         return ops.embedding(ids, self.weight, self.padding_idx)
 
     table.forward = types.MethodType(forward, table)
     table._coda_patched = True
+
+
+#: Set on the token embedding by an LM head's forward that will compute its loss (`_ask_tied_table`),
+#: taken by the embedding's next forward, which then leaves `tied_embedding`'s table under
+#: TIED_TABLE for the head (`_head_loss`): the head's weight gradient then arrives in the
+#: embedding's backward, which adds the tokens' rows into it (ops/embedding.py).
+TIE_NEXT, TIED_TABLE = "_coda_tie_next", "_coda_tied_table"
+
+
+def _ask_tied_table(model: nn.Module) -> None:
+    """Before the base model's forward: its patched token embedding hands out its table if the
+    LM head shares it (tied weights) and a gradient will be formed."""
+    table, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if (getattr(table, "_coda_patched", False) and head is not None and head.weight is table.weight
+            and torch.is_grad_enabled() and table.weight.requires_grad):
+        table.__dict__[TIE_NEXT] = True
 
 
 def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
@@ -402,6 +421,7 @@ def _causal_lm(model: nn.Module) -> Callable:
         kwargs.pop("logits_to_keep", None)
         num_items = kwargs.pop("num_items_in_batch", None)
         shift_labels = kwargs.pop("shift_labels", None)
+        _ask_tied_table(self)
         outputs = getattr(self, self.base_model_prefix)(*args, **kwargs)
         hidden = outputs.last_hidden_state
         if shift_labels is None:  # HF: pad one ignored label at the end, then shift left
@@ -430,6 +450,7 @@ def _masked_lm(model: nn.Module) -> Callable:
         from transformers.modeling_outputs import MaskedLMOutput
 
         kwargs["return_dict"] = True
+        _ask_tied_table(self)
         outputs = self.bert(*args, **kwargs)
         hidden = self.cls.predictions.transform(outputs.last_hidden_state)
         return MaskedLMOutput(loss=_head_loss(self, hidden, labels, "mean", self._coda_skip_ignored),
@@ -443,8 +464,10 @@ def _head_loss(model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, red
                skip_ignored: bool) -> torch.Tensor:
     """Cross-entropy of the model's output embedding (the decoder, [V, H] and its bias) applied to
     `hidden`, against `labels` (-100: ignored), without the logits in memory."""
-    head = model.get_output_embeddings()
-    return ops.linear_cross_entropy(hidden, head.weight, labels.to(hidden.device), bias=head.bias,
+    head, table = model.get_output_embeddings(), model.get_input_embeddings()
+    table.__dict__.pop(TIE_NEXT, None)   # not taken: no embedding ran (inputs_embeds)
+    weight = table.__dict__.pop(TIED_TABLE, head.weight)
+    return ops.linear_cross_entropy(hidden, weight, labels.to(hidden.device), bias=head.bias,
                                     ignore_index=IGNORE_INDEX, reduction=reduction,
                                     skip_ignored=skip_ignored)
 

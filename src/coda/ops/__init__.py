@@ -6,7 +6,7 @@ Each op is a `torch.autograd.Function` whose passes are CODA programs (see docs/
 from .common import as_rows, matmul, weight_grad
 from .cross_entropy import linear_cross_entropy
 from .dropout import dropout
-from .embedding import embedding
+from .embedding import embedding, tied_embedding
 from .gated_mlp import deinterleave, geglu_mlp, interleave, swiglu_mlp
 from .linear import linear, mlp
 from .norms import layer_norm_linear, out_proj_residual, rms_norm_linear, rms_rstd
@@ -15,4 +15,4 @@ from .rope import permute_for_interleaved_rope, qkv_rope, rope
 __all__ = ["as_rows", "deinterleave", "dropout", "embedding", "geglu_mlp", "interleave", "layer_norm_linear",
            "linear", "linear_cross_entropy", "matmul", "mlp", "out_proj_residual",
            "permute_for_interleaved_rope", "qkv_rope", "rms_norm_linear", "rms_rstd", "rope",
-           "swiglu_mlp", "weight_grad"]
+           "swiglu_mlp", "tied_embedding", "weight_grad"]

@@ -9,7 +9,9 @@ GPT-2 step (16384 tokens, a 50257 × 768 table, profiled on the H200). Here: a z
 stable sort of the ids as int32 (four passes), `searchsorted` for where each id's run of tokens
 ends, and one Triton kernel (`embedding_grad.py`) whose program at the first token of a run sums
 the run's rows of dy in float32 and writes that row of dw. The sums' order is the sort's, so the
-result is the same at every run.
+result is the same at every run. `tied_embedding` also hands out the table for the output layer
+that shares it: that layer's gradient takes the zero-filled table's place, and the kernel adds
+its rows into it.
 """
 
 from __future__ import annotations
@@ -23,32 +25,43 @@ from . import checks
 
 
 class EmbeddingFunction(torch.autograd.Function):
-    """w[ids]; backward: the table's gradient by `embedding_grad` (nothing for ids)."""
+    """w[ids], and with `tied` also the table itself (`tied_embedding`); backward: the table's
+    gradient by `embedding_grad`, added into the gradient that reached the second output."""
 
     @staticmethod
-    def forward(ctx, ids: torch.Tensor, w: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
+    def forward(ctx, ids: torch.Tensor, w: torch.Tensor, padding_idx: int | None, tied: bool):
         ctx.save_for_backward(ids)
         ctx.rows, ctx.padding_idx = w.shape[0], padding_idx
-        return F.embedding(ids, w, padding_idx)
+        y = F.embedding(ids, w, padding_idx)
+        return (y, w.detach()) if tied else y
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor) -> tuple[None, torch.Tensor, None]:
+    def backward(ctx, dy: torch.Tensor, dw: torch.Tensor | None = None
+                 ) -> tuple[None, torch.Tensor, None, None]:
         (ids,) = ctx.saved_tensors
         return None, table_grad(dy.reshape(-1, dy.shape[-1]), ids.reshape(-1), ctx.rows,
-                                ctx.padding_idx), None
+                                ctx.padding_idx, into=dw), None, None
 
 
-def table_grad(dy: torch.Tensor, ids: torch.Tensor, rows: int, padding_idx: int | None) -> torch.Tensor:
-    """[rows, H] gradient of the table from dy [N, H] and ids [N]: the Triton kernel where CODA's
-    programs run Triton (`default_backend`), PyTorch's own backward where they run the reference."""
+def table_grad(dy: torch.Tensor, ids: torch.Tensor, rows: int, padding_idx: int | None,
+               into: torch.Tensor | None = None) -> torch.Tensor:
+    """[rows, H] gradient of the table from dy [N, H] and ids [N], plus `into` (the gradient of
+    the layer that shares the table), added in place when it is a contiguous tensor of dy's
+    dtype: the Triton kernel where CODA's programs run Triton (`default_backend`), PyTorch's own
+    backward where they run the reference."""
     if default_backend(dy) == "reference":
-        return torch.ops.aten.embedding_dense_backward(dy, ids, rows, -1 if padding_idx is None
+        grad = torch.ops.aten.embedding_dense_backward(dy, ids, rows, -1 if padding_idx is None
                                                        else padding_idx, False)
+        return grad if into is None else into + grad
     from . import embedding_grad
 
-    dw = torch.zeros(rows, dy.shape[1], device=dy.device, dtype=dy.dtype)
+    if into is None:
+        dw = torch.zeros(rows, dy.shape[1], device=dy.device, dtype=dy.dtype)
+    else:
+        dw = into if into.is_contiguous() and into.dtype == dy.dtype else into.to(dy.dtype, copy=True,
+                                                                                 memory_format=torch.contiguous_format)
     if ids.numel():
-        embedding_grad.launch(dy.contiguous(), ids, dw, padding_idx)
+        embedding_grad.launch(dy.contiguous(), ids, dw, padding_idx, accumulate=into is not None)
     return dw
 
 
@@ -57,6 +70,22 @@ def embedding(ids: torch.Tensor, w: torch.Tensor, padding_idx: int | None = None
     one sorted pass (see the module docstring). ids: integer tensor of any shape, values in
     [0, V); w: [V, H] floating point. Returns [*ids.shape, H]. Under torch.compile it is torch's
     embedding (Inductor's own kernels)."""
+    return _embedding(ids, w, padding_idx, tied=False)
+
+
+def tied_embedding(ids: torch.Tensor, w: torch.Tensor, padding_idx: int | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(embedding(ids, w, padding_idx), table): `table` holds w's values; give it, in place of w,
+    to the output layer that shares the table with this embedding (GPT-2's LM head). That
+    layer's gradient for the table then arrives in this op's backward, whose kernel adds the
+    tokens' rows into it in place: no zero-filled [V, H] table and no third kernel by autograd
+    to add the two gradients. The gradient that reaches `table` is modified in place, as
+    autograd's own accumulation may do with a gradient it owns. Under torch.compile, or
+    without a gradient for w, `table` is w itself."""
+    return _embedding(ids, w, padding_idx, tied=True)
+
+
+def _embedding(ids: torch.Tensor, w: torch.Tensor, padding_idx: int | None, tied: bool):
     if not isinstance(w, torch.Tensor) or w.dim() != 2 or not w.is_floating_point():
         raise LaunchError(f"w must be a floating-point tensor [V, H], got {checks.describe(w)}")
     if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int32, torch.int64):
@@ -68,5 +97,6 @@ def embedding(ids: torch.Tensor, w: torch.Tensor, padding_idx: int | None = None
     padding_idx = None if padding_idx is None else padding_idx % w.shape[0]
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed() or not (torch.is_grad_enabled() and w.requires_grad):
-        return F.embedding(ids, w, padding_idx)
-    return EmbeddingFunction.apply(ids, w, padding_idx)
+        y = F.embedding(ids, w, padding_idx)
+        return (y, w) if tied else y
+    return EmbeddingFunction.apply(ids, w, padding_idx, tied)
