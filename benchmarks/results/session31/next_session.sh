@@ -11,6 +11,12 @@
 # gpu_tests: the suite after this session's last changes (the exponential path opt-in, its GPU
 #   test and a new GPT-2 case with exponential=True), not run on a GPU since call 6.
 # gpt2: GPT-2's rate with the default general path and this session's changes (not measured).
+# Before these calls, consider `git merge tied-embedding-grad` (or `git am
+#   benchmarks/results/session31/tied_embedding.patch`): `coda.ops.tied_embedding`, a tied LM
+#   head's weight gradient added into by the embedding's backward kernel (no [V, H] zero-fill,
+#   no autograd add: about 76 µs of GPT-2's step by call 6's step_kernels.py); CPU tests pass,
+#   the kernel compiles for sm_90 offline, never run on a GPU. Then gpu_tests and gpt2 test and
+#   time it; keep it if they pass and GPT-2 is not slower.
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
 case "$1" in
   curves)
