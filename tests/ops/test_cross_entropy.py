@@ -255,7 +255,7 @@ def test_exponential_path_interpreter(monkeypatch, tokens, vocab, options, count
     monkeypatch.setattr(coda.Program, "map", lambda self, *a, **k: maps.append(self) or MAP(self, *a, **k))
     got = loss_and_grads(linear_cross_entropy, x, w, target, None, None, skip_ignored=counted < 1,
                          exponential=True, **options)
-    assert cross_entropy.grad_program(False, False, False) not in maps
+    assert cross_entropy.grad_program(False, False, False, stored=True) not in maps
     want = loss_and_grads(counting_reference, *upcast(x, w), target, None, None, **options)
     assert_close(got, want, TOL32)
 
@@ -268,10 +268,50 @@ def test_exponential_path_only_when_asked(monkeypatch):
     maps = []
     monkeypatch.setattr(coda.Program, "map", lambda self, *a, **k: maps.append(self) or MAP(self, *a, **k))
     got = loss_and_grads(linear_cross_entropy, x, w, target, None, None)
-    assert cross_entropy.grad_program(False, False, False) in maps
+    assert cross_entropy.grad_program(False, False, False, stored=True) in maps
     assert_close(got, loss_and_grads(reference, *upcast(x, w), target, None, None), TOL32)
     with pytest.raises(coda.LaunchError, match="exponential must be a bool"):
         linear_cross_entropy(x, w, target, exponential=1)
+
+
+@pytest.mark.parametrize(("bias", "options"), [
+    (False, {}), (False, dict(exponential=True)), (False, dict(low_memory=True)),
+    (True, dict(label_smoothing=0.05, softcap=30.0)),
+])
+def test_confident_rows_float16_within_twice_eager(bias, options):
+    """Rows whose softmax is confident (the target's probability 0.95 to 1, as late in
+    training): the gradient of the target's logit is α(p_t - 1), tiny, and a gradient map that
+    read the target's logit from the stored float16 result (rounded by |logit|·2⁻¹¹) against an
+    lse from the float32 logits got it wrong in sign (dx 170× eager's error before the fix).
+    Float16 through the interpreter; dx and dw within twice eager PyTorch's error (its float16
+    logits upcast to float32, as HF does) against float64."""
+    g = torch.Generator().manual_seed(11)
+    rows, hidden, vocab = 96, 32, 1000
+    w = torch.randn(vocab, hidden, generator=g) / hidden**0.5
+    target = torch.randint(0, 256, (rows,), generator=g)
+    target[::9] = -100
+    wt = w[target.clamp(min=0)]
+    scale = torch.linspace(12, 25, rows)[:, None]   # p_t from about 0.95 to 1
+    x = scale * wt / wt.norm(dim=1, keepdim=True) ** 2 + 0.3 * torch.randn(rows, hidden, generator=g)
+    b = torch.randn(vocab, generator=g) * 0.1 if bias else None
+    extra = {k: v for k, v in options.items() if k in ("label_smoothing", "softcap")}
+
+    def eager(x, w, target, bias=None, norm_weight=None, **unused):
+        logits = x @ w.T + (0 if bias is None else bias)
+        if "softcap" in extra:
+            logits = extra["softcap"] * torch.tanh(logits / extra["softcap"])
+        return F.cross_entropy(logits.float(), target, label_smoothing=extra.get("label_smoothing", 0.0))
+
+    def leaves(dtype):
+        return [None if t is None else t.to(dtype).requires_grad_() for t in (x, w, b)]
+
+    got = loss_and_grads(linear_cross_entropy, *leaves(torch.float16)[:2], target, leaves(torch.float16)[2],
+                         None, **options)
+    near = loss_and_grads(eager, *leaves(torch.float16)[:2], target, leaves(torch.float16)[2], None)
+    exact = loss_and_grads(reference, *leaves(F64)[:2], target, leaves(F64)[2], None, **extra)
+    for name, a, e, r in zip(["loss", "dx", "dw", "db"][:len(got)], got, near, exact, strict=True):
+        error = ((a.double() - r).norm() / r.norm()).item()
+        assert error <= 2 * ((e.double() - r).norm() / r.norm()).item() + 1e-6, (name, error)
 
 
 def counting_reference(x, w, target, reduction="mean", **unused):

@@ -28,7 +28,8 @@ GEMMs of T·H·V, as many as eager PyTorch.
                           cap, the block's complete statistics lse = row_logsumexp(ℓ), t =
                           row_sum(where(col == target, ℓ, 0)), s = row_sum(ℓ) (with smoothing),
                           and Z_b, the GEMM's result, stored in x's dtype (as eager's logits are).
-            G_b, db_b   = GRAD.map(Z_b) in place: dz as above (lse, target and α row operands).
+            G_b, db_b   = GRAD.map(Z_b) in place: dz as above (lse, target, α and t row operands:
+                          the target's element from the float32 t, not the rounded Z_b).
             dx_b        = G_b @ w, written straight into rows b of dx: complete, one GEMM.
             dw         += G_b.T @ x_b   (float32 accumulator, kept until the backward).
   backward  dx·g, dw·g (SCALE: one rounding to dw's dtype), db·g, dg·g for the upstream g.
@@ -195,10 +196,14 @@ def forward_program(bias: bool, norm: bool, softcap: bool) -> Program:
 
 
 @functools.cache
-def grad_program(bias: bool, norm: bool, softcap: bool) -> Program:
-    """The logits' gradient of one block, from the GEMM (or, as a map, from its stored result):
-    `hit` = 1 - ε, `smooth` = ε / V, `alpha` the rows' loss weights. For example (True, True,
-    False) is
+def grad_program(bias: bool, norm: bool, softcap: bool, stored: bool = False) -> Program:
+    """The logits' gradient of one block, from the GEMM or (`stored`), as a map, from its stored
+    result: `hit` = 1 - ε, `smooth` = ε / V, `alpha` the rows' loss weights. The stored result
+    is rounded to x's dtype while lse comes from the float32 logits, so exp(logit - lse) at a
+    row's target can exceed 1 by that rounding, which flips the sign of its gradient where the
+    softmax is confident (p_t within 2⁻⁹·|logit| of 1 in bf16): with `stored` the target's
+    element takes the forward's float32 logit `t` instead (one more row operand). For example
+    (True, True, False) is
         EPILOGUE ce_grad(bias: col, rstd: row, target: row, offset: scalar, lse: row,
                          alpha: row, hit: scalar, smooth: scalar) {
           logit = input * rstd + bias;
@@ -210,8 +215,10 @@ def grad_program(bias: bool, norm: bool, softcap: bool) -> Program:
         }
     """
     params = [*_params(bias, norm, softcap), "lse: row", "alpha: row", "hit: scalar",
-              "smooth: scalar"]
-    dlogit = "(exp(logit - lse) - where(col_index() + offset == target, hit, 0.0) - smooth) * alpha"
+              "smooth: scalar"] + ["t: row"] * stored
+    logit = "where(col_index() + offset == target, t, logit)" if stored else "logit"
+    dlogit = (f"(exp({logit} - lse) - where(col_index() + offset == target, hit, 0.0) - smooth)"
+              " * alpha")
     body = [*_logit(bias, norm, softcap),
             f"dz = {dlogit} * (1.0 - th * th);" if softcap else f"dz = {dlogit};",
             "db = col_sum(dz);" * bias,
@@ -405,7 +412,8 @@ class Blocks:
         a, w = self.a, self.w
         vocab = w.shape[0]
         bias, norm, cap = self.bias is not None, self.norm, self.softcap is not None
-        stats_prog, grad_prog = forward_program(bias, norm, cap), grad_program(bias, norm, cap)
+        stats_prog = forward_program(bias, norm, cap)
+        grad_prog = grad_program(bias, norm, cap, stored=True)
         names = ["output", "lse", "t"] + ["s"] * (self.label_smoothing > 0)
         stats = {name: [] for name in names[1:]}
         self._reserve((self.rows, vocab))
@@ -419,7 +427,7 @@ class Blocks:
                 stats[name].append(outs[name])
             return grad_prog.map(out, out=out, outputs=grad_names, m_limit=limit,
                                  **self._operands(r0, r1, 0, vocab),
-                                 **self._grad_operands(outs["lse"], weight[r0:r1]))
+                                 **self._grad_operands(outs["lse"], weight[r0:r1]), t=outs["t"])
 
         def exp_block(r0: int, r1: int, grad_names: list[str], limit: torch.Tensor | None
                       ) -> dict[str, torch.Tensor]:
