@@ -126,8 +126,9 @@ CLASSES = ("gemm", "attention", "coda", "optimizer", "other")
 # Models and batches
 
 
-def build(name: str, tiny: bool, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-    """The randomly initialized HF model (seed SEED, so every process builds the same weights), built
+def build(name: str, tiny: bool, device: torch.device, dtype: torch.dtype,
+          seed: int = SEED) -> torch.nn.Module:
+    """The randomly initialized HF model (`seed`, so every process builds the same weights), built
     directly on `device` (initializing the 492M-parameter LLaMA on a CPU takes seconds), in `dtype`,
     in training mode, every dropout probability 0."""
     import transformers as tf
@@ -151,7 +152,7 @@ def build(name: str, tiny: bool, device: torch.device, dtype: torch.dtype) -> to
                      vocab_size=30522, max_position_embeddings=512))
         cls, config = tf.BertForMaskedLM, tf.BertConfig(**size, hidden_dropout_prob=0.0,
                                                         attention_probs_dropout_prob=0.0, **SDPA)
-    torch.manual_seed(SEED)
+    torch.manual_seed(seed)
     with device:
         model = cls(config)
     return model.to(device=device, dtype=dtype).train()
@@ -288,40 +289,50 @@ def breakdown(step, device: torch.device) -> dict:
 def curve(name: str, args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict:
     """Train `name` eager, eager with math attention and with CODA on the KJV bytes: identical
     init (seed) and batches."""
-    from contextlib import nullcontext
-
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     data = load_corpus()
     batch_size, seq = SMOKE_SHAPE if args.smoke else SHAPES[name]
     losses, seconds = {}, {}
     for mode in ("eager", "eager_math_attention", "coda"):
-        math = mode == "eager_math_attention"
-        model = build(name, args.smoke, device, dtype)
-        step_model = prepare(model, mode.removesuffix("_math_attention"))
-        optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=device.type == "cuda")
-        generator = torch.Generator().manual_seed(SEED)
-        run = []
         start = time.perf_counter()
-        for i in range(args.curve_steps):
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(i, args.curve_steps, LR)
-            ids, _ = text_batch(data, batch_size, seq, generator, torch.device("cpu"))
-            with sdpa_kernel(SDPBackend.MATH) if math else nullcontext():
-                loss = step_model(**model_inputs(name, ids, model.config.vocab_size, generator,
-                                                 device)).loss
-                loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            run.append(loss.detach())
-        losses[mode] = torch.stack(run).float().tolist()
-        synchronize(device)
+        losses[mode] = curve_losses(name, mode.removesuffix("_math_attention"), args.curve_steps, data,
+                                    device, dtype, args.smoke, math=mode == "eager_math_attention")
         seconds[mode] = time.perf_counter() - start
-        del model, step_model, optimizer
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
     return dict(model=name, batch=batch_size, seq=seq, steps=args.curve_steps, lr=LR, losses=losses,
                 train_seconds=seconds)
+
+
+def curve_losses(name: str, mode: str, steps: int, data: torch.Tensor, device: torch.device,
+                 dtype: torch.dtype, smoke: bool = False, math: bool = False,
+                 seed: int = SEED) -> list[float]:
+    """The losses of `steps` training steps of `name` in `mode` on the KJV bytes, from the
+    weights and batches of `seed`, the learning rate warmed up and decayed; with `math`, every
+    attention on PyTorch's math kernel (deterministic)."""
+    from contextlib import nullcontext
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    batch_size, seq = SMOKE_SHAPE if smoke else SHAPES[name]
+    model = build(name, smoke, device, dtype, seed)
+    step_model = prepare(model, mode)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=device.type == "cuda")
+    generator = torch.Generator().manual_seed(seed)
+    run = []
+    for i in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(i, steps, LR)
+        ids, _ = text_batch(data, batch_size, seq, generator, torch.device("cpu"))
+        with sdpa_kernel(SDPBackend.MATH) if math else nullcontext():
+            loss = step_model(**model_inputs(name, ids, model.config.vocab_size, generator, device)).loss
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        run.append(loss.detach())
+    losses = torch.stack(run).float().tolist()
+    synchronize(device)
+    del model, step_model, optimizer
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return losses
 
 
 def child(spec: str, args: argparse.Namespace) -> None:

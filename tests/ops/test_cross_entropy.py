@@ -305,10 +305,10 @@ def test_confident_rows_float16_within_twice_eager(bias, options):
     def leaves(dtype):
         return [None if t is None else t.to(dtype).requires_grad_() for t in (x, w, b)]
 
-    got = loss_and_grads(linear_cross_entropy, *leaves(torch.float16)[:2], target, leaves(torch.float16)[2],
-                         None, **options)
-    near = loss_and_grads(eager, *leaves(torch.float16)[:2], target, leaves(torch.float16)[2], None)
-    exact = loss_and_grads(reference, *leaves(F64)[:2], target, leaves(F64)[2], None, **extra)
+    (xh, wh, bh), (xd, wd, bd) = leaves(torch.float16), leaves(F64)
+    got = loss_and_grads(linear_cross_entropy, xh, wh, target, bh, None, **options)
+    near = loss_and_grads(eager, xh, wh, target, bh, None)
+    exact = loss_and_grads(reference, xd, wd, target, bd, None, **extra)
     for name, a, e, r in zip(["loss", "dx", "dw", "db"][:len(got)], got, near, exact, strict=True):
         error = ((a.double() - r).norm() / r.norm()).item()
         assert error <= 2 * ((e.double() - r).norm() / r.norm()).item() + 1e-6, (name, error)

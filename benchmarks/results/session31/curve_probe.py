@@ -6,8 +6,9 @@ patched to True and to False). Prints the mean of each run's last 20 losses and 
     PYTHONPATH=src python benchmarks/results/session31/curve_probe.py [--steps 200] [--seeds 0,1]
         [--runs eager,coda_exp,coda_general] [--json out]
 
-(Call 7 of the thirty-first session ran it before --seeds and --runs existed: seed 0, the four
-runs of the default --runs, results keyed by run alone.)
+Each run is `train.curve_losses(..., math=True)`. (Call 7 of the thirty-first session ran this
+script's first form, the same loop written out here, before --seeds and --runs existed: seed 0,
+the four runs of the default --runs, results keyed by run alone.)
 """
 
 import argparse
@@ -18,35 +19,11 @@ import time
 from pathlib import Path
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import train
 
 from coda.ops import cross_entropy
-
-
-def run(mode: str, steps: int, data, seed: int) -> list[float]:
-    device = torch.device("cuda")
-    train.SEED = seed   # build()'s weights
-    model = train.build("gpt2", False, device, torch.bfloat16)
-    step_model = train.prepare(model, mode)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train.LR, fused=True)
-    generator = torch.Generator().manual_seed(seed)   # the batches
-    batch, seq = train.SHAPES["gpt2"]
-    losses = []
-    for i in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = train.learning_rate(i, steps, train.LR)
-        ids, _ = train.text_batch(data, batch, seq, generator, torch.device("cpu"))
-        with sdpa_kernel(SDPBackend.MATH):
-            loss = step_model(**train.model_inputs("gpt2", ids, model.config.vocab_size, generator,
-                                                   device)).loss
-            loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.detach())
-    return torch.stack(losses).float().tolist()
 
 
 def main() -> None:
@@ -63,13 +40,14 @@ def main() -> None:
         for label in args.runs.split(","):
             cross_entropy.Blocks.exponential = lambda self, exp="exp" in label: exp
             start = time.perf_counter()
-            losses = results[f"{label}_seed{seed}"] = run(label.split("_")[0], args.steps, data, seed)
+            losses = results[f"{label}_seed{seed}"] = train.curve_losses(
+                "gpt2", label.split("_")[0], args.steps, data, torch.device("cuda"), torch.bfloat16,
+                math=True, seed=seed)
             eager = results.get(f"eager_seed{seed}", losses)
             gap = max(abs(a - b) for a, b in zip(losses, eager, strict=True))
             print(f"seed {seed} {label:15s} last-20 mean {statistics.mean(losses[-20:]):.4f}  last "
                   f"{losses[-1]:.4f}  max gap to eager {gap:.4f}  ({time.perf_counter() - start:.0f} s)",
                   flush=True)
-            torch.cuda.empty_cache()
     cross_entropy.Blocks.exponential = exponential
     if args.json:
         Path(args.json).write_text(json.dumps(results))
