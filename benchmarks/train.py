@@ -92,7 +92,8 @@ import gpu_clock  # benchmarks/, beside this script
 import side_by_side
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+# appended, not inserted: a tree given in PYTHONPATH (a variant of src/coda) is the one imported
+sys.path.append(str(Path(__file__).resolve().parents[1] / "src"))
 import coda
 from coda.integrations.hf import unpadded_batches
 from coda.train import batch as text_batch
@@ -303,10 +304,11 @@ def curve(name: str, args: argparse.Namespace, device: torch.device, dtype: torc
 
 def curve_losses(name: str, mode: str, steps: int, data: torch.Tensor, device: torch.device,
                  dtype: torch.dtype, smoke: bool = False, math: bool = False,
-                 seed: int = SEED) -> list[float]:
+                 seed: int = SEED, schedule_steps: int | None = None) -> list[float]:
     """The losses of `steps` training steps of `name` in `mode` on the KJV bytes, from the
-    weights and batches of `seed`, the learning rate warmed up and decayed; with `math`, every
-    attention on PyTorch's math kernel (deterministic)."""
+    weights and batches of `seed`, the learning rate warmed up and decayed over `schedule_steps`
+    (default `steps`: fewer are the start of that run); with `math`, every attention on
+    PyTorch's math kernel (deterministic)."""
     from contextlib import nullcontext
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -319,7 +321,7 @@ def curve_losses(name: str, mode: str, steps: int, data: torch.Tensor, device: t
     run = []
     for i in range(steps):
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate(i, steps, LR)
+            group["lr"] = learning_rate(i, schedule_steps or steps, LR)
         ids, _ = text_batch(data, batch_size, seq, generator, torch.device("cpu"))
         with sdpa_kernel(SDPBackend.MATH) if math else nullcontext():
             loss = step_model(**model_inputs(name, ids, model.config.vocab_size, generator, device)).loss

@@ -3,8 +3,12 @@ run on PyTorch's math attention, deterministic, so that only the head's path dif
 with the LM head's exponential path, and CODA with the general path (`Blocks.exponential`
 patched to True and to False). Prints the mean of each run's last 20 losses and the largest gap to eager's.
 
-    PYTHONPATH=src python benchmarks/results/session31/curve_probe.py [--steps 200] [--seeds 0,1]
-        [--runs eager,coda_exp,coda_general] [--json out]
+    PYTHONPATH=src python benchmarks/results/session31/curve_probe.py [--steps 200] [--stop 20]
+        [--seeds 0,1] [--runs eager,eager_fused,coda_exp,coda_general] [--json out]
+
+A run whose label holds "fused" keeps PyTorch's fused attention kernels (eager_fused: eager
+rounded differently, the noise a correct bf16 run shows against eager on math attention).
+`--stop` ends every run after that many steps of the `--steps`-step schedule.
 
 Each run is `train.curve_losses(..., math=True)`. (Call 7 of the thirty-first session ran this
 script's first form, the same loop written out here, before --seeds and --runs existed: seed 0,
@@ -29,6 +33,7 @@ from coda.ops import cross_entropy
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--stop", type=int, default=0, help="run only this many of the steps")
     parser.add_argument("--seeds", default="0", help="comma-separated: weights and batches")
     parser.add_argument("--runs", default="eager,coda_exp,coda_general,coda_exp_again")
     parser.add_argument("--json", default="")
@@ -41,8 +46,8 @@ def main() -> None:
             cross_entropy.Blocks.exponential = lambda self, exp="exp" in label: exp
             start = time.perf_counter()
             losses = results[f"{label}_seed{seed}"] = train.curve_losses(
-                "gpt2", label.split("_")[0], args.steps, data, torch.device("cuda"), torch.bfloat16,
-                math=True, seed=seed)
+                "gpt2", label.split("_")[0], args.stop or args.steps, data, torch.device("cuda"),
+                torch.bfloat16, math="fused" not in label, seed=seed, schedule_steps=args.steps)
             eager = results.get(f"eager_seed{seed}", losses)
             gap = max(abs(a - b) for a, b in zip(losses, eager, strict=True))
             print(f"seed {seed} {label:15s} last-20 mean {statistics.mean(losses[-20:]):.4f}  last "
