@@ -46,6 +46,12 @@ def _normal_pdf(x):
     return np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
 
 
+def _round_bits(x, bits):
+    """x rounded to `bits` significant bits, ties to even (numpy's round), for normal numbers."""
+    m, e = np.frexp(x)   # x = m * 2**e, 0.5 <= |m| < 1
+    return np.ldexp(np.round(m * 2.0**bits), e - bits)
+
+
 def _b(cond):
     return np.where(cond, 1.0, 0.0)
 
@@ -74,6 +80,8 @@ ELEMENTWISE = {
     "sqrt": (lambda x: np.sqrt(x), ("pos",)),
     "rsqrt": (lambda x: 1.0 / np.sqrt(x), ("pos",)),
     "square": (lambda x: x * x, ("any",)),
+    "round_bf16": (lambda x: _round_bits(x, 8), ("any",)),
+    "round_fp16": (lambda x: _round_bits(x, 11), ("any",)),
     "tanh": (lambda x: np.tanh(x), ("any",)),
     "sigmoid": (_sigmoid, ("any",)),
     "relu": (lambda x: np.where(x > 0, x, 0.0), ("any",)),

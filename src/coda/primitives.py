@@ -106,6 +106,11 @@ PRIMITIVES: dict[str, Primitive] = _rows(
     _e("sqrt", 1, torch.sqrt, "tl.sqrt({0})"),
     _e("rsqrt", 1, torch.rsqrt, "tl.rsqrt({0})"),
     _e("square", 1, torch.square, "({0} * {0})"),
+    # rounding: the value a result stored in that dtype holds (the arithmetic stays float32)
+    _e("round_bf16", 1, lambda x: x.to(torch.bfloat16).to(x.dtype), "cm.round_bf16({0})",
+       doc="round_bf16(x): x rounded to the nearest bfloat16"),
+    _e("round_fp16", 1, lambda x: x.to(torch.float16).to(x.dtype), "{0}.to(tl.float16).to(tl.float32)",
+       doc="round_fp16(x): x rounded to the nearest float16 (beyond its range: inf)"),
     # activations and their derivatives (d act / d x, evaluated at the pre-activation x)
     _e("tanh", 1, torch.tanh, "cm.tanh({0})", grad="tanh_grad"),
     _e("sigmoid", 1, torch.sigmoid, "cm.sigmoid({0})", grad="sigmoid_grad"),

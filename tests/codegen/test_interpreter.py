@@ -58,6 +58,23 @@ def test_every_elementwise_primitive(name):
         assert rel(out["output"], oracle.np64(ref["output"])) < 1e-5
 
 
+@pytest.mark.parametrize(("name", "dtype"), [("round_bf16", torch.bfloat16), ("round_fp16", torch.float16)])
+def test_rounding_matches_torch_bit_for_bit(name, dtype):
+    """round_bf16 / round_fp16 against torch's conversion, on exact GEMM results (B = I): ties
+    (to even), values past the dtype's largest (inf), negatives, tiny ones."""
+    info = torch.finfo(dtype)
+    ulp = info.eps / 2   # a tie's offset from 1 (half the spacing there)
+    past = min(info.max * 1.01, 3.4e38)   # rounds to inf (finite in float32: B = I keeps it)
+    special = torch.tensor([1 + ulp, 1 + 3 * ulp, -(1 + ulp), 1 + ulp * 1.5, past, -past, info.max,
+                            1e-20, 0.0, 3.0e38], dtype=torch.float64)
+    g = torch.Generator().manual_seed(3)
+    a = torch.cat([special, torch.randn(54, generator=g, dtype=torch.float64) * 100]).float().view(8, 8)
+    prog = coda.compile(f"EPILOGUE() {{ output = {name}(input); }}")
+    got = prog(a, torch.eye(8), backend="triton", out=poisoned((8, 8), torch.float32))["output"]
+    want = a.to(dtype).float()
+    assert torch.equal(got, want), (got - want).abs().max()
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_fused_program_with_every_output_kind(shape, dtype):

@@ -25,11 +25,11 @@ def compile_map(rows: int, vocab: int, stride: int) -> dict[str, int]:
     from coda.codegen.tuning import MAP_CONFIGS
     from coda.ops.cross_entropy import grad_program
 
-    prog = grad_program(False, False, False, stored=True)
+    prog = grad_program(False, False, False, "round_bf16")
     block = torch.empty(rows * stride, dtype=torch.bfloat16).view(rows, stride)[:, :vocab]
     rowvec = torch.empty(rows)
     launch = prog.bind(block, None, out=block, target=rowvec, offset=0.0, lse=rowvec, alpha=rowvec,
-                       hit=1.0, smooth=0.0, t=rowvec)
+                       hit=1.0, smooth=0.0)
     ptx = map_ptx(prog, launch, MAP_CONFIGS["tile"])
     # `ld.global.v4.b32 {...}`: four 32-bit words; `ld.global.b16 %rs1`: one bf16 value
     patterns = {"v4": r"[\w.]*\.v4\.", "b16": r"[\w.]*\.b16\s"}

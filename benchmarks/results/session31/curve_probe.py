@@ -6,6 +6,7 @@ patched to True and to False). Prints the mean of each run's last 20 losses and 
     PYTHONPATH=src python benchmarks/results/session31/curve_probe.py [--steps 200] [--stop 20]
         [--seeds 0,1] [--runs eager,eager_fused,coda_exp,coda_general] [--json out]
 
+A run whose label holds "f32head" (eager_f32head) computes the LM head's logits in float32.
 A run whose label holds "fused" keeps PyTorch's fused attention kernels (eager_fused: eager
 rounded differently, the noise a correct bf16 run shows against eager on math attention).
 `--stop` ends every run after that many steps of the `--steps`-step schedule.
@@ -30,6 +31,14 @@ import train
 from coda.ops import cross_entropy
 
 
+def float32_head(model: torch.nn.Module, mode: str) -> torch.nn.Module:
+    """train.prepare for eager runs whose LM head multiplies in float32 (logits never rounded to
+    bf16): a more exact reference than eager bf16, which rounds every logit before the softmax."""
+    head = model.lm_head
+    head.forward = lambda x: torch.nn.functional.linear(x.float(), head.weight.float())
+    return model
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=200)
@@ -39,11 +48,12 @@ def main() -> None:
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     data = train.load_corpus()
-    exponential = cross_entropy.Blocks.exponential
+    exponential, prepare = cross_entropy.Blocks.exponential, train.prepare
     results = {}   # the HF patch takes no `exponential=`: the path is forced (GPT-2's head is open to it)
     for seed in map(int, args.seeds.split(",")):
         for label in args.runs.split(","):
             cross_entropy.Blocks.exponential = lambda self, exp="exp" in label: exp
+            train.prepare = float32_head if "f32head" in label else prepare
             start = time.perf_counter()
             losses = results[f"{label}_seed{seed}"] = train.curve_losses(
                 "gpt2", label.split("_")[0], args.stop or args.steps, data, torch.device("cuda"),
@@ -53,7 +63,7 @@ def main() -> None:
             print(f"seed {seed} {label:15s} last-20 mean {statistics.mean(losses[-20:]):.4f}  last "
                   f"{losses[-1]:.4f}  max gap to eager {gap:.4f}  ({time.perf_counter() - start:.0f} s)",
                   flush=True)
-    cross_entropy.Blocks.exponential = exponential
+    cross_entropy.Blocks.exponential, train.prepare = exponential, prepare
     if args.json:
         Path(args.json).write_text(json.dumps(results))
 

@@ -82,6 +82,17 @@ def to_float(x):
 
 
 @triton.jit
+def round_bf16(x):
+    """x rounded to the nearest bfloat16 (ties to even), as float32, in integer arithmetic on its
+    bits: converting to bf16 and back packs pairs of values into registers, which made the
+    cross-entropy's ping-pong epilogue spill (ptxas, sm_90). Infinities stay; past bf16's
+    largest finite value x rounds to inf, as the conversion does. (NaN is not kept.)"""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def tanh_grad(x):
     t = tanh(x)
     return 1.0 - t * t

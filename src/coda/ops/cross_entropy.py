@@ -27,9 +27,9 @@ GEMMs of T·H·V, as many as eager PyTorch.
   forward   Z_b, lse, t, s = FORWARD(b)  per block b of rows: GEMM x_b @ w.T; epilogue: bias,
                           cap, the block's complete statistics lse = row_logsumexp(ℓ), t =
                           row_sum(where(col == target, ℓ, 0)), s = row_sum(ℓ) (with smoothing),
-                          and Z_b, the GEMM's result, stored in x's dtype (as eager's logits are).
-            G_b, db_b   = GRAD.map(Z_b) in place: dz as above (lse, target, α and t row operands:
-                          the target's element from the float32 t, not the rounded Z_b).
+                          and Z_b, the GEMM's result, stored in x's dtype (as eager's logits are);
+                          the statistics are those of Z_b too (ROUNDING: below).
+            G_b, db_b   = GRAD.map(Z_b) in place: dz as above (lse, target and α row operands).
             dx_b        = G_b @ w, written straight into rows b of dx: complete, one GEMM.
             dw         += G_b.T @ x_b   (float32 accumulator, kept until the backward).
   backward  dx·g, dw·g (SCALE: one rounding to dw's dtype), db·g, dg·g for the upstream g.
@@ -57,7 +57,16 @@ and as G = r ⊙_row E' with E' = E - exp(lse - c)·onehot(target), one element 
             dx_b        = r ⊙_row (E'_b @ w) (cuBLAS's GEMM, then the row scale as a map),
             dw         += E'_b.T @ (r ⊙_row x_b) (x's rows scaled by a map: [rows, H]).
 E in x's dtype is as exact as G (both rounded once, relatively), where the stored Z_b of the
-general path loses |ℓ|·2^-9 of each logit before its exponential.
+general path loses |ℓ|·2^-9 of each logit before its exponential. E and E'_b @ w need float32's
+exponent range: a float16 head takes the general path.
+
+Every path but the exponential one rounds the GEMM's result to x's dtype (ROUNDING) before it
+forms a logit, as eager PyTorch's bf16 or fp16 logits are: the statistics of the forward and the
+gradient of the backward (or of the map over the stored Z_b) are those of the same rounded
+logits, so each row's softmax sums to one. With lse from the float32 logits and exp(ℓ - lse)
+from the rounded ones it did not: a row's dominant probability was off by its logit's rounding
+(|ℓ|·2^-9 in bf16) where eager's is off by that times 1 - p, and at the target of a confident
+row the gradient's sign could flip (docs/ops.md, "Rounded logits").
 
 Otherwise (reduction "none", no gradient wanted, or inside torch.compile without one) the
 forward stores no tile, and the backward recomputes the GEMM: four GEMMs.
@@ -141,6 +150,9 @@ FORWARD_CHUNK_FACTOR = 16
 ROW_PAD = 16
 #: Targets travel as float32: exact below 2**24.
 MAX_VOCAB = 2**24
+#: The DSL function that rounds the GEMM's result to x's dtype (module docstring; float32 logits
+#: need none).
+ROUNDING = {torch.bfloat16: "round_bf16", torch.float16: "round_fp16"}
 
 #: The exponential path's reference c of a row is the log-sum-exp of this many first logits...
 REFERENCE_COLUMNS = 256
@@ -148,24 +160,37 @@ REFERENCE_COLUMNS = 256
 EXP_HEADROOM = 80.0
 
 REFERENCE = compile_program("EPILOGUE ce_reference() { output = input; c = row_logsumexp(input); }")
-# The exponential path's forward: E = exp(logit - c) is stored and summed (lse = c + log Σ E: one
-# exponential an element serves both), t is the target's logit.
-EXP_FORWARD = compile_program("EPILOGUE ce_forward_exp(target: row, offset: scalar, c: row) {"
-                              " e = exp(input - c); output = e; se = row_sum(e);"
-                              " t = row_sum(where(col_index() + offset == target, input, 0.0)); }")
+
+
+@functools.cache
+def exp_forward_program(rounding: str | None) -> Program:
+    """The exponential path's forward: E = exp(logit - c) is stored and summed (lse = c + log Σ E:
+    one exponential an element serves both), t is the target's logit; the logits rounded as in
+    `forward_program`, so that this path's gradient is that of the same logits as the others'."""
+    return compile_program("EPILOGUE ce_forward_exp(target: row, offset: scalar, c: row) {"
+                           f" {_rounded_input(rounding)}"
+                           " e = exp(zr - c); output = e; se = row_sum(e);"
+                           " t = row_sum(where(col_index() + offset == target, zr, 0.0)); }")
 
 # h ⊙ g (the GEMMs' A operand when an RMSNorm is folded in) and h's sum of squares, in one pass.
 NORM_INPUT = compile_program("EPILOGUE ce_norm_input(g: col) {"
                              " output = input * g; ss = row_sum(input * input); }")
 
 
-def _logit(bias: bool, norm: bool, softcap: bool) -> list[str]:
-    """DSL statements computing `z` (input with the norm's row scale and the bias) and `logit`;
-    with a cap also `th` = tanh(z / cap), whose derivative the backward reuses."""
-    z = "input" + " * rstd" * norm + " + bias" * bias
+def _logit(bias: bool, norm: bool, softcap: bool, rounding: str | None) -> list[str]:
+    """DSL statements computing `zr` (input rounded by `rounding`, or input itself), `z` (with
+    the norm's row scale and the bias) and `logit`; with a cap also `th` = tanh(z / cap), whose
+    derivative the backward reuses."""
+    z = "zr" + " * rstd" * norm + " + bias" * bias
+    lines = [_rounded_input(rounding)]
     if softcap:
-        return [f"z = {z};", "th = tanh(z / cap);", "logit = cap * th;"]
-    return [f"logit = {z};"]
+        return [*lines, f"z = {z};", "th = tanh(z / cap);", "logit = cap * th;"]
+    return [*lines, f"logit = {z};"]
+
+
+def _rounded_input(rounding: str | None) -> str:
+    """The DSL statement of `zr`: the GEMM's result rounded by `rounding` (ROUNDING), or as is."""
+    return f"zr = {rounding}(input);" if rounding else "zr = input;"
 
 
 def _params(bias: bool, norm: bool, softcap: bool) -> list[str]:
@@ -174,56 +199,53 @@ def _params(bias: bool, norm: bool, softcap: bool) -> list[str]:
 
 
 @functools.cache
-def forward_program(bias: bool, norm: bool, softcap: bool) -> Program:
+def forward_program(bias: bool, norm: bool, softcap: bool, rounding: str | None) -> Program:
     """The per-row statistics of one chunk (and, stored on request, the GEMM's result, from which
     `grad_program` as a map forms the logits' gradient); `offset` is the chunk's first column.
-    For example (True, False, True) is
+    It stores the rounded result, the bits a store of the input holds (storing the input itself
+    kept both alive: ptxas spilled 520 bytes in the ping-pong kernel). For example (True, False,
+    True, "round_bf16") is
         EPILOGUE ce_forward(bias: col, cap: scalar, target: row, offset: scalar) {
-          z = input + bias; th = tanh(z / cap); logit = cap * th;
+          zr = round_bf16(input); z = zr + bias; th = tanh(z / cap); logit = cap * th;
           lse = row_logsumexp(logit);
           t = row_sum(where(col_index() + offset == target, logit, 0.0));
           s = row_sum(logit);
-          output = input;      # stored only by the forward that also forms the gradients
+          output = zr;         # stored only by the forward that also forms the gradients
         }
     """
-    body = [*_logit(bias, norm, softcap),
+    body = [*_logit(bias, norm, softcap, rounding),
             "lse = row_logsumexp(logit);",
             "t = row_sum(where(col_index() + offset == target, logit, 0.0));",
             "s = row_sum(logit);",
-            "output = input;"]
+            "output = zr;"]
     return compile_program(f"EPILOGUE ce_forward({', '.join(_params(bias, norm, softcap))}) "
                            f"{{ {' '.join(body)} }}")
 
 
 @functools.cache
-def grad_program(bias: bool, norm: bool, softcap: bool, stored: bool = False) -> Program:
-    """The logits' gradient of one block, from the GEMM or (`stored`), as a map, from its stored
-    result: `hit` = 1 - ε, `smooth` = ε / V, `alpha` the rows' loss weights. The stored result
-    is rounded to x's dtype while lse comes from the float32 logits, so exp(logit - lse) at a
-    row's target can exceed 1 by that rounding, which flips the sign of its gradient where the
-    softmax is confident (p_t within 2⁻⁹·|logit| of 1 in bf16): with `stored` the target's
-    element takes the forward's float32 logit `t` instead (one more row operand). For example
-    (True, True, False) is
+def grad_program(bias: bool, norm: bool, softcap: bool, rounding: str | None) -> Program:
+    """The logits' gradient of one block, from the GEMM or, as a map, from its stored result
+    (already rounded: rounding it again changes nothing): `hit` = 1 - ε, `smooth` = ε / V,
+    `alpha` the rows' loss weights, `lse` from `forward_program` with the same `rounding`. For
+    example (True, True, False, "round_bf16") is
         EPILOGUE ce_grad(bias: col, rstd: row, target: row, offset: scalar, lse: row,
                          alpha: row, hit: scalar, smooth: scalar) {
-          logit = input * rstd + bias;
+          zr = round_bf16(input); logit = zr * rstd + bias;
           dz = (exp(logit - lse) - where(col_index() + offset == target, hit, 0.0) - smooth)
                * alpha;
           db = col_sum(dz);
           output = dz * rstd;
-          r = row_sum(output * input);
+          r = row_sum(output * zr);
         }
     """
     params = [*_params(bias, norm, softcap), "lse: row", "alpha: row", "hit: scalar",
-              "smooth: scalar"] + ["t: row"] * stored
-    logit = "where(col_index() + offset == target, t, logit)" if stored else "logit"
-    dlogit = (f"(exp({logit} - lse) - where(col_index() + offset == target, hit, 0.0) - smooth)"
-              " * alpha")
-    body = [*_logit(bias, norm, softcap),
+              "smooth: scalar"]
+    dlogit = "(exp(logit - lse) - where(col_index() + offset == target, hit, 0.0) - smooth) * alpha"
+    body = [*_logit(bias, norm, softcap, rounding),
             f"dz = {dlogit} * (1.0 - th * th);" if softcap else f"dz = {dlogit};",
             "db = col_sum(dz);" * bias,
             "output = dz * rstd;" if norm else "output = dz;",
-            "r = row_sum(output * input);" * norm]
+            "r = row_sum(output * zr);" * norm]
     return compile_program(f"EPILOGUE ce_grad({', '.join(params)}) {{ {' '.join(body)} }}")
 
 
@@ -357,6 +379,7 @@ class Blocks:
         self.label_smoothing, self.softcap, self.chunk, self.rows = label_smoothing, softcap, chunk, rows
         self.count = count   # only the first `count` rows count (on the device): the rest are skipped
         self.norm = g is not None
+        self.rounding = ROUNDING.get(a.dtype)
         self.exp_wanted = exponential
         self.buf: torch.Tensor | None = None
 
@@ -391,7 +414,7 @@ class Blocks:
     def statistics(self, smoothing: bool) -> tuple:
         """(lse, t, s): FORWARD over chunks of FORWARD_CHUNK_FACTOR·chunk columns, no tile stored."""
         a, w = self.a, self.w
-        prog = forward_program(self.bias is not None, self.norm, self.softcap is not None)
+        prog = forward_program(self.bias is not None, self.norm, self.softcap is not None, self.rounding)
         names = ["lse", "t", "s"] if smoothing else ["lse", "t"]
         lse = t = s = None
         for c0, c1 in _spans(w.shape[0], FORWARD_CHUNK_FACTOR * self.chunk):
@@ -412,8 +435,8 @@ class Blocks:
         a, w = self.a, self.w
         vocab = w.shape[0]
         bias, norm, cap = self.bias is not None, self.norm, self.softcap is not None
-        stats_prog = forward_program(bias, norm, cap)
-        grad_prog = grad_program(bias, norm, cap, stored=True)
+        stats_prog = forward_program(bias, norm, cap, self.rounding)
+        grad_prog = grad_program(bias, norm, cap, self.rounding)
         names = ["output", "lse", "t"] + ["s"] * (self.label_smoothing > 0)
         stats = {name: [] for name in names[1:]}
         self._reserve((self.rows, vocab))
@@ -427,7 +450,7 @@ class Blocks:
                 stats[name].append(outs[name])
             return grad_prog.map(out, out=out, outputs=grad_names, m_limit=limit,
                                  **self._operands(r0, r1, 0, vocab),
-                                 **self._grad_operands(outs["lse"], weight[r0:r1]), t=outs["t"])
+                                 **self._grad_operands(outs["lse"], weight[r0:r1]))
 
         def exp_block(r0: int, r1: int, grad_names: list[str], limit: torch.Tensor | None
                       ) -> dict[str, torch.Tensor]:
@@ -445,9 +468,10 @@ class Blocks:
     def exponential(self) -> bool:
         """Whether the forward that forms the gradients takes the exponential path: asked for
         (`exponential=True`) and open to this head (no bias, cap, norm or smoothing: the
-        gradient is then a row scale of exp(ℓ - c) but for the target's element)."""
+        gradient is then a row scale of exp(ℓ - c) but for the target's element), and not
+        float16 (E up to e^80 and E' @ w need float32's exponent range)."""
         return self.exp_wanted and not (self.bias is not None or self.norm or self.softcap is not None
-                                        or self.label_smoothing)
+                                        or self.label_smoothing or self.a.dtype == torch.float16)
 
     def _exp_forward(self, r0: int, r1: int, out: torch.Tensor, limit: torch.Tensor | None,
                      alpha: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -456,13 +480,15 @@ class Blocks:
         a, w, target = self.a[r0:r1], self.w, self.target_f[r0:r1]
         place = dict(target=target, offset=0.0)
         reference = REFERENCE(a, w[:REFERENCE_COLUMNS].T, outputs=["c"], m_limit=limit)["c"]
-        outs = EXP_FORWARD(a, w.T, out=out, outputs=["output", "se", "t"], m_limit=limit, c=reference,
+        exp_forward = exp_forward_program(self.rounding)
+        outs = exp_forward(a, w.T, out=out, outputs=["output", "se", "t"], m_limit=limit, c=reference,
                            **place)
         lse, redo = exp_headroom(reference, outs["se"], alpha, limit)
         # the block again from c = lse (the general forward's) if a row's lse left the headroom
         # (m_limit = redo: no rows when none did)
-        again = forward_program(False, False, False)(a, w.T, outputs=["lse"], m_limit=redo, **place)["lse"]
-        EXP_FORWARD(a, w.T, out=out, outputs=["output"], m_limit=redo, c=again, **place)
+        again = forward_program(False, False, False, self.rounding)(a, w.T, outputs=["lse"], m_limit=redo,
+                                                                    **place)["lse"]
+        exp_forward(a, w.T, out=out, outputs=["output"], m_limit=redo, c=again, **place)
         lse, scale = exp_patch(reference, lse, again, redo, outs["t"], target, alpha, out)
         return dict(output=out, lse=lse, t=outs["t"], scale=scale)
 
@@ -472,7 +498,7 @@ class Blocks:
         `low_memory`, dw and db come from chunks of vocabulary columns (complete per chunk)."""
         a, w = self.a, self.w
         vocab = w.shape[0]
-        prog = grad_program(self.bias is not None, self.norm, self.softcap is not None)
+        prog = grad_program(self.bias is not None, self.norm, self.softcap is not None, self.rounding)
 
         def grad_block(r0: int, r1: int, names: list[str], limit: torch.Tensor | None = None,
                        c0: int = 0, c1: int = vocab):

@@ -22,7 +22,7 @@ from ..primitives import PRIMITIVES
 
 #: Functions f with f(0) = 0 exactly as the kernels compute them (tl_math's and Triton's).
 ZERO_AT_ZERO = frozenset({"neg", "abs", "square", "relu", "gelu", "gelu_erf", "silu", "tanh", "sqrt",
-                          "dropout"})
+                          "round_bf16", "round_fp16", "dropout"})
 #: Functions of two (or three, `where`'s two branches) values that are zero where those are.
 ZERO_OF_ZEROS = frozenset({"add", "sub", "min", "max"})
 
