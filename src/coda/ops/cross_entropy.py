@@ -56,12 +56,12 @@ and as G = r ⊙_row E' with E' = E - exp(lse - c)·onehot(target), one element 
                           from the statistics, rounded once: no cancellation in bf16).
             dx_b        = r ⊙_row (E'_b @ w) (cuBLAS's GEMM, then the row scale as a map),
             dw         += E'_b.T @ (r ⊙_row x_b) (x's rows scaled by a map: [rows, H]).
-E in x's dtype is as exact as G (both rounded once, relatively), where the stored Z_b of the
-general path loses |ℓ|·2^-9 of each logit before its exponential. E and E'_b @ w need float32's
-exponent range: a float16 head takes the general path.
+E is formed from the rounded logits (below) and rounded once more when stored: G = r ⊙ E
+carries E's rounding, where eager and the general path round G itself once. E and E'_b @ w need
+float32's exponent range: a float16 head takes the general path.
 
-Every path but the exponential one rounds the GEMM's result to x's dtype (ROUNDING) before it
-forms a logit, as eager PyTorch's bf16 or fp16 logits are: the statistics of the forward and the
+Every path rounds the GEMM's result to x's dtype (ROUNDING) before it forms a logit, as eager
+PyTorch's bf16 or fp16 logits are: the statistics of the forward and the
 gradient of the backward (or of the map over the stored Z_b) are those of the same rounded
 logits, so each row's softmax sums to one. With lse from the float32 logits and exp(ℓ - lse)
 from the rounded ones it did not: a row's dominant probability was off by its logit's rounding
