@@ -260,22 +260,25 @@ def test_exponential_path_interpreter(monkeypatch, tokens, vocab, options, count
     assert_close(got, want, TOL32)
 
 
-def test_exponential_path_only_when_asked(monkeypatch):
-    """Without `exponential=True` a head open to the exponential path forms its gradient with
-    the GRAD map (the general path: docs/ops.md says why it is the default)."""
+def test_general_path_when_asked(monkeypatch):
+    """`exponential=False` makes a head open to the exponential path form its gradient with the
+    GRAD map (the general path: eager bf16's rounding of the gradient); the default does not."""
     from coda.ops import cross_entropy
     x, w, target, _, _ = make((21,), 16, 50, bias=False, norm=False, dtype=torch.float32, seed=8)
-    maps = []
-    monkeypatch.setattr(coda.Program, "map", lambda self, *a, **k: maps.append(self) or MAP(self, *a, **k))
-    got = loss_and_grads(linear_cross_entropy, x, w, target, None, None)
-    assert cross_entropy.grad_program(False, False, False, None) in maps
-    assert_close(got, loss_and_grads(reference, *upcast(x, w), target, None, None), TOL32)
+    want = loss_and_grads(reference, *upcast(x, w), target, None, None)
+    for options, general in (({}, False), (dict(exponential=False), True)):
+        maps = []
+        monkeypatch.setattr(coda.Program, "map",
+                            lambda self, *a, maps=maps, **k: maps.append(self) or MAP(self, *a, **k))
+        got = loss_and_grads(linear_cross_entropy, x, w, target, None, None, **options)
+        assert (cross_entropy.grad_program(False, False, False, None) in maps) == general
+        assert_close(got, want, TOL32)
     with pytest.raises(coda.LaunchError, match="exponential must be a bool"):
         linear_cross_entropy(x, w, target, exponential=1)
 
 
 FLOAT16_PATHS = pytest.mark.parametrize(("bias", "options"), [
-    (False, {}), (False, dict(exponential=True)), (False, dict(low_memory=True)),
+    (False, {}), (False, dict(exponential=False)), (False, dict(low_memory=True)),
     (True, dict(label_smoothing=0.05, softcap=30.0)),
 ])
 
@@ -317,7 +320,7 @@ def test_large_logits_float16_within_twice_eager(bias, options):
     assert_within_twice_eager(*large_logits(bias), options)
 
 
-@pytest.mark.parametrize("options", [{}, dict(exponential=True)], ids=["general", "exponential"])
+@pytest.mark.parametrize("options", [dict(exponential=False), {}], ids=["general", "exponential"])
 def test_large_logits_bfloat16_reference_backend_within_twice_eager(monkeypatch, options):
     """bf16 (the reference backend: the interpreter's bf16 is broken), where the exponential
     path runs: its E is formed from the rounded logits too."""

@@ -34,9 +34,9 @@ GEMMs of T·H·V, as many as eager PyTorch.
             dw         += G_b.T @ x_b   (float32 accumulator, kept until the backward).
   backward  dx·g, dw·g (SCALE: one rounding to dw's dtype), db·g, dg·g for the upstream g.
 
-With `exponential=True` (opt-in) and without bias, cap, norm or smoothing (GPT-2's head) the
-forward stores exp(ℓ - c) instead of Z_b, c per row a reference known before the block's GEMM,
-and needs no gradient map: then
+By default (`exponential=True`), without bias, cap, norm or smoothing (GPT-2's head) and not
+float16, the forward stores exp(ℓ - c) instead of Z_b, c per row a reference known before the
+block's GEMM, and needs no gradient map: then
 
     G = r ⊙_row E - α ⊙_row onehot(target),   E = exp(ℓ - c),   r = α·exp(c - lse),
 
@@ -296,7 +296,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
                 norm_weight: torch.Tensor | None, ignore_index: int, reduction: str,
                 label_smoothing: float, softcap: float | None, chunk_size: int | None,
                 low_memory: bool, norm_eps: float, grads_in_forward: bool,
-                skip_ignored: bool = False, exponential: bool = False) -> torch.Tensor:
+                skip_ignored: bool = False, exponential: bool = True) -> torch.Tensor:
         h, lead = as_rows(x)
         (tokens, hidden), vocab = h.shape, w.shape[0]
         stat = _accumulator_dtype(x)
@@ -373,7 +373,7 @@ class Blocks:
 
     def __init__(self, h, a, w, bias, g, target_f, rstd, label_smoothing: float,
                  softcap: float | None, chunk: int, rows: int, count: torch.Tensor | None = None,
-                 exponential: bool = False):
+                 exponential: bool = True):
         self.h, self.a, self.w, self.bias, self.g, self.target_f, self.rstd = (
             h, a, w, bias, g, target_f, rstd)
         self.label_smoothing, self.softcap, self.chunk, self.rows = label_smoothing, softcap, chunk, rows
@@ -467,7 +467,7 @@ class Blocks:
 
     def exponential(self) -> bool:
         """Whether the forward that forms the gradients takes the exponential path: asked for
-        (`exponential=True`) and open to this head (no bias, cap, norm or smoothing: the
+        (`exponential=True`, the default) and open to this head (no bias, cap, norm or smoothing: the
         gradient is then a row scale of exp(ℓ - c) but for the target's element), and not
         float16 (E up to e^80 and E' @ w need float32's exponent range)."""
         return self.exp_wanted and not (self.bias is not None or self.norm or self.softcap is not None
@@ -637,7 +637,7 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
                          softcap: float | None = None, chunk_size: int | None = None,
                          norm_weight: torch.Tensor | None = None, norm_eps: float = 1e-6,
                          low_memory: bool = False, skip_ignored: bool = False,
-                         exponential: bool = False) -> torch.Tensor:
+                         exponential: bool = True) -> torch.Tensor:
     """cross_entropy(x @ w.T + bias, target) without the logits in memory.
 
     x [..., H]; w [V, H]; target [...] integer classes; bias [V]. `softcap` c replaces each logit
@@ -662,11 +662,12 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     rows count) then costs about a sixth of the GEMM work; when every row counts it only adds
     the gather and scatter.
 
-    `exponential=True` lets a head without bias, cap, norm or smoothing whose forward forms the
-    gradients take the exponential path (module docstring): no gradient map, GPT-2's head
-    (16384 × 768 × 50257, bf16, H200) about 0.9 ms faster forward + backward, and per step as
-    accurate as eager PyTorch or more; off by default because GPT-2's 200-step training curve
-    ended 0.085 higher with it than with the general path (docs/ops.md, "The exponential path").
+    `exponential=True` (the default) lets a head without bias, cap, norm or smoothing whose
+    forward forms the gradients take the exponential path (module docstring): no gradient map,
+    GPT-2's head (16384 × 768 × 50257, bf16, H200) about 0.9 ms faster forward + backward.
+    Its GPT-2 training curves follow those of eager PyTorch with a float32 LM head (a more exact
+    head than eager bf16's) where the general path's follow eager bf16's (docs/ops.md, "The
+    exponential path"); `exponential=False` forms the gradients as eager bf16 rounds them.
     """
     _check_tensor(x, "x", "[..., H]")
     if x.dim() == 0 or not x.is_floating_point():
