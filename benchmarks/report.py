@@ -84,7 +84,29 @@ def micro_tables(results: Path) -> str:
                            f"{us(eager.get('graph_ms'))} | "
                            f"{us(coda.get('graph_ms'))} | {eager.get('kernels', '—')} / "
                            f"{coda.get('kernels', '—')} |")
+        lines += replayed_table(cell, size, ops, impls)
     return "\n".join(lines)
+
+
+def replayed_table(cell: dict, size: str, ops: list[str], impls: list[str]) -> list[str]:
+    """The same fwd+bwd replayed from CUDA graphs (µs; Liger, which cannot be captured, its
+    kernels' summed time, marked *) and CODA's speed-up over the fastest peer so timed."""
+    lines = [f"\n{size}, fwd + bwd replayed from CUDA graphs, µs (* kernels' summed time):\n",
+             "| op | " + " | ".join(impls) + " | CODA / best |", "| --- " * (len(impls) + 2) + "|"]
+    for op in ops:
+        got = {}
+        for impl in impls:
+            r = cell.get((op, size, impl, "fwd_bwd"), {})
+            if r.get("graph_ms"):
+                got[impl] = (r["graph_ms"], "")
+            elif r.get("kernel_us"):
+                got[impl] = (r["kernel_us"] / 1e3, "*")
+        if "coda" not in got or got["coda"][1] or len(got) < 2:
+            continue
+        best = min(ms for impl, (ms, _) in got.items() if impl != "coda")
+        lines.append(f"| {op} | " + " | ".join(us(got[i][0]) + got[i][1] if i in got else "—" for i in impls)
+                     + f" | {best / got['coda'][0]:.2f}× |")
+    return lines
 
 
 #: The Hopper fast-path targets: a fused epilogue's time over CODA's plain GEMM time.

@@ -35,6 +35,22 @@ def test_the_speed_up_is_over_the_fastest_peer_that_ran(micro):
     assert summary["fwd"]["speedup_vs_eager"] == pytest.approx(1.8)
 
 
+def test_the_replayed_speed_up_uses_graphs_and_kernel_time_for_what_cannot_be_captured(micro):
+    rows = [row("eager", 0.5, graph_ms=0.45, kernel_us=400.0), row("compile", 0.4, graph_ms=0.35),
+            row("liger", 0.3, kernel_us=300.0), row("coda", 0.6, graph_ms=0.25, kernel_us=240.0),
+            row("coda", 0.2, pass_="fwd"), row("eager", 0.1, pass_="fwd")]
+    (replayed,) = micro.summarize_replayed(rows)
+    assert (replayed["best_peer"], replayed["best_peer_timed"]) == ("liger", "kernels")
+    assert replayed["speedup_vs_best"] == pytest.approx(1.2)
+    rows[1]["graph_ms"] = 0.2
+    (replayed,) = micro.summarize_replayed(rows)
+    assert (replayed["best_peer"], replayed["best_peer_timed"]) == ("compile", "graph")
+    assert replayed["speedup_vs_best"] == pytest.approx(0.8)
+    rows[3].pop("graph_ms")   # CODA not replayed: no comparison
+    assert micro.summarize_replayed(rows) == []
+    assert micro.geomean([]) == 1.0
+
+
 def test_rows_print_as_the_stage_log_shows_them(micro):
     timed = row("coda", 0.2, kernel_us=150.0, kernels=6, graph_ms=0.16, peak_mem_gb=0.25)
     assert micro.row_line(timed) == ("linear_gelu            gpt2     coda          fwd_bwd      "

@@ -46,6 +46,16 @@ def test_micro_tables(report, results):
     assert not any(line.startswith("| qkv_rope |") for line in lines)   # a failed case has no row
 
 
+def test_replayed_table(report, results):
+    """Graph replays where measured, else a peer's kernel time (marked *); no row where CODA
+    has no replay."""
+    lines = report.micro_tables(results).splitlines()
+    start = next(i for i, line in enumerate(lines) if "replayed from CUDA graphs" in line)
+    replayed = [line for line in lines[start:] if line.startswith("| linear_gelu |")]
+    assert replayed == ["| linear_gelu | 550 | — | — | 500 | 1.10× |"]
+    assert not any(line.startswith("| swiglu_mlp |") for line in lines[start:])
+
+
 def test_plots(report, results, tmp_path):
     out = tmp_path / "img"
     out.mkdir()
