@@ -1,7 +1,7 @@
 """End-to-end training benchmark: HuggingFace GPT-2, LLaMA and BERT, eager / torch.compile / Liger / CODA.
 
-    python benchmarks/train.py [--models gpt2,llama+bert]
-                               [--modes eager,compile,liger,coda,coda+compile,eager+graph,coda+graph]
+    python benchmarks/train.py [--models gpt2,llama+bert] [--modes eager,compile,liger,coda,
+                               coda+compile,eager+graph,compile+graph,coda+graph]
                                [--steps 20] [--warmup 5] [--profile eager,coda] [--curve gpt2|llama|bert|none]
                                [--curve-steps 200] [--timeout 300] [--json benchmarks/results/train.json]
                                [--smoke]
@@ -18,15 +18,15 @@ takes away the dropout that CODA would fuse into its epilogues. Models (random i
 
 Modes: `eager` (HF as is), `compile` (`torch.compile(model)`), `liger` (Liger Kernel's
 `apply_liger_kernel_to_llama(model=...)`; LLaMA only, Liger has no GPT-2 or BERT support), `coda`
-(`coda.patch(model)`), `coda+compile` (patched, then compiled), and `eager+graph` / `coda+graph`: the
-whole step (forward, backward, optimizer) captured once as a CUDA graph and replayed
+(`coda.patch(model)`), `coda+compile` (patched, then compiled), and `eager+graph` / `compile+graph`
+/ `coda+graph`: the whole step (forward, backward, optimizer) captured once as a CUDA graph and replayed
 (`coda.capture_step`, with `coda.integrations.hf.unpadded_batches`), which takes the host time per
-kernel away (a peer and a CODA mode: a user can capture either; the optimizer is then
+kernel away (two peers and a CODA mode: a user can capture any; the optimizer is then
 AdamW(fused=True, capturable=True)). The compiled modes run inside `unpadded_batches` too, so that
 transformers does not give SDPA a full causal mask while Dynamo traces (from the fifteenth session's
 code on; that session's compiled rows were measured without it). CODA's ratios are over the fastest
 peer that ran (eager, compile,
-Liger, eager+graph). Each (model, mode) runs in its own
+Liger, eager+graph, compile+graph). Each (model, mode) runs in its own
 subprocess, so that GPU memory, compile caches and Liger's patching of HF's module-level classes do not
 leak into the next run; a failure (exception, out of memory, timeout) becomes the row's `error`.
 With CODA_AUTOTUNE=0 (run_all.sh) the subprocesses of one model start together and warm up side
@@ -100,9 +100,9 @@ from coda.train import batch as text_batch
 from coda.train import learning_rate, load_corpus, moving_average
 
 MODELS = ("gpt2", "llama", "bert")
-MODES = ("eager", "compile", "liger", "coda", "coda+compile", "eager+graph", "coda+graph")
+MODES = ("eager", "compile", "liger", "coda", "coda+compile", "eager+graph", "compile+graph", "coda+graph")
 #: the modes CODA is compared against (its ratios are over the fastest of them)
-PEERS = ("eager", "compile", "liger", "eager+graph")
+PEERS = ("eager", "compile", "liger", "eager+graph", "compile+graph")
 SMOKE_MODES = ("eager", "coda")
 #: (batch, sequence length) of the benchmark; the smoke test's tiny models take SMOKE_SHAPE.
 SHAPES = {"gpt2": (16, 1024), "llama": (8, 2048), "bert": (32, 512)}
@@ -183,7 +183,7 @@ def prepare(model: torch.nn.Module, mode: str) -> torch.nn.Module:
 
 
 def compiles(mode: str) -> bool:
-    """Whether `mode` runs the model through torch.compile (compile, coda+compile)."""
+    """Whether `mode` runs the model through torch.compile (compile, coda+compile, compile+graph)."""
     return mode.removesuffix("+graph").endswith("compile")
 
 
@@ -388,7 +388,7 @@ def take_turn(spec: str, child: side_by_side.Child) -> dict:
 
 def ratios(rows: list[dict]) -> dict:
     """Per model: each CODA mode's tokens/s over the fastest peer's (eager, compile, Liger,
-    eager+graph: whichever ran)."""
+    eager+graph, compile+graph: whichever ran)."""
     out = {}
     for name in dict.fromkeys(r["model"] for r in rows):
         rate = {r["mode"]: r.get("tokens_per_s") for r in rows if r["model"] == name and not r["error"]}

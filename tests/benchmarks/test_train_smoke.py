@@ -97,3 +97,12 @@ def test_loss_curve_and_png(result):
 ])
 def test_kernel_classes(bench, kernel, expected):
     assert bench.classify(kernel) == expected
+
+
+def test_the_ratio_is_over_the_fastest_peer_graphed_compile_included(bench):
+    """compile+graph is a peer (torch.compile with the step captured, as coda+graph is): CODA's
+    ratio is over it when it is the fastest, and it runs through torch.compile."""
+    rows = [dict(model="gpt2", mode=mode, tokens_per_s=rate, error=None) for mode, rate in
+            (("eager", 2e5), ("compile", 4.8e5), ("compile+graph", 5e5), ("coda+graph", 6e5))]
+    assert bench.ratios(rows)["gpt2"] == {"baseline": "compile+graph", "coda+graph": 1.2}
+    assert bench.compiles("compile+graph") and not bench.compiles("eager+graph")
