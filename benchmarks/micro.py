@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.testing
+from report import replay_ms  # benchmarks/, beside this script: how a row's replay is timed
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -406,9 +407,8 @@ def summarize_replayed(rows: list[dict]) -> list[dict]:
     out = []
     for op, size in sorted({(r["op"], r["size"]) for r in rows if r.get("pass_") == "fwd_bwd"}):
         cases = [r for r in rows if (r["op"], r["size"], r.get("pass_")) == (op, size, "fwd_bwd")]
-        times = {r["impl"]: (r["graph_ms"], "graph") if r.get("graph_ms") else
-                 (r["kernel_us"] / 1e3, "kernels") for r in cases if r.get("graph_ms") or r.get("kernel_us")}
-        if times.get("coda", (0, ""))[1] != "graph" or len(times) < 2:
+        times = {r["impl"]: replay_ms(r) for r in cases if replay_ms(r)}
+        if "coda" not in times or times["coda"][1] != "graph" or len(times) < 2:
             continue
         peers = {k: v for k, v in times.items() if k != "coda"}
         best = min(peers, key=lambda k: peers[k][0])

@@ -88,23 +88,28 @@ def micro_tables(results: Path) -> str:
     return "\n".join(lines)
 
 
+def replay_ms(row: dict) -> tuple[float, str] | None:
+    """(ms, "graph") of a fwd+bwd row replayed from a CUDA graph, else (ms, "kernels"): its
+    kernels' summed GPU time, a lower bound on any replay; None where neither was measured."""
+    if row.get("graph_ms"):
+        return row["graph_ms"], "graph"
+    return (row["kernel_us"] / 1e3, "kernels") if row.get("kernel_us") else None
+
+
 def replayed_table(cell: dict, size: str, ops: list[str], impls: list[str]) -> list[str]:
     """The same fwd+bwd replayed from CUDA graphs (µs; Liger, which cannot be captured, its
     kernels' summed time, marked *) and CODA's speed-up over the fastest peer so timed."""
     lines = [f"\n{size}, fwd + bwd replayed from CUDA graphs, µs (* kernels' summed time):\n",
              "| op | " + " | ".join(impls) + " | CODA / best |", "| --- " * (len(impls) + 2) + "|"]
     for op in ops:
-        got = {}
-        for impl in impls:
-            r = cell.get((op, size, impl, "fwd_bwd"), {})
-            if r.get("graph_ms"):
-                got[impl] = (r["graph_ms"], "")
-            elif r.get("kernel_us"):
-                got[impl] = (r["kernel_us"] / 1e3, "*")
-        if "coda" not in got or got["coda"][1] or len(got) < 2:
+        got = {impl: replay_ms(cell[(op, size, impl, "fwd_bwd")]) for impl in impls
+               if (op, size, impl, "fwd_bwd") in cell}
+        got = {impl: timed for impl, timed in got.items() if timed}
+        if "coda" not in got or got["coda"][1] != "graph" or len(got) < 2:
             continue
         best = min(ms for impl, (ms, _) in got.items() if impl != "coda")
-        lines.append(f"| {op} | " + " | ".join(us(got[i][0]) + got[i][1] if i in got else "—" for i in impls)
+        lines.append(f"| {op} | " + " | ".join(us(got[i][0]) + "*" * (got[i][1] == "kernels") if i in got
+                                               else "—" for i in impls)
                      + f" | {best / got['coda'][0]:.2f}× |")
     return lines
 

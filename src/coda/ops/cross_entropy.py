@@ -380,6 +380,8 @@ class Blocks:
         self.count = count   # only the first `count` rows count (on the device): the rest are skipped
         self.norm = g is not None
         self.rounding = ROUNDING.get(a.dtype)
+        # what forward_program and grad_program are made for: bias, norm, cap, rounding
+        self.variant = (bias is not None, self.norm, softcap is not None, self.rounding)
         self.exp_wanted = exponential
         self.buf: torch.Tensor | None = None
 
@@ -414,7 +416,7 @@ class Blocks:
     def statistics(self, smoothing: bool) -> tuple:
         """(lse, t, s): FORWARD over chunks of FORWARD_CHUNK_FACTOR·chunk columns, no tile stored."""
         a, w = self.a, self.w
-        prog = forward_program(self.bias is not None, self.norm, self.softcap is not None, self.rounding)
+        prog = forward_program(*self.variant)
         names = ["lse", "t", "s"] if smoothing else ["lse", "t"]
         lse = t = s = None
         for c0, c1 in _spans(w.shape[0], FORWARD_CHUNK_FACTOR * self.chunk):
@@ -434,9 +436,7 @@ class Blocks:
         dw stays a float32 sum (scaled and rounded once by the backward)."""
         a, w = self.a, self.w
         vocab = w.shape[0]
-        bias, norm, cap = self.bias is not None, self.norm, self.softcap is not None
-        stats_prog = forward_program(bias, norm, cap, self.rounding)
-        grad_prog = grad_program(bias, norm, cap, self.rounding)
+        stats_prog, grad_prog = forward_program(*self.variant), grad_program(*self.variant)
         names = ["output", "lse", "t"] + ["s"] * (self.label_smoothing > 0)
         stats = {name: [] for name in names[1:]}
         self._reserve((self.rows, vocab))
@@ -498,7 +498,7 @@ class Blocks:
         `low_memory`, dw and db come from chunks of vocabulary columns (complete per chunk)."""
         a, w = self.a, self.w
         vocab = w.shape[0]
-        prog = grad_program(self.bias is not None, self.norm, self.softcap is not None, self.rounding)
+        prog = grad_program(*self.variant)
 
         def grad_block(r0: int, r1: int, names: list[str], limit: torch.Tensor | None = None,
                        c0: int = 0, c1: int = vocab):
