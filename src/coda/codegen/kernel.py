@@ -26,7 +26,7 @@ from triton.runtime.errors import OutOfResources
 from ..errors import LaunchError
 from ..ir import format_epilogue
 from ..passes.widths import DOUBLE
-from ..runtime.binding import MAX_PIECES, Concat, Launch
+from ..runtime.binding import A_COL_SUMS, MAX_PIECES, Concat, Launch
 from ..runtime.program import Program, interpreter_enabled
 from . import tuning
 from .epilogue import (
@@ -200,7 +200,9 @@ class Plan:
         self.kernel, self.config = kernel, config
         defaults = {p.name: p.default for p in launch.program.ir.params.values()}
         self.operands = [(name, kind, defaults[name]) for name, kind in launch.kinds.items()]
-        self.outputs = launch.outputs
+        # `a_col_sums=True`: the K loop's partial sums of A's columns go in their own argument
+        self.outputs = tuple(spec for spec in launch.outputs if spec.name != A_COL_SUMS)
+        self.a_col_sums = next((spec for spec in launch.outputs if spec.name == A_COL_SUMS), None)
         if kernel.variant == "map":
             self.sizes = (m, n, a.stride(0), a.stride(1))
         else:
@@ -232,6 +234,8 @@ class Plan:
         self.meta |= dict(LIMIT_M=self.limited[0]) if kernel.variant == "map" else dict(
             LIMIT_M=self.limited[0], LIMIT_K=self.limited[1])
         self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=concat_k)
+        if kernel.variant != "map":
+            self.meta["SUM_A"] = self.a_col_sums is not None
         if len(pieces) > 1 and kernel.variant == "hopper":
             self.meta["FLATTEN"] = False   # pieces_product's loops are no plain nest
         names = kernel.fn.arg_names
@@ -239,9 +243,11 @@ class Plan:
         self.launcher = None
         self.compiled = None   # Triton's CompiledKernel after the first run (n_regs, n_spills, asm)
         reductions = [spec for spec in launch.outputs if spec.reduction is not None]
-        axes = {spec.reduction[:3] for spec in reductions}
-        self.finisher = _Finisher(kernel.finish, m, n, self.partial_rows, axes, self.limited[0],
-                                  config.block_m) if axes else None
+        axes = {spec.reduction[:3] for spec in reductions if spec is not self.a_col_sums}
+        if self.a_col_sums is not None:
+            axes.add("a")
+        self.finisher = _Finisher(kernel.finish, m, n, launch.k, self.partial_rows, axes,
+                                  self.limited[0], config.block_m) if axes else None
         # float32 partials of each reduction: [tiles along the reduced axis, its length], two
         # (max and sum) for a log-sum-exp
         self.partial_shapes = {spec.name: [(self.partial_rows[spec.reduction[:3]], spec.shape[0])]
@@ -257,10 +263,12 @@ class Plan:
             pieces = (a.materialize(),) if self.join_pieces else a.pieces
         a = pieces[0]
         m_limit, k_limit = (a if limit is None else limit for limit in limits)
+        device = a.device
+        partials = self._partials(device)
+        a_sums = a if self.a_col_sums is None else partials[A_COL_SUMS][0]
         args = [a, *(() if b is None else (b,)), *self.sizes, *pieces[1:],
                 *(a,) * (MAX_PIECES - len(pieces)), *self.cuts, m_limit,
-                *(() if b is None else (k_limit,)), seed]
-        device = a.device
+                *(() if b is None else (k_limit, a_sums)), seed]
         for name, kind, default in self.operands:
             value = values.get(name)
             if value is None:
@@ -273,7 +281,6 @@ class Plan:
                 args += (value, *value.stride(), value.shape[1])
             else:   # a row or a column: its one stride
                 args += (value, value.stride()[0])
-        partials = self._partials(device)
         outputs, finish_args = {}, []
         for spec in self.outputs:
             if spec.reduction is None:
@@ -285,6 +292,10 @@ class Plan:
                 args += partials[spec.name]
                 finish_args += (*partials[spec.name], tensor)
             outputs[spec.name] = tensor
+        if self.a_col_sums is not None:   # finished last (codegen/finish.py)
+            spec = self.a_col_sums
+            outputs[spec.name] = torch.empty(spec.shape, dtype=spec.dtype, device=device)
+            finish_args += (a_sums, outputs[spec.name])
         if self.launcher is not None:
             self.launcher(*args, *self.constexprs)
         else:
@@ -321,16 +332,18 @@ class Plan:
 
 class _Finisher:
     """The launch of a Plan's finishing kernel (codegen/finish.py): program i merges row block i
-    of the row partials and column block i of the column ones, in steps of `merge_tile`. Under
+    of the row partials and column block i of the column ones (of the epilogue's column
+    reductions, axis "col", and of A's column sums, axis "a"), in steps of `merge_tile`. Under
     a limit on M (its pointer is the first buffer) the kernel's tiles of `block_m` rows past it
     wrote no partials, which the merge then skips."""
 
-    def __init__(self, fn: Callable, m: int, n: int, partial_rows: dict[str, int], axes: set[str],
-                 limit_m: bool, block_m: int):
+    def __init__(self, fn: Callable, m: int, n: int, k: int, partial_rows: dict[str, int],
+                 axes: set[str], limit_m: bool, block_m: int):
         row_p, row_block = merge_tile(partial_rows["row"])
         col_p, col_block = merge_tile(partial_rows["col"])
-        self.fn, self.sizes = fn, (m, n, partial_rows["row"], partial_rows["col"])
-        programs = {"row": math.ceil(m / row_block), "col": math.ceil(n / col_block)}
+        self.fn, self.sizes = fn, (m, n, k, partial_rows["row"], partial_rows["col"])
+        programs = {"row": math.ceil(m / row_block), "col": math.ceil(n / col_block),
+                    "a": math.ceil(k / col_block)}
         self.grid = (max(programs[axis] for axis in axes),)
         self.meta = dict(ROW_P=row_p, ROW_BLOCK=row_block, COL_P=col_p, COL_BLOCK=col_block,
                          LIMIT_M=limit_m, TILE_M=block_m)
@@ -464,10 +477,15 @@ def _readable_pieces(launch: Launch, config: Config) -> bool:
     """Whether one kernel reads a Concat's pieces as they lie: every piece with the first one's
     strides, and pieces joined in whole tiles where a tile reads one piece (a GEMM's A along M,
     in row blocks; a map's X, in row or column blocks). A GEMM's K loop walks pieces of any
-    width."""
+    width (in whole K blocks where the ping-pong kernel sums A's columns)."""
     pieces, concat = launch.a_pieces, launch.concat
     if any(p.stride() != pieces[0].stride() for p in pieces):
         return False
+    if concat is not None and concat.dim == 1 and config.pingpong and any(
+            spec.name == A_COL_SUMS for spec in launch.outputs):
+        # the ping-pong kernel's column sums of A take K block kb to be A's columns from
+        # kb * BLOCK_K: pieces along K in whole K blocks
+        return all(p.shape[1] % config.block_k == 0 for p in pieces[:-1])
     if concat is None or (concat.dim == 1 and launch.b is not None):
         return True
     block = config.block_n if concat.dim == 1 else config.block_m

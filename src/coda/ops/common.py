@@ -100,6 +100,16 @@ def input_grad(dpre: torch.Tensor, w: torch.Tensor, dres: torch.Tensor | None = 
     return ADD_PARTIAL(dpre, w, partial=as_rows(dres)[0])["output"]
 
 
+def input_and_bias_grad(dpre: torch.Tensor, w: torch.Tensor, bias_dtype: torch.dtype,
+                        dres: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_grad(dpre, w, dres), the column sums of dpre in `bias_dtype`: the layer's bias
+    gradient) from one CODA GEMM, which sums dpre's columns from the tiles its K loop loads
+    (`a_col_sums=True`) where a separate map would read dpre once more."""
+    prog, partial = (PLAIN, {}) if dres is None else (ADD_PARTIAL, dict(partial=as_rows(dres)[0]))
+    outs = prog(dpre, w, a_col_sums=True, dtypes=stored(a_col_sums=bias_dtype), **partial)
+    return outs["output"], outs["a_col_sums"]
+
+
 def transposed(w: torch.Tensor) -> bool:
     """Whether a weight [N, K] is the transpose of a contiguous tensor (HF's Conv1D stores
     [in, out] and passes `weight.T`)."""

@@ -31,9 +31,9 @@ layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq):
             y             = LN_LINEAR  GEMM x @ W'.T; epilogue: rstd (input − mean u) + cv + bias
   backward  (dxhat = dy @ W', xhat = (x − mean) rstd)
             dxhat, a, b   = LN_DXHAT  GEMM dy @ w; epilogue: * g, a = row_sum(dxhat),
-                            b = row_sum(dxhat * xhat)
+                            b = row_sum(dxhat * xhat); db = Σ_rows dy from its K loop
+                            (`a_col_sums=True`; column_sum(dy) when dx is not wanted)
             dx, xhat      = LN_DX.map(dxhat): rstd (dxhat − (a + xhat b) / n),  save xhat
-            db            = column_sum(dy)
             dw, dg, dbeta = LN_DW  GEMM dy.T @ xhat; epilogue: dw = input * g + db ⊗ beta,
                             dg = col_sum(input * w), dbeta = col_sum(db * w)
 
@@ -42,7 +42,8 @@ out_proj_residual(x, w, residual, bias, dropout_p, seed, stats):
   forward   y, [ss, s]    = linear.forward_program  GEMM x @ w.T; epilogue: + bias, dropout, + residual,
                             ss = row_sum(output * output), s = row_sum(output)
   backward  dpre, db      = DROPOUT_GRAD.map(dy): dropout(dy, p), db = col_sum   (with dropout;
-                            without, dpre = dy and db = column_sum(dy))
+                            without, dpre = dy and dx's GEMM, CODA's, sums dy's columns
+                            from its K loop: db, `a_col_sums=True`)
             dx, dw        = dpre @ w, dpre.T @ x;   dresidual = dy
   ss and s are statistics, not differentiated: the consumer's backward differentiates through
   its own rstd(x) (see above), so out_proj_residual -> rms_norm_linear(sumsq=ss) is exact.
@@ -71,6 +72,7 @@ from .common import (
     as_rows,
     check_split,
     column_sum,
+    input_and_bias_grad,
     joined_grad,
     matmul,
     present,
@@ -281,16 +283,22 @@ class LayerNormLinearFunction(torch.autograd.Function):
         need_weights = need_g or need_beta or need_w
         row = dict(shift=row_shift(rows, ctx.shifted), s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
         dx = dg = dbeta = dw = db = None
+        # the bias gradient (float32 while LN_DW reads it, else the bias's dtype): the column
+        # sums of dy, which dxhat's GEMM takes from its K loop when it runs
+        need_db = need_weights or need_b
+        db_dtype = None if need_weights else ctx.bias_dtype
         if need_x:
-            pre = LN_DXHAT(dy, w, **row, g=g, xin=rows)
+            pre = LN_DXHAT(dy, w, **row, g=g, xin=rows, a_col_sums=need_db,
+                           dtypes=stored(a_col_sums=db_dtype if need_db else None))
+            db = pre.get("a_col_sums")
             outs = LN_DX[dres is not None].map(pre["output"], **row, a=pre["a"], b=pre["b"], xin=rows,
                                                **residual_grad(dres),
                                                outputs=_wanted(output=True, xhat=need_weights))
             dx, xhat = outs["output"].reshape(x.shape), outs.get("xhat")
         elif need_weights:
             xhat = LN_XHAT.map(rows, **row)["output"]
-        if need_weights or need_b:   # float32 while LN_DW reads it, else the bias's dtype
-            db = column_sum(dy, None if need_weights else ctx.bias_dtype)
+        if need_db and db is None:
+            db = column_sum(dy, db_dtype)
         if need_weights:
             outs = LN_DW(dy.T, xhat, g=g, beta=beta, db=db, w=w, out=weight_grad_out(w) if need_w else None,
                          outputs=_wanted(output=need_w, dg=need_g, dbeta=need_beta),
@@ -327,14 +335,18 @@ class OutProjResidualFunction(torch.autograd.Function):
         x, w = ctx.saved_tensors
         need_x, need_w, need_r, need_b = ctx.needs_input_grad[:4]
         residual_dtype, bias_dtype = ctx.dtypes
-        dpre, db = as_rows(dy)[0], None
+        dpre, db, dx = as_rows(dy)[0], None, None
         if ctx.p > 0.0:
             outs = DROPOUT_GRAD.map(dpre, p=ctx.p, seed=ctx.seed, outputs=_wanted(output=True, db=need_b),
                                     dtypes=stored(db=bias_dtype))
             dpre, db = outs["output"], outs.get("db")
+        elif need_b and need_x:   # dx's GEMM sums dy's columns, the bias gradient
+            dx, db = input_and_bias_grad(dpre, w, bias_dtype)
         elif need_b:
             db = column_sum(dpre, bias_dtype)
-        dx = matmul(dpre, w).reshape(x.shape) if need_x else None
+        if need_x and dx is None:
+            dx = matmul(dpre, w)
+        dx = dx.reshape(x.shape) if need_x else None
         dw = weight_grad(dpre, as_rows(x)[0], like=w).to(w.dtype) if need_w else None
         dresidual = dy.to(residual_dtype) if need_r else None
         return dx, dw, dresidual, db, None, None, None
