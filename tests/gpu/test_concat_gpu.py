@@ -123,7 +123,8 @@ def test_a_col_sums_bf16(case, mainloop):
     """`a_col_sums=True` (a bias gradient from the dx GEMM's K loop) at GPT-2's out-projection
     shape (M = 15999 or 16999: a ragged last row block; along M a first piece of 125 whole ones),
     against float64 of the same bf16 A; eager PyTorch's bf16 column sum is the yardstick
-    (tests/gpu/accuracy.py); the GEMM's output is the launch's without the sums."""
+    (tests/gpu/accuracy.py); the GEMM's output is the launch's without the sums (the ping-pong
+    kernel's bit for bit, the Triton kernels' within eager's error)."""
     tokens, width = 16000, 768
     pieces = [randn(tokens, width, seed=60 + i) for i in range(3)]
     a = {"one tensor": pieces[0][:15999], "transposed": pieces[0][:15999].T.contiguous().T,
@@ -134,6 +135,10 @@ def test_a_col_sums_bf16(case, mainloop):
     plain = PLAIN.triton.launch(PLAIN.bind(a, b), SUM_MAINLOOPS[mainloop])["output"]
     got = PLAIN.triton.launch(PLAIN.bind(a, b, a_col_sums=True, dtypes={"a_col_sums": BF16}),
                               SUM_MAINLOOPS[mainloop])
-    assert torch.equal(got["output"], plain)
+    if mainloop in ("heuristic", "pingpong"):   # the sums leave the ping-pong kernel's MMAs alone
+        assert torch.equal(got["output"], plain)
+    else:   # a second reader of the A tile may change the MMA instruction Triton picks
+        assert_within_eager(f"a_col_sums {case} {mainloop}: output", got["output"], whole @ b,
+                            whole.double() @ b.double())
     assert_within_eager(f"a_col_sums {case} {mainloop}", got["a_col_sums"], whole.sum(0),
                         whole.double().sum(0))

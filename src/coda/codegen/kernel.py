@@ -236,8 +236,10 @@ class Plan:
         self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=concat_k)
         if kernel.variant != "map":
             self.meta["SUM_A"] = self.a_col_sums is not None
-        if len(pieces) > 1 and kernel.variant == "hopper":
-            self.meta["FLATTEN"] = False   # pieces_product's loops are no plain nest
+        if kernel.variant == "hopper" and (len(pieces) > 1 or self.a_col_sums is not None):
+            # pieces_product's loops are no plain nest, and the column sums of A put an `if`
+            # in the K loop: neither can be flattened
+            self.meta["FLATTEN"] = False
         names = kernel.fn.arg_names
         self.constexprs = [self.meta[name] for name in names if name in self.meta]
         self.launcher = None

@@ -454,16 +454,20 @@ def load_partition(a_descs, b_desc, a_ring, b_ring, ready, empty, starts, ends, 
 def a_column_sums(a, A_SUMS, pid_m, k0, K, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
                   A_K_CONTIGUOUS: gl.constexpr):
     # `a_col_sums=True`: the column sums of the A tile in shared memory (zero past M and K,
-    # TMA's fill) of columns k0 on, into row pid_m of the [row blocks, K] partials, read in
-    # slices of a few rows so that they take few registers beside the accumulator
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    if A_K_CONTIGUOUS:   # [BLOCK_M, BLOCK_K]: slices of 16 rows add up to BLOCK_K sums
-        sums = gl.zeros([BLOCK_K], gl.float32, gl.SliceLayout(0, layout))
-        for r in gl.static_range(0, BLOCK_M, 16):
-            sums += gl.sum(a.slice(r, 16, dim=0).load(layout).to(gl.float32), axis=0)
+    # TMA's fill) of columns k0 on, into row pid_m of the [row blocks, K] partials. Each warp
+    # owns columns of its own (no exchange between the warps, which would take shared memory
+    # and a barrier of the warpgroup each time); slices of rows are added up in registers and
+    # reduced across the lanes once.
+    if A_K_CONTIGUOUS:   # [BLOCK_M, BLOCK_K]: slices of 16 rows, the warps side by side along K
+        layout: gl.constexpr = gl.BlockedLayout([1, 2], [16, 2], [1, 4], [1, 0])
+        part = a.slice(0, 16, dim=0).load(layout).to(gl.float32)
+        for r in gl.static_range(16, BLOCK_M, 16):
+            part += a.slice(r, 16, dim=0).load(layout).to(gl.float32)
+        sums = gl.sum(part, axis=0)
         cols = k0 + gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, layout))
         gl.store(A_SUMS + pid_m * K + cols, sums, mask=cols < K)
-    else:   # [BLOCK_K, BLOCK_M]: each slice of 16 rows is 16 finished sums
+    else:   # [BLOCK_K, BLOCK_M]: slices of 16 rows (columns of A), a warp's 4 rows at a time
+        layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
         for r in gl.static_range(0, BLOCK_K, 16):
             sums = gl.sum(a.slice(r, 16, dim=0).load(layout).to(gl.float32), axis=1)
             cols = k0 + r + gl.arange(0, 16, layout=gl.SliceLayout(1, layout))
