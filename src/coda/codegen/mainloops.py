@@ -70,8 +70,14 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
             if SUM_A:   # the tiles of the first column block also sum A's columns
                 if pid_n == 0:
-                    a_column_sums(a, A_SUMS, pid_m, k_first + k * BLOCK_K, k_first + k_len, M, K,
-                                  BLOCK_M, BLOCK_K)
+                    if A_CONCAT_K:
+                        a_column_sums((A, A1, A2, A3)[i], stride_am, stride_ak, pid_m * BLOCK_M, M,
+                                      k * BLOCK_K, k_len, A_SUMS, pid_m, k_first + k * BLOCK_K, K,
+                                      BLOCK_M, BLOCK_K)
+                    else:
+                        a_column_sums((A, A1, A2, A3)[i], stride_am, stride_ak, pid_m * BLOCK_M - start,
+                                      end - start, k * BLOCK_K, K, A_SUMS, pid_m, k * BLOCK_K, K,
+                                      BLOCK_M, BLOCK_K)
             acc = tl.dot(a, b, acc)
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
@@ -106,14 +112,22 @@ def limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr
 
 
 @triton.jit
-def a_column_sums(a, A_SUMS, pid_m, k0, k_end, M, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    # `a_col_sums=True`: the column sums of one [BLOCK_M, BLOCK_K] tile of A (the rows of row
-    # block pid_m below M, columns k0 on, those below k_end), into row pid_m of the [row blocks,
-    # K] partials that the finishing kernel adds up
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+def a_column_sums(X, stride_am, stride_ak, row0, rows_end, k0, k_end, A_SUMS, pid_m, k_out, K,
+                  BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    # `a_col_sums=True`: the column sums of the tile of A's piece X (A itself, or one piece of a
+    # Concat) with rows row0.. below rows_end and columns k0.. below k_end, into row pid_m of the
+    # [row blocks, K] partials from column k_out on. The tile is read again through pointers
+    # (from L2: the K loop has just loaded it), so that the MMA's operand has no second reader
+    # (one changed how Triton pipelines the persistent kernel's loads, and its results).
+    # (in slices of 32 rows, beside the persistent kernel's 128 x 256 accumulator)
     cols = k0 + tl.arange(0, BLOCK_K)
-    sums = tl.sum(tl.where((rows < M)[:, None], a.to(tl.float32), 0.0), axis=0)
-    tl.store(A_SUMS + pid_m * K + cols, sums, mask=cols < k_end)
+    sums = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for r in tl.static_range(0, BLOCK_M, 32):
+        rows = row0 + r + tl.arange(0, 32)
+        tile = tl.load(X + rows[:, None] * stride_am + cols[None, :] * stride_ak,
+                       mask=(rows < rows_end)[:, None] & (cols < k_end)[None, :], other=0.0)
+        sums += tl.sum(tile.to(tl.float32), axis=0)
+    tl.store(A_SUMS + pid_m * K + k_out + tl.arange(0, BLOCK_K), sums, mask=cols < k_end)
 
 
 @triton.jit
@@ -146,10 +160,10 @@ def piece_descriptors(A, A1, A2, A3, starts, ends, M, K, stride_am, stride_ak,
 
 
 @triton.jit
-def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, M, K, A_SUMS, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_PIECES: tl.constexpr,
-                   A_CONCAT_K: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr, B_N_CONTIGUOUS: tl.constexpr,
-                   SUM_A: tl.constexpr):
+def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, M, K, a_pieces, stride_am, stride_ak,
+                   A_SUMS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr,
+                   B_N_CONTIGUOUS: tl.constexpr, SUM_A: tl.constexpr):
     # A @ B for one tile of a Concat A: along K one pipelined K loop per piece (past a piece's
     # end its descriptor reads zeros, so B's rows there add nothing); along M only the loop of
     # the tile's own piece runs (the others have no trips)
@@ -157,10 +171,10 @@ def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, M, K, A_SUMS, BL
     row0 = pid_m * BLOCK_M
     for i in tl.static_range(A_PIECES):
         if A_CONCAT_K:
-            row, k_first, k_end = row0, starts[i], ends[i]
+            row, rows_end, k_first, k_len = row0, M, starts[i], ends[i] - starts[i]
             k_blocks = tl.cdiv(ends[i] - starts[i], BLOCK_K)
         else:
-            row, k_first, k_end = row0 - starts[i], 0, K
+            row, rows_end, k_first, k_len = row0 - starts[i], ends[i] - starts[i], 0, K
             k_blocks = tl.where((row0 >= starts[i]) & (row0 < ends[i]), tl.cdiv(K, BLOCK_K), 0)
         for kb in range(k_blocks):
             if A_K_CONTIGUOUS:
@@ -173,7 +187,8 @@ def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, M, K, A_SUMS, BL
                 b = b_desc.load([pid_n * BLOCK_N, k_first + kb * BLOCK_K]).T
             if SUM_A:
                 if pid_n == 0:
-                    a_column_sums(a, A_SUMS, pid_m, k_first + kb * BLOCK_K, k_end, M, K, BLOCK_M, BLOCK_K)
+                    a_column_sums(a_pieces[i], stride_am, stride_ak, row, rows_end, kb * BLOCK_K, k_len,
+                                  A_SUMS, pid_m, k_first + kb * BLOCK_K, K, BLOCK_M, BLOCK_K)
             acc = tl.dot(a, b, acc)
     return acc
 '''
@@ -217,8 +232,9 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
     for tile_id in tl.range(tl.program_id(0), row_blocks * col_blocks, NUM_SMS, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
         if A_PIECES > 1:
-            acc = pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, M, K, A_SUMS, BLOCK_M, BLOCK_N,
-                                 BLOCK_K, A_PIECES, A_CONCAT_K, A_K_CONTIGUOUS, B_N_CONTIGUOUS, SUM_A)
+            acc = pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, M, K, (A, A1, A2, A3),
+                                 stride_am, stride_ak, A_SUMS, BLOCK_M, BLOCK_N, BLOCK_K, A_PIECES,
+                                 A_CONCAT_K, A_K_CONTIGUOUS, B_N_CONTIGUOUS, SUM_A)
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for kb in range(k_blocks):
@@ -232,7 +248,8 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
                     b = b_desc.load([pid_n * BLOCK_N, kb * BLOCK_K]).T
                 if SUM_A:
                     if pid_n == 0:
-                        a_column_sums(a, A_SUMS, pid_m, kb * BLOCK_K, K, M, K, BLOCK_M, BLOCK_K)
+                        a_column_sums(A, stride_am, stride_ak, pid_m * BLOCK_M, M, kb * BLOCK_K, K, A_SUMS,
+                                      pid_m, kb * BLOCK_K, K, BLOCK_M, BLOCK_K)
                 acc = tl.dot(a, b, acc)
         epilogue_tile += NUM_SMS
         pid_m, pid_n = tile_coords(epilogue_tile, row_blocks, col_blocks, GROUP_M)
