@@ -3,9 +3,11 @@
 #   git checkout a-col-sums && bash benchmarks/results/session35/next_session.sh
 # The 34th session's call 7 ran the branch at 3eb19ed: the ping-pong kernel's sums right but
 # GPT-2 at 521.6k tokens/s (-11%: the sums' reduction across the warpgroup's warps, through
-# shared memory and barriers, in the K loop), the persistent kernel's output wrong (its
-# flattened tile loop). Since then: sums warp by warp (no barriers, offline PTX: no bar.sync
-# added), no flattening when a launch sums. This call: the GPU tests of the affected ops, the
+# shared memory and barriers, in the K loop), the persistent kernel's output wrong (a second
+# reader of its TMA-loaded A tile). Since then: ping-pong sums warp by warp (offline PTX: no
+# bar.sync added), the Triton kernels' sums from a second read through pointers. Superseded by
+# benchmarks/results/session34/next_session.sh on main (this branch merged with fold-ln-sums);
+# this script is the same call for this branch alone. It runs: the GPU tests of the affected ops, the
 # three GEMMs timed with and without the sums, GPT-2 and BERT coda+graph (583.5k-586.9k and
 # 715.6k without the change, 34th calls 1, 3, 6).
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
