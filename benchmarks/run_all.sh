@@ -20,7 +20,9 @@
 # side by side on the host's cores and, once all are warm, are timed one at a time
 # (benchmarks/side_by_side.py). The training matrix leaves out the diagnostic mode eager+graph
 # (`python benchmarks/train.py` runs it); it has compile+graph since the thirty-fourth session,
-# which measured it 0.2-1.5% faster than torch.compile on all three models.
+# which measured it 0.2-1.5% faster than torch.compile on all three models (one more process
+# per model group, warming up beside the others; this script has not run with it yet: a stage
+# that runs out keeps the rows it measured).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # CODA takes its heuristic kernel configurations (autotuning every shape would not fit the budget)

@@ -26,6 +26,9 @@ ADD_PARTIAL = compile_program("EPILOGUE add_partial(partial: tile) { output = in
 SUMS = compile_program("EPILOGUE sums() { output = input; rows = row_sum(input); cols = col_sum(input); }")
 # Each row times a number (the row operand c).
 SCALE_ROWS = compile_program("EPILOGUE scale_rows(c: row) { output = input * c; }")
+#: The DSL function that rounds a float32 value as storing it in a 16-bit dtype does (none for
+#: float32 and float64: their stores keep what the epilogue computed).
+ROUNDING: dict[torch.dtype, str] = {torch.bfloat16: "round_bf16", torch.float16: "round_fp16"}
 #: stats= of out_proj_residual and mlp -> the row sums of the output their epilogue stores
 STATS: dict[str | None, list[str]] = {None: [], "rms": ["ss"], "layer": ["ss", "s"]}
 

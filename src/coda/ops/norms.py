@@ -26,8 +26,8 @@ layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq):
   |mean| >> std), 0 for `rowsum` / `sumsq` given by the producer (raw sums: see docs/ops/norms.md);
   as for RMSNorm, given sums are not differentiated: the backward differentiates mean(x), rstd(x).
   forward   s, ss         = LN_STATS.map(x)            (only without rowsum / sumsq)
-            W', cv        = FOLD_LN.map(w): W' = w * g, cv = row_sum(w * beta)
-            u             = SUMS.map(W'): row_sum       Σ_k of the *rounded* W' the GEMM reads
+            W', cv, u     = FOLD_LN.map(w): W' = w * g, cv = row_sum(w * beta),
+                            u = row_sum(W' rounded to w's dtype): Σ_k of the W' the GEMM reads
             y             = LN_LINEAR  GEMM x @ W'.T; epilogue: rstd (input − mean u) + cv + bias
   backward  (dxhat = dy @ W', xhat = (x − mean) rstd)
             dxhat, a, b   = LN_DXHAT  GEMM dy @ w; epilogue: * g, a = row_sum(dxhat),
@@ -66,9 +66,9 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from . import checks
 from .common import (
+    ROUNDING,
     SCALE_ROWS,
     STATS,
-    SUMS,
     as_rows,
     check_split,
     column_sum,
@@ -96,8 +96,12 @@ RMS_STATS = compile_program("EPILOGUE rms_stats() { output = input; ss = row_sum
 LN_STATS = compile_program("EPILOGUE ln_stats(shift: row) {"
                            " d = input - shift; output = d; s = row_sum(d); ss = row_sum(d * d); }")
 FOLD = compile_program("EPILOGUE fold(g: col) { output = input * g; }")
-FOLD_LN = compile_program("EPILOGUE fold_ln(g: col, beta: col) {"
-                          " output = input * g; cv = row_sum(input * beta); }")
+# W' = w * g, cv = Σ_k w beta, and u = Σ_k of W' as stored (rounded to its dtype: ROUNDING), the
+# values the forward GEMM reads: one map for the LayerNorm fold, keyed by that rounding
+FOLD_LN = {rounding: compile_program(
+    "EPILOGUE fold_ln(g: col, beta: col) { output = input * g; cv = row_sum(input * beta);"
+    f" u = row_sum({f'{rounding}(output)' if rounding else 'output'}); }}")
+    for rounding in (None, *ROUNDING.values())}
 
 # -- forward GEMMs: x @ W'.T, the norm applied per row in the epilogue --------------------------
 RMS_LINEAR = {bias: compile_program(
@@ -241,7 +245,7 @@ def rms_norm_linear_grads(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, w:
 
 
 class LayerNormLinearFunction(torch.autograd.Function):
-    """rstd ⊙_row (x @ W'.T − mean ⊗ u) + cv: 3 CODA kernels forward (4 without rowsum/sumsq),
+    """rstd ⊙_row (x @ W'.T − mean ⊗ u) + cv: 2 CODA kernels forward (3 without rowsum/sumsq),
     4 backward. With `split` (column widths) the output is returned in column blocks, and the
     backward GEMMs read the blocks' gradients in place (common.joined_grad)."""
 
@@ -258,9 +262,8 @@ class LayerNormLinearFunction(torch.autograd.Function):
             s, ss = stats["s"], stats["ss"]
         else:
             s, ss = rowsum.reshape(-1), sumsq.reshape(-1)
-        fold = FOLD_LN.map(w, g=g, beta=beta)
-        folded = fold["output"]
-        u = SUMS.map(folded, outputs=["rows"])["rows"]   # Σ_k of the rounded W' the GEMM reads
+        fold = FOLD_LN[ROUNDING.get(w.dtype)].map(w, g=g, beta=beta)
+        folded, u = fold["output"], fold["u"]
         row = dict(shift=shift, s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=eps)
         prog = LN_LINEAR[bias is not None]
         y = prog(rows, folded.T, **row, u=u, cv=fold["cv"], **present(bias=bias))["output"]
