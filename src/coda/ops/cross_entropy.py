@@ -482,8 +482,7 @@ class Blocks:
         lse, redo = exp_headroom(reference, outs["se"], alpha, limit)
         # the block again from c = lse (the general forward's) if a row's lse left the headroom
         # (m_limit = redo: no rows when none did)
-        again = forward_program(False, False, False, self.rounding)(a, w.T, outputs=["lse"], m_limit=redo,
-                                                                    **place)["lse"]
+        again = forward_program(*self.variant)(a, w.T, outputs=["lse"], m_limit=redo, **place)["lse"]
         exp_forward(a, w.T, out=out, outputs=["output"], m_limit=redo, c=again, **place)
         lse, scale = exp_patch(reference, lse, again, redo, outs["t"], target, alpha, out)
         return dict(output=out, lse=lse, t=outs["t"], scale=scale)
