@@ -91,6 +91,14 @@ def test_an_a_in_pieces_along_k_takes_the_pingpong_kernel_at_any_k():
     assert tuning.heuristic("hopper", *ln_dxhat, pingpong=False, pieces_along_k=True).pingpong is False
 
 
+def test_a_launch_that_sums_a_takes_the_pingpong_kernel_at_any_k():
+    """BERT's q/k/v dx with its bias gradient (`a_col_sums=True`, K = 2304): the Triton kernel
+    would read A's tiles twice."""
+    qkv_dx = (16384, 768, 2304)
+    assert tuning.heuristic("hopper", *qkv_dx, sums_a=True).mainloop("hopper") == "pingpong"
+    assert tuning.heuristic("hopper", *qkv_dx, pingpong=False, sums_a=True).pingpong is False
+
+
 def test_the_hopper_heuristic_weighs_the_last_wave():
     """128x256 tiles where there are enough and their waves are full; 128x128 where those fill
     the persistent kernel's last wave much better (192 wide tiles: 2 waves of 132, 73% full)."""

@@ -1,5 +1,5 @@
-"""Branch a-col-sums: the three GPT-2 GEMMs that take a bias gradient with `a_col_sums=True`,
-each with and without the sums, beside the column-sum map they replace (and, for the
+"""Branch a-col-sums: BERT's q/k/v dx and the three GPT-2 GEMMs that take a bias gradient with
+`a_col_sums=True`, each with and without the sums, beside the column-sum map they replace (and, for the
 out-projection's dx, cuBLAS's GEMM it replaces), µs from CUDA graphs, alternated twice.
 
     PYTHONPATH=$PWD/src CODA_AUTOTUNE=0 python benchmarks/results/session35/a_col_sums_probe.py
@@ -35,7 +35,11 @@ row = dict(shift=torch.zeros(T, device="cuda"), s=xin.float().sum(1), ss=(xin.fl
            inv_n=1.0 / C, eps=1e-5)
 gelu_grad = backward_program("gelu", False, True)
 cat = coda.Concat(dqkv, 1)
+dqkv_flat = randn(T, 3 * C)
 cases = {
+    "BERT q/k/v dx: cuBLAS + column-sum map": lambda: (dqkv_flat @ w_attn, column_sum(dqkv_flat, BF16)),
+    "BERT q/k/v dx: CODA, no sums": lambda: PLAIN(dqkv_flat, w_attn),
+    "BERT q/k/v dx: CODA, a_col_sums": lambda: PLAIN(dqkv_flat, w_attn, a_col_sums=True),
     "out-projection dx: cuBLAS + column-sum map": lambda: (dy @ w_out, column_sum(dy, BF16)),
     "out-projection dx: CODA, no sums": lambda: PLAIN(dy, w_out),
     "out-projection dx: CODA, a_col_sums": lambda: PLAIN(dy, w_out, a_col_sums=True),

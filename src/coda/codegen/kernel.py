@@ -137,7 +137,8 @@ class TritonProgram:
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
                 config = tuning.heuristic(kernel.variant, m, n, k, self.pingpong, self.packs,
                                           launch.m_limit is not None,
-                                          launch.concat is not None and launch.concat.dim == 1)
+                                          launch.concat is not None and launch.concat.dim == 1,
+                                          any(spec.name == A_COL_SUMS for spec in launch.outputs))
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))
