@@ -172,16 +172,16 @@ def test_every_map_tile_gives_the_reference_results(tile):
         torch.testing.assert_close(t.double(), want[name], rtol=1e-5, atol=1e-4, msg=name)
 
 
-def test_a_limited_launch_is_tuned_apart():
-    """A launch under m_limit / k_limit ran on fewer rows (or less depth) than its shape says:
-    its tuned configuration is kept under a key of its own."""
+def test_limited_and_summing_launches_are_tuned_apart():
+    """A launch under m_limit / k_limit ran on fewer rows (or less depth) than its shape says,
+    one with `a_col_sums` reads more: each keeps its configuration under a key of its own."""
     from coda.codegen.kernel import _layout
 
     prog = coda.compile("EPILOGUE p() { output = input; }")
     a, b = torch.randn(64, 32), torch.randn(32, 16)
-    keys = {_layout(prog.bind(a, b, **limits)) for limits in (
-        {}, {"m_limit": torch.tensor([8])}, {"k_limit": torch.tensor([8])})}
-    assert len(keys) == 3
+    keys = {_layout(prog.bind(a, b, **options)) for options in (
+        {}, {"m_limit": torch.tensor([8])}, {"k_limit": torch.tensor([8])}, {"a_col_sums": True})}
+    assert len(keys) == 4
 
 
 def test_a_map_over_a_wide_ragged_row_takes_wide_tiles():

@@ -138,7 +138,7 @@ class TritonProgram:
                 config = tuning.heuristic(kernel.variant, m, n, k, self.pingpong, self.packs,
                                           launch.m_limit is not None,
                                           launch.concat is not None and launch.concat.dim == 1,
-                                          any(spec.name == A_COL_SUMS for spec in launch.outputs))
+                                          _sums_a(launch))
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))
@@ -467,13 +467,19 @@ def _check_dtypes(launch: Launch) -> None:
 
 def _layout(launch: Launch) -> str:
     """What a tuned configuration depends on besides dtype and shape: the operands' layouts, a
-    Concat's pieces, and limits (a launch under `m_limit` is tuned on the rows it ran with, which
-    says little about the same shape without one)."""
+    Concat's pieces, limits (a launch under `m_limit` is tuned on the rows it ran with, which
+    says little about the same shape without one) and A's column sums (which the Triton kernel
+    takes from a second read of A: a configuration chosen without them is no guide)."""
     b_layout = "-" if launch.b is None else int(launch.b.stride(1) == 1)
     pieces = f"{len(launch.a_pieces)}{'mk'[launch.concat.dim]}" if launch.concat else ""
     limits = "".join(axis for axis, limit in (("m", launch.m_limit), ("k", launch.k_limit))
                      if limit is not None)
-    return f"a{int(launch.a.stride(1) == 1)}{pieces}b{b_layout}" + (f"-limit{limits}" if limits else "")
+    suffix = (f"-limit{limits}" if limits else "") + ("-sums" if _sums_a(launch) else "")
+    return f"a{int(launch.a.stride(1) == 1)}{pieces}b{b_layout}{suffix}"
+
+
+def _sums_a(launch: Launch) -> bool:
+    return any(spec.name == A_COL_SUMS for spec in launch.outputs)
 
 
 def _readable_pieces(launch: Launch, config: Config) -> bool:
@@ -484,8 +490,7 @@ def _readable_pieces(launch: Launch, config: Config) -> bool:
     pieces, concat = launch.a_pieces, launch.concat
     if any(p.stride() != pieces[0].stride() for p in pieces):
         return False
-    if concat is not None and concat.dim == 1 and config.pingpong and any(
-            spec.name == A_COL_SUMS for spec in launch.outputs):
+    if concat is not None and concat.dim == 1 and config.pingpong and _sums_a(launch):
         # the ping-pong kernel's column sums of A take K block kb to be A's columns from
         # kb * BLOCK_K: pieces along K in whole K blocks
         return all(p.shape[1] % config.block_k == 0 for p in pieces[:-1])
