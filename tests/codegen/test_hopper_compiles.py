@@ -54,7 +54,10 @@ SPILL_LIMIT = 0
 #: ...but in these programs' (bytes a thread, measured with Triton 3.6): the exponential path's
 #: forward spilled 32 with its logits unrounded, as GPT-2 ran it at 595k tokens/s (thirty-second
 #: session), 24 rounded.
-SPILLS_MEASURED = {"ce_forward_exp_rounded": 24}
+SPILLS_MEASURED = {"ce_forward_exp_rounded": 24,
+                   # LayerNorm's dxhat GEMM summing its A's columns (GPT-2's q/k/v bias gradient):
+                   # 8 in the ping-pong kernel (GPT-2's), 16 in the persistent one
+                   "a_sums_concat_k_ln_dxhat": 16}
 #: Shared memory of an H100/H200 block (bytes): a default that needs more cannot launch.
 SHARED_LIMIT = 232448
 
@@ -118,7 +121,8 @@ def compile_all() -> dict[str, dict]:
 def compile_concats(kernel_module, config) -> dict[str, dict]:
     """The ping-pong kernel reading A in three pieces (a coda.Concat, GPT-2's q/k/v gradients):
     along K (LayerNorm's dxhat GEMM: a tile operand and row sums too) and along M (a weight
-    gradient's GEMM)."""
+    gradient's GEMM); and A's column sums (`a_col_sums=True`) in both Hopper kernels, from A
+    as one tensor (K contiguous, or transposed) and from the pieces along K."""
     import torch
 
     import coda
@@ -131,12 +135,22 @@ def compile_concats(kernel_module, config) -> dict[str, dict]:
     launches = {"concat_k_ln_dxhat": LN_DXHAT.bind(cat, torch.empty(3 * c, c, dtype=bf16), **row,
                                                    g=torch.empty(c, dtype=bf16),
                                                    xin=torch.empty(m, c, dtype=bf16)),
-                "concat_m_plain": PLAIN.bind(cat.T, torch.empty(m, c, dtype=bf16))}
+                "concat_m_plain": PLAIN.bind(cat.T, torch.empty(m, c, dtype=bf16)),
+                "a_sums_concat_k_ln_dxhat": LN_DXHAT.bind(cat, torch.empty(3 * c, c, dtype=bf16), **row,
+                                                          g=torch.empty(c, dtype=bf16),
+                                                          xin=torch.empty(m, c, dtype=bf16), a_col_sums=True),
+                "a_sums_plain": PLAIN.bind(torch.empty(m, c, dtype=bf16), torch.empty(4 * c, c, dtype=bf16).T,
+                                           a_col_sums=True),
+                "a_sums_transposed": PLAIN.bind(torch.empty(c, m, dtype=bf16).T,
+                                                torch.empty(4 * c, c, dtype=bf16).T, a_col_sums=True)}
     results = {}
     for name, launch in launches.items():
-        built = launch.program.triton._build(kernel_module._signature(launch, "pingpong"), "pingpong")
-        results[f"{name}/pingpong"] = compile_sm90(kernel_module, built, config, launch) | dict(
-            staged=sorted(set(re.findall(r"(op_\w+)_desc = ", built.source))))
+        for variant in ("pingpong", "hopper") if name.startswith("a_sums") else ("pingpong",):
+            built = launch.program.triton._build(kernel_module._signature(launch, variant), variant)
+            results[f"{name}/{variant}"] = compile_sm90(
+                kernel_module, built, config if variant == "pingpong" else
+                kernel_module.tuning.heuristic("hopper", m, 4 * c, 4096), launch) | dict(
+                staged=sorted(set(re.findall(r"(op_\w+)_desc = ", built.source))))
     return results
 
 
@@ -225,11 +239,15 @@ def test_hopper_kernels_compile_for_sm90():
                             | {f"heavy/{kind}split{s}" for s in SPLITS for kind in ("", "pingpong_")}
                             | {"heavy/pingpong_loads_split8", "heavy/pingpong_register_stores",
                                "concat_k_ln_dxhat/pingpong",
-                               "concat_m_plain/pingpong"})
+                               "concat_m_plain/pingpong"}
+                            | {f"a_sums_{a}/{v}" for a in ("concat_k_ln_dxhat", "plain", "transposed")
+                               for v in ("pingpong", "hopper")})
     for key, found in results.items():
-        if key.startswith("concat"):   # the ping-pong kernel's loader reads the pieces
-            assert found["warp_specialized"] and found["wgmma"] > 0 and found["tma"] > 0, key
-            assert found["spilled"] <= SPILL_LIMIT and found["shared"] <= SHARED_LIMIT, (key, found)
+        if key.startswith(("concat", "a_sums")):   # the ping-pong kernel's loader reads the pieces
+            assert found["warp_specialized"] == key.endswith("pingpong"), key
+            assert found["wgmma"] > 0 and found["tma"] > 0, key
+            spills = SPILLS_MEASURED.get(key.split("/")[0], SPILL_LIMIT)
+            assert found["spilled"] <= spills and found["shared"] <= SHARED_LIMIT, (key, found)
             continue
         assert found["wgmma"] > 0, key   # the tensor-core path of sm_90
         assert found["tma"] > 0, key     # TMA loads of A and B

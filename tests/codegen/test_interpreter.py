@@ -281,3 +281,37 @@ def test_outputs_selects_what_is_written():
         prog(a, b, target=target, outputs="lse")   # a name, not a list of names
     with pytest.raises(coda.LaunchError, match="must include 'output'"):
         coda.compile("output += input; s = row_sum(input);")(a, b, out=torch.zeros(m, n), outputs=["s"])
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_col_sums_from_the_k_loop(shape, dtype):
+    """`a_col_sums=True`: the tiles of the first column block sum A's columns as the K loop
+    loads them (rows past M and K masked), finished with the epilogue's own column sums."""
+    m, n, k = shape
+    prog = coda.compile("EPILOGUE(pre: tile) { output = input * pre; db = col_sum(output); }")
+    a, b = oracle.launch_inputs(m, n, k, seed=3, dtype=dtype)
+    pre = oracle.random_values((m, n), "real", torch.Generator().manual_seed(4), dtype)
+    out = prog(a, b, backend="triton", pre=pre, a_col_sums=True)
+    assert rel(out["a_col_sums"], oracle.np64(a).sum(0)) < 1e-6
+    plain = prog(a, b, backend="triton", pre=pre)
+    assert torch.equal(out["output"], plain["output"]) and torch.equal(out["db"], plain["db"])
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_a_col_sums_of_a_concat_and_a_transposed_a(dim):
+    """Pieces along K (each piece's columns in their place) and along M (every piece's rows),
+    and an A given transposed, stored as float16 (dtypes=), and under m_limit."""
+    g = torch.Generator().manual_seed(5)
+    pieces = ((torch.randn(70, 40, generator=g), torch.randn(70, 24, generator=g)) if dim == 1
+              else (torch.randn(64, 40, generator=g), torch.randn(30, 40, generator=g)))
+    joined = torch.cat(pieces, dim)
+    b = torch.randn(joined.shape[1], 50, generator=g)
+    prog = coda.compile("output = input;")
+    out = prog(coda.Concat(pieces, dim), b, backend="triton", a_col_sums=True)
+    assert rel(out["a_col_sums"], oracle.np64(joined).sum(0)) < 1e-6
+    a = joined.T.contiguous().T   # K contiguous no more: the transposed layout
+    out = prog(a, b, backend="triton", a_col_sums=True, dtypes={"a_col_sums": torch.float16},
+               m_limit=torch.tensor([33]))
+    assert out["a_col_sums"].dtype == torch.float16
+    assert rel(out["a_col_sums"], oracle.np64(joined[:33]).sum(0)) < 1e-3

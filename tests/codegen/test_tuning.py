@@ -91,6 +91,14 @@ def test_an_a_in_pieces_along_k_takes_the_pingpong_kernel_at_any_k():
     assert tuning.heuristic("hopper", *ln_dxhat, pingpong=False, pieces_along_k=True).pingpong is False
 
 
+def test_a_launch_that_sums_a_takes_the_pingpong_kernel_at_any_k():
+    """BERT's q/k/v dx with its bias gradient (`a_col_sums=True`, K = 2304): the Triton kernel
+    would read A's tiles twice."""
+    qkv_dx = (16384, 768, 2304)
+    assert tuning.heuristic("hopper", *qkv_dx, sums_a=True).mainloop("hopper") == "pingpong"
+    assert tuning.heuristic("hopper", *qkv_dx, pingpong=False, sums_a=True).pingpong is False
+
+
 def test_the_hopper_heuristic_weighs_the_last_wave():
     """128x256 tiles where there are enough and their waves are full; 128x128 where those fill
     the persistent kernel's last wave much better (192 wide tiles: 2 waves of 132, 73% full)."""
@@ -164,16 +172,16 @@ def test_every_map_tile_gives_the_reference_results(tile):
         torch.testing.assert_close(t.double(), want[name], rtol=1e-5, atol=1e-4, msg=name)
 
 
-def test_a_limited_launch_is_tuned_apart():
-    """A launch under m_limit / k_limit ran on fewer rows (or less depth) than its shape says:
-    its tuned configuration is kept under a key of its own."""
+def test_limited_and_summing_launches_are_tuned_apart():
+    """A launch under m_limit / k_limit ran on fewer rows (or less depth) than its shape says,
+    one with `a_col_sums` reads more: each keeps its configuration under a key of its own."""
     from coda.codegen.kernel import _layout
 
     prog = coda.compile("EPILOGUE p() { output = input; }")
     a, b = torch.randn(64, 32), torch.randn(32, 16)
-    keys = {_layout(prog.bind(a, b, **limits)) for limits in (
-        {}, {"m_limit": torch.tensor([8])}, {"k_limit": torch.tensor([8])})}
-    assert len(keys) == 3
+    keys = {_layout(prog.bind(a, b, **options)) for options in (
+        {}, {"m_limit": torch.tensor([8])}, {"k_limit": torch.tensor([8])}, {"a_col_sums": True})}
+    assert len(keys) == 4
 
 
 def test_a_map_over_a_wide_ragged_row_takes_wide_tiles():

@@ -109,3 +109,36 @@ def test_split_projections_bf16():
     names = ["q", "k", "v", "dx", "dg", "dbeta", "dw", "db"]
     for name, got, want, truth in zip(names, fused, ref, exact, strict=True):
         assert_within_eager(f"layer_norm_linear split {name}", got, want, truth)
+
+
+#: every mainloop that sums A's columns: the portable Triton kernel, the persistent one, the
+#: ping-pong one
+SUM_MAINLOOPS = MAINLOOPS | {"portable": Config(128, 128, 64, 4, 3),
+                             "hopper": Config(128, 256, 64, 8, 3, split_epilogue=2)}
+
+
+@pytest.mark.parametrize("mainloop", SUM_MAINLOOPS)
+@pytest.mark.parametrize("case", ["one tensor", "transposed", "concat along K", "concat along M"])
+def test_a_col_sums_bf16(case, mainloop):
+    """`a_col_sums=True` (a bias gradient from the dx GEMM's K loop) at GPT-2's out-projection
+    shape (M = 15999 or 16999: a ragged last row block; along M a first piece of 125 whole ones),
+    against float64 of the same bf16 A; eager PyTorch's bf16 column sum is the yardstick
+    (tests/gpu/accuracy.py); the GEMM's output is the launch's without the sums (the ping-pong
+    kernel's bit for bit, the Triton kernels' within eager's error)."""
+    tokens, width = 16000, 768
+    pieces = [randn(tokens, width, seed=60 + i) for i in range(3)]
+    a = {"one tensor": pieces[0][:15999], "transposed": pieces[0][:15999].T.contiguous().T,
+         "concat along K": coda.Concat(pieces, 1),
+         "concat along M": coda.Concat((pieces[0], pieces[1][:999]), 0)}[case]
+    whole = a.materialize() if isinstance(a, coda.Concat) else a
+    b = randn(whole.shape[1], 1024, seed=70) * whole.shape[1] ** -0.5
+    plain = PLAIN.triton.launch(PLAIN.bind(a, b), SUM_MAINLOOPS[mainloop])["output"]
+    got = PLAIN.triton.launch(PLAIN.bind(a, b, a_col_sums=True, dtypes={"a_col_sums": BF16}),
+                              SUM_MAINLOOPS[mainloop])
+    if mainloop in ("heuristic", "pingpong"):   # the sums leave the ping-pong kernel's MMAs alone
+        assert torch.equal(got["output"], plain)
+    else:   # a second reader of the A tile may change the MMA instruction Triton picks
+        assert_within_eager(f"a_col_sums {case} {mainloop}: output", got["output"], whole @ b,
+                            whole.double() @ b.double())
+    assert_within_eager(f"a_col_sums {case} {mainloop}", got["a_col_sums"], whole.sum(0),
+                        whole.double().sum(0))

@@ -367,6 +367,20 @@ def test_layer_norm_statistics_with_a_large_mean():
                    1e-4)
 
 
+def test_layer_norm_fold_sums_the_weights_as_the_gemm_reads_them():
+    """float16 weights and a mean of 100 (interpreter): the forward GEMM reads W' = w * g rounded
+    to float16, and u = Σ_k W' must sum those rounded values (FOLD_LN's round_fp16), or mean * u
+    leaves about 2^-11 |mean| / std of error (docs/ops.md); held to twice eager float16's error
+    against float64 of the same inputs."""
+    x, g, beta, w = make((64, 96), (96,), (96,), (48, 96), dtype=F32, seed=14)
+    x, g, beta, w = (t.detach().half() for t in (x + 100.0, g, beta, w / 96**0.5))
+    want = ref_ln(*upcast([x, g, beta, w]))
+    eager = torch.nn.functional.layer_norm(x, (96,), g, beta, 1e-5) @ w.T
+    got = layer_norm_linear(x, g, beta, w)
+    assert got.dtype == torch.float16
+    assert rel(got, want) <= 2 * rel(eager, want)
+
+
 # errors -------------------------------------------------------------------------------------------
 def test_errors_name_the_argument():
     x, g, w, b, r = (t.detach() for t in make((4, 8), (8,), (6, 8), (6,), (4, 6), seed=13))

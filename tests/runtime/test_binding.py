@@ -248,6 +248,41 @@ def test_dtypes_store_each_output_rounded_once():
     assert torch.equal(outs["c"], plain["c"])
 
 
+@pytest.mark.parametrize(("options", "fragment"), [
+    (dict(a_col_sums=1), "a_col_sums= must be True or False, got 1"),
+    (dict(a_col_sums=True, k_limit=torch.tensor([2])), "a_col_sums= and k_limit= cannot be combined"),
+    (dict(a_col_sums=True, outputs=["output", "a_col_sums"]), "asked for by a_col_sums=True, not by name"),
+    (dict(outputs=["a_col_sums"]), "'a_col_sums' is not an output of the program"),
+    (dict(dtypes={"a_col_sums": torch.float16}), "'a_col_sums' is not an output of the program")])
+def test_bad_a_col_sums(options, fragment):
+    prog = coda.compile("output = input;")
+    a, b = _ab()
+    assert fragment in _launch_error(prog, a, b, **options)
+
+
+def test_a_col_sums_are_a_gemms_only():
+    """(`Program.map` has no such option: there it would be an unknown operand.)"""
+    prog = coda.compile("output = input;")
+    with pytest.raises(coda.LaunchError, match="a_col_sums= sums the columns of a GEMM's A: a map has none"):
+        prog.bind(_ab()[0], None, a_col_sums=True)
+
+
+def test_a_col_sums_of_the_reference_backend():
+    """The sums of A's columns over its rows (under m_limit, the rows before it), in float32 or
+    what dtypes= names; the epilogue's outputs are those of the launch without them."""
+    prog = coda.compile("output = input * 2.0; c = col_sum(input);")
+    a, b = _ab(m=7, n=5, k=4, dtype=torch.float32)
+    outs = prog.reference(a, b, a_col_sums=True)
+    assert outs["a_col_sums"].shape == (4,) and outs["a_col_sums"].dtype == torch.float32
+    torch.testing.assert_close(outs["a_col_sums"], a.sum(0))
+    plain = prog.reference(a, b)
+    assert torch.equal(outs["output"], plain["output"]) and torch.equal(outs["c"], plain["c"])
+    limited = prog.reference(a, b, a_col_sums=True, m_limit=torch.tensor([3]),
+                             dtypes={"a_col_sums": torch.float16})
+    assert limited["a_col_sums"].dtype == torch.float16
+    torch.testing.assert_close(limited["a_col_sums"], a[:3].sum(0).half())
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, "float32", torch.bool])
 def test_bad_out_dtype(dtype):
     prog = coda.compile("output = input;")

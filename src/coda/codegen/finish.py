@@ -13,11 +13,13 @@ on the H200 (measured).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import triton
 
 from ..passes.widths import HALF
+from ..runtime.binding import A_COL_SUMS
 
 if TYPE_CHECKING:
     from ..runtime.program import Program
@@ -42,11 +44,16 @@ def _written(program: Program, sig: Signature) -> list:
     return [o for o in program.ir.outputs if o.reduction is not None and o.name in sig.outputs]
 
 
+#: `a_col_sums=True`'s sums, merged as a column sum of K columns: [row blocks, K] partials
+A_SUMS = SimpleNamespace(name=A_COL_SUMS, reduction="col_sum")
+
+
 def _params(program: Program, sig: Signature) -> list[str]:
     """The finishing kernel's buffer parameters, in the order the launcher passes them: each
-    reduction's partials (two buffers for a log-sum-exp) and then its result."""
+    reduction's partials (two buffers for a log-sum-exp) and then its result; A's column sums
+    last."""
     params = []
-    for out in _written(program, sig):
+    for out in _written(program, sig) + [A_SUMS] * (A_COL_SUMS in sig.outputs):
         partials = ([f"red_{out.name}_max", f"red_{out.name}_sum"] if out.reduction == "row_logsumexp"
                     else [f"red_{out.name}_ptr"])
         params += [*partials, f"fin_{out.name}_ptr"]
@@ -54,15 +61,18 @@ def _params(program: Program, sig: Signature) -> list[str]:
 
 
 def generate_finish(program: Program, sig: Signature) -> str:
-    """The source of `finish(M, N, row_parts, col_parts, M_LIMIT, ..., ROW_P, ROW_BLOCK, COL_P,
+    """The source of `finish(M, N, K, row_parts, col_parts, M_LIMIT, ..., ROW_P, ROW_BLOCK, COL_P,
     COL_BLOCK, LIMIT_M, TILE_M)`:
     ROW_P partials of ROW_BLOCK rows a step for the row reductions, COL_P of COL_BLOCK columns for
-    the column ones (`merge_tile`), "" when the launch writes no reduction."""
+    the column ones and A's column sums (`merge_tile`), "" when the launch writes no reduction."""
     by_axis = {axis: [o for o in _written(program, sig) if o.axis == axis] for axis in ("row", "col")}
-    if not any(by_axis.values()):
+    a_sums = A_COL_SUMS in sig.outputs
+    if not any(by_axis.values()) and not a_sums:
         return ""
     lines = [line for axis, outs in by_axis.items() if outs for line in _merge(program, axis, outs)]
-    params = ", ".join(["M", "N", "row_parts", "col_parts", "M_LIMIT", *_params(program, sig),
+    if a_sums:
+        lines += _merge(program, "col", [A_SUMS], size="K")
+    params = ", ".join(["M", "N", "K", "row_parts", "col_parts", "M_LIMIT", *_params(program, sig),
                         *(f"{c}: tl.constexpr" for c in ("ROW_P", "ROW_BLOCK", "COL_P", "COL_BLOCK",
                                                          "LIMIT_M", "TILE_M"))])
     # under a limit on M (`m_limit=`) the kernel ran as if M were the limit: its rows and its
@@ -73,13 +83,14 @@ def generate_finish(program: Program, sig: Signature) -> str:
     return f"\n@triton.jit\ndef finish({params}):\n    pid = tl.program_id(0)\n{body}\n"
 
 
-def _merge(program: Program, axis: str, outs: list) -> list[str]:
-    """Lines merging the partials of every `axis` reduction in one loop over the partials."""
+def _merge(program: Program, axis: str, outs: list, size: str | None = None) -> list[str]:
+    """Lines merging the partials of every `axis` reduction in one loop over the partials, each
+    `size` long (default: M for rows, N or N/2 for columns)."""
     p, block, parts = ("ROW_P", "ROW_BLOCK", "row_parts") if axis == "row" else ("COL_P", "COL_BLOCK",
                                                                                     "col_parts")
-    sizes = {o.name: "M" if axis == "row" else
-             ("(N // 2)" if program.widths.outputs[o.name] == HALF else "N") for o in outs}
-    lines = [f"if pid * {block} < {'M' if axis == 'row' else 'N'}:",
+    sizes = {o.name: size or ("M" if axis == "row" else
+             ("(N // 2)" if program.widths.outputs[o.name] == HALF else "N")) for o in outs}
+    lines = [f"if pid * {block} < {size or ('M' if axis == 'row' else 'N')}:",
              f"    {axis}s = pid * {block} + tl.arange(0, {block})"]
     fills = {o.name: "0.0" if o.reduction.endswith("_sum") else "float('-inf')" for o in outs}
     for o in outs:

@@ -26,7 +26,7 @@ from triton.runtime.errors import OutOfResources
 from ..errors import LaunchError
 from ..ir import format_epilogue
 from ..passes.widths import DOUBLE
-from ..runtime.binding import MAX_PIECES, Concat, Launch
+from ..runtime.binding import A_COL_SUMS, MAX_PIECES, Concat, Launch
 from ..runtime.program import Program, interpreter_enabled
 from . import tuning
 from .epilogue import (
@@ -137,7 +137,8 @@ class TritonProgram:
             if os.environ.get("CODA_AUTOTUNE", "1") == "0":
                 config = tuning.heuristic(kernel.variant, m, n, k, self.pingpong, self.packs,
                                           launch.m_limit is not None,
-                                          launch.concat is not None and launch.concat.dim == 1)
+                                          launch.concat is not None and launch.concat.dim == 1,
+                                          _sums_a(launch))
             else:
                 key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
                                          *bucket)))
@@ -200,7 +201,9 @@ class Plan:
         self.kernel, self.config = kernel, config
         defaults = {p.name: p.default for p in launch.program.ir.params.values()}
         self.operands = [(name, kind, defaults[name]) for name, kind in launch.kinds.items()]
-        self.outputs = launch.outputs
+        # `a_col_sums=True`: the K loop's partial sums of A's columns go in their own argument
+        self.outputs = tuple(spec for spec in launch.outputs if spec.name != A_COL_SUMS)
+        self.a_col_sums = next((spec for spec in launch.outputs if spec.name == A_COL_SUMS), None)
         if kernel.variant == "map":
             self.sizes = (m, n, a.stride(0), a.stride(1))
         else:
@@ -232,16 +235,22 @@ class Plan:
         self.meta |= dict(LIMIT_M=self.limited[0]) if kernel.variant == "map" else dict(
             LIMIT_M=self.limited[0], LIMIT_K=self.limited[1])
         self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=concat_k)
-        if len(pieces) > 1 and kernel.variant == "hopper":
-            self.meta["FLATTEN"] = False   # pieces_product's loops are no plain nest
+        if kernel.variant != "map":
+            self.meta["SUM_A"] = self.a_col_sums is not None
+        if kernel.variant == "hopper" and (len(pieces) > 1 or self.a_col_sums is not None):
+            # pieces_product's loops are no plain nest, and the column sums of A put an `if`
+            # in the K loop: neither can be flattened
+            self.meta["FLATTEN"] = False
         names = kernel.fn.arg_names
         self.constexprs = [self.meta[name] for name in names if name in self.meta]
         self.launcher = None
         self.compiled = None   # Triton's CompiledKernel after the first run (n_regs, n_spills, asm)
         reductions = [spec for spec in launch.outputs if spec.reduction is not None]
-        axes = {spec.reduction[:3] for spec in reductions}
-        self.finisher = _Finisher(kernel.finish, m, n, self.partial_rows, axes, self.limited[0],
-                                  config.block_m) if axes else None
+        axes = {spec.reduction[:3] for spec in reductions if spec is not self.a_col_sums}
+        if self.a_col_sums is not None:
+            axes.add("a")
+        self.finisher = _Finisher(kernel.finish, m, n, launch.k, self.partial_rows, axes,
+                                  self.limited[0], config.block_m) if axes else None
         # float32 partials of each reduction: [tiles along the reduced axis, its length], two
         # (max and sum) for a log-sum-exp
         self.partial_shapes = {spec.name: [(self.partial_rows[spec.reduction[:3]], spec.shape[0])]
@@ -257,10 +266,12 @@ class Plan:
             pieces = (a.materialize(),) if self.join_pieces else a.pieces
         a = pieces[0]
         m_limit, k_limit = (a if limit is None else limit for limit in limits)
+        device = a.device
+        partials = self._partials(device)
+        a_sums = a if self.a_col_sums is None else partials[A_COL_SUMS][0]
         args = [a, *(() if b is None else (b,)), *self.sizes, *pieces[1:],
                 *(a,) * (MAX_PIECES - len(pieces)), *self.cuts, m_limit,
-                *(() if b is None else (k_limit,)), seed]
-        device = a.device
+                *(() if b is None else (k_limit, a_sums)), seed]
         for name, kind, default in self.operands:
             value = values.get(name)
             if value is None:
@@ -273,7 +284,6 @@ class Plan:
                 args += (value, *value.stride(), value.shape[1])
             else:   # a row or a column: its one stride
                 args += (value, value.stride()[0])
-        partials = self._partials(device)
         outputs, finish_args = {}, []
         for spec in self.outputs:
             if spec.reduction is None:
@@ -285,6 +295,10 @@ class Plan:
                 args += partials[spec.name]
                 finish_args += (*partials[spec.name], tensor)
             outputs[spec.name] = tensor
+        if self.a_col_sums is not None:   # finished last (codegen/finish.py)
+            spec = self.a_col_sums
+            outputs[spec.name] = torch.empty(spec.shape, dtype=spec.dtype, device=device)
+            finish_args += (a_sums, outputs[spec.name])
         if self.launcher is not None:
             self.launcher(*args, *self.constexprs)
         else:
@@ -321,16 +335,18 @@ class Plan:
 
 class _Finisher:
     """The launch of a Plan's finishing kernel (codegen/finish.py): program i merges row block i
-    of the row partials and column block i of the column ones, in steps of `merge_tile`. Under
+    of the row partials and column block i of the column ones (of the epilogue's column
+    reductions, axis "col", and of A's column sums, axis "a"), in steps of `merge_tile`. Under
     a limit on M (its pointer is the first buffer) the kernel's tiles of `block_m` rows past it
     wrote no partials, which the merge then skips."""
 
-    def __init__(self, fn: Callable, m: int, n: int, partial_rows: dict[str, int], axes: set[str],
-                 limit_m: bool, block_m: int):
+    def __init__(self, fn: Callable, m: int, n: int, k: int, partial_rows: dict[str, int],
+                 axes: set[str], limit_m: bool, block_m: int):
         row_p, row_block = merge_tile(partial_rows["row"])
         col_p, col_block = merge_tile(partial_rows["col"])
-        self.fn, self.sizes = fn, (m, n, partial_rows["row"], partial_rows["col"])
-        programs = {"row": math.ceil(m / row_block), "col": math.ceil(n / col_block)}
+        self.fn, self.sizes = fn, (m, n, k, partial_rows["row"], partial_rows["col"])
+        programs = {"row": math.ceil(m / row_block), "col": math.ceil(n / col_block),
+                    "a": math.ceil(k / col_block)}
         self.grid = (max(programs[axis] for axis in axes),)
         self.meta = dict(ROW_P=row_p, ROW_BLOCK=row_block, COL_P=col_p, COL_BLOCK=col_block,
                          LIMIT_M=limit_m, TILE_M=block_m)
@@ -451,23 +467,33 @@ def _check_dtypes(launch: Launch) -> None:
 
 def _layout(launch: Launch) -> str:
     """What a tuned configuration depends on besides dtype and shape: the operands' layouts, a
-    Concat's pieces, and limits (a launch under `m_limit` is tuned on the rows it ran with, which
-    says little about the same shape without one)."""
+    Concat's pieces, limits (a launch under `m_limit` is tuned on the rows it ran with, which
+    says little about the same shape without one) and A's column sums (which the Triton kernel
+    takes from a second read of A: a configuration chosen without them is no guide)."""
     b_layout = "-" if launch.b is None else int(launch.b.stride(1) == 1)
     pieces = f"{len(launch.a_pieces)}{'mk'[launch.concat.dim]}" if launch.concat else ""
     limits = "".join(axis for axis, limit in (("m", launch.m_limit), ("k", launch.k_limit))
                      if limit is not None)
-    return f"a{int(launch.a.stride(1) == 1)}{pieces}b{b_layout}" + (f"-limit{limits}" if limits else "")
+    suffix = (f"-limit{limits}" if limits else "") + ("-sums" if _sums_a(launch) else "")
+    return f"a{int(launch.a.stride(1) == 1)}{pieces}b{b_layout}{suffix}"
+
+
+def _sums_a(launch: Launch) -> bool:
+    return any(spec.name == A_COL_SUMS for spec in launch.outputs)
 
 
 def _readable_pieces(launch: Launch, config: Config) -> bool:
     """Whether one kernel reads a Concat's pieces as they lie: every piece with the first one's
     strides, and pieces joined in whole tiles where a tile reads one piece (a GEMM's A along M,
     in row blocks; a map's X, in row or column blocks). A GEMM's K loop walks pieces of any
-    width."""
+    width (in whole K blocks where the ping-pong kernel sums A's columns)."""
     pieces, concat = launch.a_pieces, launch.concat
     if any(p.stride() != pieces[0].stride() for p in pieces):
         return False
+    if concat is not None and concat.dim == 1 and config.pingpong and _sums_a(launch):
+        # the ping-pong kernel's column sums of A take K block kb to be A's columns from
+        # kb * BLOCK_K: pieces along K in whole K blocks
+        return all(p.shape[1] % config.block_k == 0 for p in pieces[:-1])
     if concat is None or (concat.dim == 1 and launch.b is not None):
         return True
     block = config.block_n if concat.dim == 1 else config.block_m

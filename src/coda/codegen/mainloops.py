@@ -27,10 +27,10 @@ descriptors (codegen/epilogue.py). EPILOGUE_N is the width of the tile the epilo
 PORTABLE = '''
 @triton.jit(do_not_specialize=["seed"])
 def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, A3, CUT1, CUT2, CUT3,
-              M_LIMIT, K_LIMIT, seed{EPILOGUE_PARAMS},
+              M_LIMIT, K_LIMIT, A_SUMS, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr, A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr,
-              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr):
+              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr, SUM_A: tl.constexpr):
     M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     pid = tl.program_id(0)
     row_blocks = tl.cdiv(M, BLOCK_M)
@@ -68,6 +68,16 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
             k_left = k_len - k * BLOCK_K
             a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            if SUM_A:   # the tiles of the first column block also sum A's columns
+                if pid_n == 0:
+                    if A_CONCAT_K:
+                        a_column_sums((A, A1, A2, A3)[i], stride_am, stride_ak, pid_m * BLOCK_M, M,
+                                      k * BLOCK_K, k_len, A_SUMS, pid_m, k_first + k * BLOCK_K, K,
+                                      BLOCK_M, BLOCK_K)
+                    else:
+                        a_column_sums((A, A1, A2, A3)[i], stride_am, stride_ak, pid_m * BLOCK_M - start,
+                                      end - start, k * BLOCK_K, K, A_SUMS, pid_m, k * BLOCK_K, K,
+                                      BLOCK_M, BLOCK_K)
             acc = tl.dot(a, b, acc)
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
@@ -102,6 +112,25 @@ def limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr
 
 
 @triton.jit
+def a_column_sums(X, stride_am, stride_ak, row0, rows_end, k0, k_end, A_SUMS, pid_m, k_out, K,
+                  BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    # `a_col_sums=True`: the column sums of the tile of A's piece X (A itself, or one piece of a
+    # Concat) with rows row0.. below rows_end and columns k0.. below k_end, into row pid_m of the
+    # [row blocks, K] partials from column k_out on. The tile is read again through pointers
+    # (from L2: the K loop has just loaded it), so that the MMA's operand has no second reader
+    # (one changed how Triton pipelines the persistent kernel's loads, and its results).
+    # (in slices of 32 rows, beside the persistent kernel's 128 x 256 accumulator)
+    cols = k0 + tl.arange(0, BLOCK_K)
+    sums = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for r in tl.static_range(0, BLOCK_M, 32):
+        rows = row0 + r + tl.arange(0, 32)
+        tile = tl.load(X + rows[:, None] * stride_am + cols[None, :] * stride_ak,
+                       mask=(rows < rows_end)[:, None] & (cols < k_end)[None, :], other=0.0)
+        sums += tl.sum(tile.to(tl.float32), axis=0)
+    tl.store(A_SUMS + pid_m * K + k_out + tl.arange(0, BLOCK_K), sums, mask=cols < k_end)
+
+
+@triton.jit
 def piece_bounds(CUT1, CUT2, CUT3, TOTAL):
     # (starts, ends) of the up to four pieces of a Concat A along its joined axis; the launcher
     # pads the cuts past the last piece with the axis's length, and a limit (`limited`) may
@@ -131,9 +160,10 @@ def piece_descriptors(A, A1, A2, A3, starts, ends, M, K, stride_am, stride_ak,
 
 
 @triton.jit
-def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, K, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, A_PIECES: tl.constexpr,
-                   A_CONCAT_K: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr, B_N_CONTIGUOUS: tl.constexpr):
+def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, M, K, a_pieces, stride_am, stride_ak,
+                   A_SUMS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr,
+                   B_N_CONTIGUOUS: tl.constexpr, SUM_A: tl.constexpr):
     # A @ B for one tile of a Concat A: along K one pipelined K loop per piece (past a piece's
     # end its descriptor reads zeros, so B's rows there add nothing); along M only the loop of
     # the tile's own piece runs (the others have no trips)
@@ -141,9 +171,10 @@ def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, K, BLOCK_M: tl.c
     row0 = pid_m * BLOCK_M
     for i in tl.static_range(A_PIECES):
         if A_CONCAT_K:
-            row, k_first, k_blocks = row0, starts[i], tl.cdiv(ends[i] - starts[i], BLOCK_K)
+            row, rows_end, k_first, k_len = row0, M, starts[i], ends[i] - starts[i]
+            k_blocks = tl.cdiv(ends[i] - starts[i], BLOCK_K)
         else:
-            row, k_first = row0 - starts[i], 0
+            row, rows_end, k_first, k_len = row0 - starts[i], ends[i] - starts[i], 0, K
             k_blocks = tl.where((row0 >= starts[i]) & (row0 < ends[i]), tl.cdiv(K, BLOCK_K), 0)
         for kb in range(k_blocks):
             if A_K_CONTIGUOUS:
@@ -154,6 +185,10 @@ def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, K, BLOCK_M: tl.c
                 b = b_desc.load([k_first + kb * BLOCK_K, pid_n * BLOCK_N])
             else:
                 b = b_desc.load([pid_n * BLOCK_N, k_first + kb * BLOCK_K]).T
+            if SUM_A:
+                if pid_n == 0:
+                    a_column_sums(a_pieces[i], stride_am, stride_ak, row, rows_end, kb * BLOCK_K, k_len,
+                                  A_SUMS, pid_m, k_first + kb * BLOCK_K, K, BLOCK_M, BLOCK_K)
             acc = tl.dot(a, b, acc)
     return acc
 '''
@@ -161,12 +196,12 @@ def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, K, BLOCK_M: tl.c
 HOPPER = '''
 @triton.jit(do_not_specialize=["seed"])
 def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, A3, CUT1, CUT2, CUT3,
-              M_LIMIT, K_LIMIT, seed{EPILOGUE_PARAMS},
+              M_LIMIT, K_LIMIT, A_SUMS, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr,
               B_N_CONTIGUOUS: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr,
               EPILOGUE_N: tl.constexpr, A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr,
-              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr):
+              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr, SUM_A: tl.constexpr):
     M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     # A is [M, K] with K contiguous, or its transpose is: describe whichever is row-major (each
     # piece of a Concat A: `piece_descriptors`; such a launch does not flatten its loops).
@@ -197,8 +232,9 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
     for tile_id in tl.range(tl.program_id(0), row_blocks * col_blocks, NUM_SMS, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
         if A_PIECES > 1:
-            acc = pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, K, BLOCK_M, BLOCK_N, BLOCK_K,
-                                 A_PIECES, A_CONCAT_K, A_K_CONTIGUOUS, B_N_CONTIGUOUS)
+            acc = pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, M, K, (A, A1, A2, A3),
+                                 stride_am, stride_ak, A_SUMS, BLOCK_M, BLOCK_N, BLOCK_K, A_PIECES,
+                                 A_CONCAT_K, A_K_CONTIGUOUS, B_N_CONTIGUOUS, SUM_A)
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for kb in range(k_blocks):
@@ -210,6 +246,10 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
                     b = b_desc.load([kb * BLOCK_K, pid_n * BLOCK_N])
                 else:
                     b = b_desc.load([pid_n * BLOCK_N, kb * BLOCK_K]).T
+                if SUM_A:
+                    if pid_n == 0:
+                        a_column_sums(A, stride_am, stride_ak, pid_m * BLOCK_M, M, kb * BLOCK_K, K, A_SUMS,
+                                      pid_m, kb * BLOCK_K, K, BLOCK_M, BLOCK_K)
                 acc = tl.dot(a, b, acc)
         epilogue_tile += NUM_SMS
         pid_m, pid_n = tile_coords(epilogue_tile, row_blocks, col_blocks, GROUP_M)
@@ -428,11 +468,35 @@ def load_partition(a_descs, b_desc, a_ring, b_ring, ready, empty, starts, ends, 
 
 
 @gluon.jit
-def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, k_blocks, seed{PARTITION_ARGS},
+def a_column_sums(a, A_SUMS, pid_m, k0, K, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
+                  A_K_CONTIGUOUS: gl.constexpr):
+    # `a_col_sums=True`: the column sums of the A tile in shared memory (zero past M and K,
+    # TMA's fill) of columns k0 on, into row pid_m of the [row blocks, K] partials. Each warp
+    # owns columns of its own (no exchange between the warps, which would take shared memory
+    # and a barrier of the warpgroup each time); slices of rows are added up in registers and
+    # reduced across the lanes once.
+    if A_K_CONTIGUOUS:   # [BLOCK_M, BLOCK_K]: slices of 16 rows, the warps side by side along K
+        layout: gl.constexpr = gl.BlockedLayout([1, 8], [16, 2], [1, 4], [1, 0])
+        part = a.slice(0, 16, dim=0).load(layout).to(gl.float32)
+        for r in gl.static_range(16, BLOCK_M, 16):
+            part += a.slice(r, 16, dim=0).load(layout).to(gl.float32)
+        sums = gl.sum(part, axis=0)
+        cols = k0 + gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, layout))
+        gl.store(A_SUMS + pid_m * K + cols, sums, mask=cols < K)
+    else:   # [BLOCK_K, BLOCK_M]: slices of 16 rows (columns of A), a warp's 4 rows at a time
+        layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
+        for r in gl.static_range(0, BLOCK_K, 16):
+            sums = gl.sum(a.slice(r, 16, dim=0).load(layout).to(gl.float32), axis=1)
+            cols = k0 + r + gl.arange(0, 16, layout=gl.SliceLayout(1, layout))
+            gl.store(A_SUMS + pid_m * K + cols, sums, mask=cols < K)
+
+
+@gluon.jit
+def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS, seed{PARTITION_ARGS},
                   WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
                   A_K_CONTIGUOUS: gl.constexpr, B_N_CONTIGUOUS: gl.constexpr,
-                  EPILOGUE_SPLIT: gl.constexpr):
+                  EPILOGUE_SPLIT: gl.constexpr, SUM_A: gl.constexpr):
     # Warpgroup WG (0 or 1) takes every other tile of the program. The `turn` barriers pass the
     # tensor cores back and forth: a warpgroup runs its K loop once the other has issued its
     # last MMA, so each warpgroup's epilogue overlaps the other's K loop. The epilogue's tile
@@ -464,6 +528,11 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, k_blocks, seed{PARTI
             else:
                 b_tile = b.permute((1, 0))
             acc = warpgroup_mma(a_tile, b_tile, acc, is_async=True)
+            # the tiles of the first column block also sum A's columns, under the MMA (pieces
+            # along K are whole K blocks here: TritonProgram.plan joins others)
+            if SUM_A:
+                if pid_n == 0:
+                    a_column_sums(a, A_SUMS, pid_m, kb * BLOCK_K, K, BLOCK_M, BLOCK_K, A_K_CONTIGUOUS)
             # one MMA stays in flight; the one before it is done, so its slot goes back
             acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1, pred=kb > 0)
@@ -483,12 +552,13 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, k_blocks, seed{PARTI
 
 @gluon.jit(do_not_specialize=["seed"])
 def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, A3, CUT1, CUT2, CUT3,
-              M_LIMIT, K_LIMIT, seed{EPILOGUE_PARAMS},
+              M_LIMIT, K_LIMIT, A_SUMS, seed{EPILOGUE_PARAMS},
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr,
               B_N_CONTIGUOUS: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr,
               LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr, A_PIECES: gl.constexpr,
-              A_CONCAT_K: gl.constexpr, LIMIT_M: gl.constexpr, LIMIT_K: gl.constexpr):
+              A_CONCAT_K: gl.constexpr, LIMIT_M: gl.constexpr, LIMIT_K: gl.constexpr,
+              SUM_A: gl.constexpr):
     M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     # A ring of STAGES (A, B) tile pairs. An operand stored transposed (rows along M or N) is
     # loaded as stored and transposed as a view for the MMA. A is one tensor or A_PIECES joined
@@ -515,12 +585,12 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
 {PROLOGUE}
     fence_async_shared()
     gl.warp_specialize([
-        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, k_blocks, seed{PARTITION_ARGS}, 0,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
-                         B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
-        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, k_blocks, seed{PARTITION_ARGS}, 1,
-                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
-                         B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
+        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS, seed{PARTITION_ARGS},
+                         0, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
+                         B_N_CONTIGUOUS, EPILOGUE_SPLIT, SUM_A)),
+        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS, seed{PARTITION_ARGS},
+                         1, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
+                         B_N_CONTIGUOUS, EPILOGUE_SPLIT, SUM_A)),
         (load_partition, (a_descs, b_desc, a_ring, b_ring, ready, empty, starts, ends, M, N, K,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_PIECES, A_CONCAT_K,
                           A_K_CONTIGUOUS, B_N_CONTIGUOUS)),

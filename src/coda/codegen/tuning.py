@@ -138,7 +138,7 @@ def _wave_fill(tiles: int) -> float:
 
 
 def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True, packs: bool = False,
-              limited: bool = False, pieces_along_k: bool = False) -> Config:
+              limited: bool = False, pieces_along_k: bool = False, sums_a: bool = False) -> Config:
     """A sound default without timing. On Hopper: the ping-pong kernel when K is short, where
     its epilogue overlapping the other tile's MMAs pays most, in 2 epilogue slices (as fast as 4
     or faster in every run at GPT-2's fc1 shape; `pingpong=False` gives the Triton kernel's
@@ -158,13 +158,17 @@ def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True, packs
     An A in pieces along K (`pieces_along_k`: a Concat, GPT-2's q/k/v gradients) takes the
     ping-pong kernel at any K: the Triton kernel does not flatten its tile loop over pieces, so
     its epilogue holds up the next tile's loads (LayerNorm's dxhat GEMM at GPT-2's
-    16384x768x2304: 101.8 against 111.0 us, benchmarks/results/session27).
+    16384x768x2304: 101.8 against 111.0 us, benchmarks/results/session27). So does a launch
+    that sums A's columns (`sums_a`): the Triton kernel reads A's tiles a second time for them
+    (BERT's q/k/v dx at 16384x768x2304 with its bias gradient: about 4x cuBLAS's time in the
+    Triton kernel, where the column-sum map it replaces costs 16 us;
+    benchmarks/results/session35).
     Smaller tiles for small portable launches. Measurements behind each choice:
     docs/performance.md."""
     if variant == "hopper":
         if m <= 64:
             return Config(64, 128, 64, 4, 4)
-        if (k <= 1024 or pieces_along_k) and pingpong:
+        if (k <= 1024 or pieces_along_k or sums_a) and pingpong:
             return Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True)
         if limited:
             return Config(128, 128, 64, 8, 4)

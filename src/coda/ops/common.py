@@ -26,6 +26,9 @@ ADD_PARTIAL = compile_program("EPILOGUE add_partial(partial: tile) { output = in
 SUMS = compile_program("EPILOGUE sums() { output = input; rows = row_sum(input); cols = col_sum(input); }")
 # Each row times a number (the row operand c).
 SCALE_ROWS = compile_program("EPILOGUE scale_rows(c: row) { output = input * c; }")
+#: The DSL function that rounds a float32 value as storing it in a 16-bit dtype does (none for
+#: float32 and float64: their stores keep what the epilogue computed).
+ROUNDING: dict[torch.dtype, str] = {torch.bfloat16: "round_bf16", torch.float16: "round_fp16"}
 #: stats= of out_proj_residual and mlp -> the row sums of the output their epilogue stores
 STATS: dict[str | None, list[str]] = {None: [], "rms": ["ss"], "layer": ["ss", "s"]}
 
@@ -98,6 +101,16 @@ def input_grad(dpre: torch.Tensor, w: torch.Tensor, dres: torch.Tensor | None = 
     if dres is None:
         return matmul(dpre, w)
     return ADD_PARTIAL(dpre, w, partial=as_rows(dres)[0])["output"]
+
+
+def input_and_bias_grad(dpre: torch.Tensor, w: torch.Tensor, bias_dtype: torch.dtype,
+                        dres: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_grad(dpre, w, dres), the column sums of dpre in `bias_dtype`: the layer's bias
+    gradient) from one CODA GEMM, which sums dpre's columns from the tiles its K loop loads
+    (`a_col_sums=True`) where a separate map would read dpre once more."""
+    prog, partial = (PLAIN, {}) if dres is None else (ADD_PARTIAL, dict(partial=as_rows(dres)[0]))
+    outs = prog(dpre, w, a_col_sums=True, dtypes=stored(a_col_sums=bias_dtype), **partial)
+    return outs["output"], outs["a_col_sums"]
 
 
 def transposed(w: torch.Tensor) -> bool:

@@ -125,7 +125,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program, default_backend
 from . import checks
-from .common import ACCUMULATE, ADD_PARTIAL, PLAIN, SCALE_ROWS, as_rows, present, weight_grad
+from .common import ACCUMULATE, ADD_PARTIAL, PLAIN, ROUNDING, SCALE_ROWS, as_rows, present, weight_grad
 
 REDUCTIONS = ("mean", "sum", "none")
 #: Chunk widths are multiples of this (half a 256-wide GEMM tile) when that wide, except the last.
@@ -150,10 +150,6 @@ FORWARD_CHUNK_FACTOR = 16
 ROW_PAD = 16
 #: Targets travel as float32: exact below 2**24.
 MAX_VOCAB = 2**24
-#: The DSL function that rounds the GEMM's result to x's dtype (module docstring; float32 logits
-#: need none).
-ROUNDING = {torch.bfloat16: "round_bf16", torch.float16: "round_fp16"}
-
 #: The exponential path's reference c of a row is the log-sum-exp of this many first logits...
 REFERENCE_COLUMNS = 256
 #: ...and a block whose lse exceeds some row's c by more than this is formed again from c = lse.

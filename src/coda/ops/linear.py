@@ -14,7 +14,8 @@ linear(x, w, bias, activation, dropout_p):
             dx            = dpre @ w      (matmul)
             dw            = dpre.T @ x    (weight_grad)
   dy comes from outside CODA (no CODA GEMM produces it), so f' and the bias gradient take one map
-  program over dy. Without activation and dropout dpre = dy and db = column_sum(dy).
+  program over dy. Without activation and dropout dpre = dy, and dx's GEMM (CODA's) sums dy's
+  columns from the tiles its K loop loads (`a_col_sums=True`): the bias gradient, no map.
 
 mlp(x, w1, b1, w2, b2, activation, dropout_p, residual, stats):
     pre = x @ w1.T + b1,  h = f(pre),  y = dropout(h @ w2.T + b2, p) + residual
@@ -22,7 +23,8 @@ mlp(x, w1, b1, w2, b2, activation, dropout_p, residual, stats):
             y, [ss, s]    = forward_program  GEMM h @ w2.T; epilogue: + b2, dropout, + residual,
                             and with stats the next norm's row sums ss = Σ y², s = Σ y
   backward  dy', db2      = backward_program.map(dy): dropout(dy, p), db2 = col_sum(dy')
-                            (without dropout: dy' = dy and db2 = column_sum(dy))
+                            (without dropout dy' = dy, and dh's GEMM below sums its columns
+                            from its K loop: db2, `a_col_sums=True`)
             dw2           = dy'.T @ h     (weight_grad; h is the saved fc1 output)
             dpre, db1     = backward_program  GEMM dy' @ w2; epilogue: * slope, db1 = col_sum
             dx, dw1       = dpre @ w1, dpre.T @ x
@@ -48,7 +50,16 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import STATS, as_rows, column_sum, input_grad, present, stored, weight_grad
+from .common import (
+    STATS,
+    as_rows,
+    column_sum,
+    input_and_bias_grad,
+    input_grad,
+    present,
+    stored,
+    weight_grad,
+)
 from .dropout import check_probability, resolve_seed
 
 #: activation -> (f, f') as DSL expressions of the pre-activation `{h}`; f' None: no derivative
@@ -145,9 +156,15 @@ class LinearFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         x, w, slope = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, slope,
-                                         ctx.bias_dtype if need_b else None)
-        dx = input_grad(dpre, w).reshape(x.shape) if need_x else None
+        if need_x and need_b and ctx.activation is None and ctx.p == 0.0:
+            # dy is dpre: dx's GEMM sums its columns, the bias gradient
+            dpre = as_rows(dy)[0]
+            dx, db = input_and_bias_grad(dpre, w, ctx.bias_dtype)
+            dx = dx.reshape(x.shape)
+        else:
+            dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, slope,
+                                             ctx.bias_dtype if need_b else None)
+            dx = input_grad(dpre, w).reshape(x.shape) if need_x else None
         dw = weight_grad(dpre, as_rows(x)[0], like=w) if need_w else None
         return dx, dw, db, None, None, None, None
 
@@ -194,14 +211,20 @@ class MLPFunction(torch.autograd.Function):
             return None, None, None, None, None, None, None, None, dresidual, None, None
         b1_dtype, b2_dtype = (dtype if need else None
                               for dtype, need in zip(ctx.bias_dtypes, (need_b1, need_b2), strict=True))
-        dy2, db2 = grad_at_preactivation(as_rows(dy)[0], None, ctx.p, ctx.seed, None, b2_dtype)
+        dh_gemm = need_x or need_w1 or need_b1
+        # without dropout dy' is dy, whose column sums (db2) dh's GEMM takes from its K loop
+        sum_in_gemm = dh_gemm and ctx.p == 0.0 and b2_dtype is not None
+        dy2, db2 = grad_at_preactivation(as_rows(dy)[0], None, ctx.p, ctx.seed, None,
+                                         None if sum_in_gemm else b2_dtype)
         dw2 = weight_grad(dy2, h, like=w2) if need_w2 else None
         dx = dw1 = db1 = None
-        if need_x or need_w1 or need_b1:
+        if dh_gemm:
             # dh = dy' @ w2 is never written: its epilogue applies the slope and sums db1.
             prog = backward_program(ctx.activation, False, need_b1)
-            outs = prog(dy2, w2, dtypes=stored(db=b1_dtype), **present(slope=slope))
+            outs = prog(dy2, w2, dtypes=stored(db=b1_dtype, a_col_sums=b2_dtype if sum_in_gemm else None),
+                        a_col_sums=sum_in_gemm, **present(slope=slope))
             dpre, db1 = outs["output"], outs.get("db")
+            db2 = outs["a_col_sums"] if sum_in_gemm else db2
             dx = input_grad(dpre, w1, dy if fold else None).reshape(x.shape) if need_x else None
             dw1 = weight_grad(dpre, as_rows(x)[0], like=w1) if need_w1 else None
         return dx, dw1, db1, dw2, db2, None, None, None, dresidual, None, None

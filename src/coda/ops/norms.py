@@ -26,14 +26,14 @@ layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq):
   |mean| >> std), 0 for `rowsum` / `sumsq` given by the producer (raw sums: see docs/ops/norms.md);
   as for RMSNorm, given sums are not differentiated: the backward differentiates mean(x), rstd(x).
   forward   s, ss         = LN_STATS.map(x)            (only without rowsum / sumsq)
-            W', cv        = FOLD_LN.map(w): W' = w * g, cv = row_sum(w * beta)
-            u             = SUMS.map(W'): row_sum       Σ_k of the *rounded* W' the GEMM reads
+            W', cv, u     = FOLD_LN.map(w): W' = w * g, cv = row_sum(w * beta),
+                            u = row_sum(W' rounded to w's dtype): Σ_k of the W' the GEMM reads
             y             = LN_LINEAR  GEMM x @ W'.T; epilogue: rstd (input − mean u) + cv + bias
   backward  (dxhat = dy @ W', xhat = (x − mean) rstd)
             dxhat, a, b   = LN_DXHAT  GEMM dy @ w; epilogue: * g, a = row_sum(dxhat),
-                            b = row_sum(dxhat * xhat)
+                            b = row_sum(dxhat * xhat); db = Σ_rows dy from its K loop
+                            (`a_col_sums=True`; column_sum(dy) when dx is not wanted)
             dx, xhat      = LN_DX.map(dxhat): rstd (dxhat − (a + xhat b) / n),  save xhat
-            db            = column_sum(dy)
             dw, dg, dbeta = LN_DW  GEMM dy.T @ xhat; epilogue: dw = input * g + db ⊗ beta,
                             dg = col_sum(input * w), dbeta = col_sum(db * w)
 
@@ -42,7 +42,8 @@ out_proj_residual(x, w, residual, bias, dropout_p, seed, stats):
   forward   y, [ss, s]    = linear.forward_program  GEMM x @ w.T; epilogue: + bias, dropout, + residual,
                             ss = row_sum(output * output), s = row_sum(output)
   backward  dpre, db      = DROPOUT_GRAD.map(dy): dropout(dy, p), db = col_sum   (with dropout;
-                            without, dpre = dy and db = column_sum(dy))
+                            without, dpre = dy and dx's GEMM, CODA's, sums dy's columns
+                            from its K loop: db, `a_col_sums=True`)
             dx, dw        = dpre @ w, dpre.T @ x;   dresidual = dy
   ss and s are statistics, not differentiated: the consumer's backward differentiates through
   its own rstd(x) (see above), so out_proj_residual -> rms_norm_linear(sumsq=ss) is exact.
@@ -65,12 +66,13 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from . import checks
 from .common import (
+    ROUNDING,
     SCALE_ROWS,
     STATS,
-    SUMS,
     as_rows,
     check_split,
     column_sum,
+    input_and_bias_grad,
     joined_grad,
     matmul,
     present,
@@ -94,8 +96,12 @@ RMS_STATS = compile_program("EPILOGUE rms_stats() { output = input; ss = row_sum
 LN_STATS = compile_program("EPILOGUE ln_stats(shift: row) {"
                            " d = input - shift; output = d; s = row_sum(d); ss = row_sum(d * d); }")
 FOLD = compile_program("EPILOGUE fold(g: col) { output = input * g; }")
-FOLD_LN = compile_program("EPILOGUE fold_ln(g: col, beta: col) {"
-                          " output = input * g; cv = row_sum(input * beta); }")
+# W' = w * g, cv = Σ_k w beta, and u = Σ_k of W' as stored (rounded to its dtype: ROUNDING), the
+# values the forward GEMM reads: one map for the LayerNorm fold, keyed by that rounding
+FOLD_LN = {rounding: compile_program(
+    "EPILOGUE fold_ln(g: col, beta: col) { output = input * g; cv = row_sum(input * beta);"
+    f" u = row_sum({f'{rounding}(output)' if rounding else 'output'}); }}")
+    for rounding in (None, *ROUNDING.values())}
 
 # -- forward GEMMs: x @ W'.T, the norm applied per row in the epilogue --------------------------
 RMS_LINEAR = {bias: compile_program(
@@ -239,7 +245,7 @@ def rms_norm_linear_grads(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, w:
 
 
 class LayerNormLinearFunction(torch.autograd.Function):
-    """rstd ⊙_row (x @ W'.T − mean ⊗ u) + cv: 3 CODA kernels forward (4 without rowsum/sumsq),
+    """rstd ⊙_row (x @ W'.T − mean ⊗ u) + cv: 2 CODA kernels forward (3 without rowsum/sumsq),
     4 backward. With `split` (column widths) the output is returned in column blocks, and the
     backward GEMMs read the blocks' gradients in place (common.joined_grad)."""
 
@@ -256,9 +262,8 @@ class LayerNormLinearFunction(torch.autograd.Function):
             s, ss = stats["s"], stats["ss"]
         else:
             s, ss = rowsum.reshape(-1), sumsq.reshape(-1)
-        fold = FOLD_LN.map(w, g=g, beta=beta)
-        folded = fold["output"]
-        u = SUMS.map(folded, outputs=["rows"])["rows"]   # Σ_k of the rounded W' the GEMM reads
+        fold = FOLD_LN[ROUNDING.get(w.dtype)].map(w, g=g, beta=beta)
+        folded, u = fold["output"], fold["u"]
         row = dict(shift=shift, s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=eps)
         prog = LN_LINEAR[bias is not None]
         y = prog(rows, folded.T, **row, u=u, cv=fold["cv"], **present(bias=bias))["output"]
@@ -281,16 +286,22 @@ class LayerNormLinearFunction(torch.autograd.Function):
         need_weights = need_g or need_beta or need_w
         row = dict(shift=row_shift(rows, ctx.shifted), s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
         dx = dg = dbeta = dw = db = None
+        # the bias gradient (float32 while LN_DW reads it, else the bias's dtype): the column
+        # sums of dy, which dxhat's GEMM takes from its K loop when it runs
+        need_db = need_weights or need_b
+        db_dtype = None if need_weights else ctx.bias_dtype
         if need_x:
-            pre = LN_DXHAT(dy, w, **row, g=g, xin=rows)
+            pre = LN_DXHAT(dy, w, **row, g=g, xin=rows, a_col_sums=need_db,
+                           dtypes=stored(a_col_sums=db_dtype if need_db else None))
+            db = pre.get("a_col_sums")
             outs = LN_DX[dres is not None].map(pre["output"], **row, a=pre["a"], b=pre["b"], xin=rows,
                                                **residual_grad(dres),
                                                outputs=_wanted(output=True, xhat=need_weights))
             dx, xhat = outs["output"].reshape(x.shape), outs.get("xhat")
         elif need_weights:
             xhat = LN_XHAT.map(rows, **row)["output"]
-        if need_weights or need_b:   # float32 while LN_DW reads it, else the bias's dtype
-            db = column_sum(dy, None if need_weights else ctx.bias_dtype)
+        if need_db and db is None:
+            db = column_sum(dy, db_dtype)
         if need_weights:
             outs = LN_DW(dy.T, xhat, g=g, beta=beta, db=db, w=w, out=weight_grad_out(w) if need_w else None,
                          outputs=_wanted(output=need_w, dg=need_g, dbeta=need_beta),
@@ -327,14 +338,18 @@ class OutProjResidualFunction(torch.autograd.Function):
         x, w = ctx.saved_tensors
         need_x, need_w, need_r, need_b = ctx.needs_input_grad[:4]
         residual_dtype, bias_dtype = ctx.dtypes
-        dpre, db = as_rows(dy)[0], None
+        dpre, db, dx = as_rows(dy)[0], None, None
         if ctx.p > 0.0:
             outs = DROPOUT_GRAD.map(dpre, p=ctx.p, seed=ctx.seed, outputs=_wanted(output=True, db=need_b),
                                     dtypes=stored(db=bias_dtype))
             dpre, db = outs["output"], outs.get("db")
+        elif need_b and need_x:   # dx's GEMM sums dy's columns, the bias gradient
+            dx, db = input_and_bias_grad(dpre, w, bias_dtype)
         elif need_b:
             db = column_sum(dpre, bias_dtype)
-        dx = matmul(dpre, w).reshape(x.shape) if need_x else None
+        if need_x and dx is None:
+            dx = matmul(dpre, w)
+        dx = dx.reshape(x.shape) if need_x else None
         dw = weight_grad(dpre, as_rows(x)[0], like=w).to(w.dtype) if need_w else None
         dresidual = dy.to(residual_dtype) if need_r else None
         return dx, dw, dresidual, db, None, None, None

@@ -124,8 +124,12 @@ class Launch:
         return tensors
 
 
+#: The output of `a_col_sums=True`: A's column sums, [K].
+A_COL_SUMS = "a_col_sums"
+
+
 def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, seed=None,
-         outputs=None, dtypes=None, m_limit=None, k_limit=None) -> Launch:
+         outputs=None, dtypes=None, m_limit=None, k_limit=None, a_col_sums=False) -> Launch:
     """Validate a launch of `program` and resolve operand kinds and output shapes.
 
     With `b` None the launch is a map: `input` is `a` itself ([M, N], a tensor or a Concat), no
@@ -134,7 +138,10 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     `dtypes` maps output names to the dtype each is stored in (default: tiles in `out_dtype`,
     reductions in float32). A `Concat` A stays in pieces (`Launch.concat`). `m_limit` and
     `k_limit` are one-element integer tensors on A's device: the launch runs as if M (K) were
-    min(M, m_limit) (min(K, k_limit)), read on the device (no synchronization; `check_limit`)."""
+    min(M, m_limit) (min(K, k_limit)), read on the device (no synchronization; `check_limit`).
+    `a_col_sums` adds the output "a_col_sums" [K]: the sums of A's columns over its M rows (a
+    bias gradient, where A is the output gradient of a biased layer), taken in the GEMM's K loop
+    from the tiles it loads anyway (float32, or what `dtypes=` names)."""
     concat = a if isinstance(a, Concat) else None
     if b is None:
         if not concat:
@@ -164,7 +171,20 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     check_per_call(program.probabilities, values, seed)
     if out_dtype is None:
         out_dtype = out.dtype if isinstance(out, torch.Tensor) else a.dtype
-    specs = _stored_as(_output_specs(program, m, n, out_dtype), dtypes)
+    if not isinstance(a_col_sums, bool):
+        raise LaunchError(f"a_col_sums= must be True or False, got {a_col_sums!r}")
+    if a_col_sums and b is None:
+        raise LaunchError("a_col_sums= sums the columns of a GEMM's A: a map has none")
+    if a_col_sums and k_limit is not None:
+        raise LaunchError("a_col_sums= and k_limit= cannot be combined (columns past the limit "
+                          "would have no sums)")
+    if a_col_sums and outputs is not None and A_COL_SUMS in outputs:
+        raise LaunchError(f"outputs=: {A_COL_SUMS!r} is asked for by a_col_sums=True, not by name")
+    specs = _output_specs(program, m, n, out_dtype)
+    if a_col_sums:
+        specs += (OutputSpec(A_COL_SUMS, (k,), torch.float64 if out_dtype == torch.float64
+                             else torch.float32, "col_sum_a"),)
+    specs = _stored_as(specs, dtypes)
     if out is not None:
         _check_out(out, specs[0], a.device)
     elif epi.accumulates:
@@ -173,7 +193,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     if epi.uses_dropout and seed is None:
         raise LaunchError("the program uses dropout: pass an integer seed= (got None)")
     seed = seed_word(seed)
-    selected = _select(specs, outputs)
+    selected = _select(specs, outputs, extra=A_COL_SUMS if a_col_sums else None)
     if epi.accumulates and selected[0].name != "output":
         raise LaunchError("the program accumulates into `output`: outputs= must include 'output'")
     check_limit("m_limit", m_limit, a.device)
@@ -225,11 +245,13 @@ def _stored_as(specs: tuple[OutputSpec, ...], dtypes) -> tuple[OutputSpec, ...]:
     return tuple(OutputSpec(s.name, s.shape, dtypes.get(s.name, s.dtype), s.reduction) for s in specs)
 
 
-def _select(specs: tuple[OutputSpec, ...], names) -> tuple[OutputSpec, ...]:
+def _select(specs: tuple[OutputSpec, ...], names, extra: str | None = None) -> tuple[OutputSpec, ...]:
+    """The specs that `outputs=` names (all when None), and `extra` (asked for otherwise)."""
     if names is None:
         return specs
     if isinstance(names, str) or not all(isinstance(n, str) for n in names):
         raise LaunchError(f"outputs= takes a list of output names, got {names!r}")
+    names = [*names, *([extra] if extra else [])]
     known = [s.name for s in specs]
     unknown = [n for n in names if n not in known]
     if unknown or not names:

@@ -74,14 +74,17 @@ class Program:
                  out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
                  seed: int | None = None, outputs: list[str] | None = None,
                  dtypes: dict[str, torch.dtype] | None = None, m_limit: torch.Tensor | None = None,
-                 k_limit: torch.Tensor | None = None, **operands) -> dict[str, torch.Tensor]:
+                 k_limit: torch.Tensor | None = None, a_col_sums: bool = False,
+                 **operands) -> dict[str, torch.Tensor]:
         """Run `A @ B` and the epilogue; returns {output name: tensor}. `outputs` selects
         which outputs to produce (default all): a cross-entropy can keep its row reductions
         and never write the logits. `dtypes` names the dtype an output is stored in.
         `m_limit` / `k_limit` (one-element integer tensors on the device) run the launch as if
-        M / K were at most their value: the rows past it are neither computed nor written."""
+        M / K were at most their value: the rows past it are neither computed nor written.
+        `a_col_sums=True` adds "a_col_sums" [K], the sums of A's columns, taken from the tiles
+        the K loop loads (the bias gradient of the layer whose output gradient A is)."""
         return self._launch(a, b, backend, out, out_dtype, seed, outputs, dtypes, operands,
-                            (m_limit, k_limit))
+                            (m_limit, k_limit), a_col_sums)
 
     def map(self, x: torch.Tensor, /, *, backend: str = "auto", out: torch.Tensor | None = None,
             out_dtype: torch.dtype | None = None, seed: int | None = None,
@@ -94,8 +97,8 @@ class Program:
         return self._launch(x, None, backend, out, out_dtype, seed, outputs, dtypes, operands,
                             (m_limit, None))
 
-    def _launch(self, a, b, backend, out, out_dtype, seed, outputs, dtypes, operands, limits
-                ) -> dict[str, torch.Tensor]:
+    def _launch(self, a, b, backend, out, out_dtype, seed, outputs, dtypes, operands, limits,
+                a_col_sums=False) -> dict[str, torch.Tensor]:
         key = None
         first = a.pieces[0] if isinstance(a, Concat) else a
         if backend != "reference" and isinstance(first, torch.Tensor) and (
@@ -104,7 +107,7 @@ class Program:
             # that was validated before, so only the values outside this key are checked.
             key = (backend, _meta(a), _meta(b), _meta(out), out_dtype, seed is None,
                    outputs if outputs is None else tuple(outputs),
-                   None if dtypes is None else repr(dtypes), *map(_meta, limits), *operands,
+                   None if dtypes is None else repr(dtypes), *map(_meta, limits), a_col_sums, *operands,
                    *map(_meta, operands.values()))
             plan = self._plans.get(key)
             if plan is not None:
@@ -112,7 +115,8 @@ class Program:
                     check_per_call(self.probabilities, operands, seed)
                 return plan.run(a, b, operands, out, seed_word(seed), limits)
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
-                      outputs=outputs, dtypes=dtypes, m_limit=limits[0], k_limit=limits[1])
+                      outputs=outputs, dtypes=dtypes, m_limit=limits[0], k_limit=limits[1],
+                      a_col_sums=a_col_sums)
         if self._pick_backend(backend, launch.a) == "reference":
             return run_reference(launch)
         plan, outputs = self.triton.start(launch)
@@ -127,7 +131,7 @@ class Program:
     def bind(self, a: torch.Tensor, b: torch.Tensor | None, /, **kwargs) -> Launch:
         """Validate a launch without running it (what `__call__` does first)."""
         options = {k: kwargs.pop(k) for k in ("out", "out_dtype", "seed", "outputs", "dtypes",
-                                              "m_limit", "k_limit") if k in kwargs}
+                                              "m_limit", "k_limit", "a_col_sums") if k in kwargs}
         return bind(self, a, b, kwargs, **options)
 
     @property

@@ -13,7 +13,7 @@ from ..ir import Node
 from ..passes.widths import COLUMNS, columns
 from ..primitives import PRIMITIVES
 from . import rng
-from .binding import Launch
+from .binding import A_COL_SUMS, Launch
 
 
 def run_reference(launch: Launch) -> dict[str, torch.Tensor]:
@@ -22,6 +22,9 @@ def run_reference(launch: Launch) -> dict[str, torch.Tensor]:
     outputs = launch.allocate_outputs()
     launch, rows = _limited(launch)
     results = evaluate(launch)
+    if A_COL_SUMS in outputs:
+        ct = torch.float64 if launch.a.dtype == torch.float64 else torch.float32
+        results[A_COL_SUMS] = launch.whole_a().to(ct).sum(0)
     for spec in launch.outputs:
         tensor = outputs[spec.name]
         (tensor if (spec.reduction or "").startswith("col") else tensor[:rows]).copy_(results[spec.name])
