@@ -22,7 +22,10 @@
 # (`python benchmarks/train.py` runs it); it has compile+graph since the thirty-fourth session,
 # which measured it 0.2-1.5% faster than torch.compile on all three models (one more process
 # per model group, warming up beside the others; this script has not run with it yet: a stage
-# that runs out keeps the rows it measured).
+# that runs out keeps the rows it measured). Memory: the llama+bert group's children peaked at
+# 113 GiB together without it (train.json's peak_mem_gb, added up) and 135 GiB with it, near the
+# H200's 139 GiB if their warm-ups peak at once; a child that runs out of memory becomes an error
+# row, and `--models gpt2,llama,bert` (three groups, more time) would be the way out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # CODA takes its heuristic kernel configurations (autotuning every shape would not fit the budget)
