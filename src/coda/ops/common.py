@@ -103,14 +103,17 @@ def input_grad(dpre: torch.Tensor, w: torch.Tensor, dres: torch.Tensor | None = 
     return ADD_PARTIAL(dpre, w, partial=as_rows(dres)[0])["output"]
 
 
-def input_and_bias_grad(dpre: torch.Tensor, w: torch.Tensor, bias_dtype: torch.dtype,
-                        dres: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input_grad(dpre, w, dres), the column sums of dpre in `bias_dtype`: the layer's bias
-    gradient) from one CODA GEMM, which sums dpre's columns from the tiles its K loop loads
-    (`a_col_sums=True`) where a separate map would read dpre once more."""
-    prog, partial = (PLAIN, {}) if dres is None else (ADD_PARTIAL, dict(partial=as_rows(dres)[0]))
-    outs = prog(dpre, w, a_col_sums=True, dtypes=stored(a_col_sums=bias_dtype), **partial)
-    return outs["output"], outs["a_col_sums"]
+def input_and_bias_grad(dpre: torch.Tensor, w: torch.Tensor, need_x: bool, bias_dtype: torch.dtype | None
+                        ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(dx, db) of a linear layer from dpre, the gradient at its bias: dx = dpre @ w (None unless
+    `need_x`) and db = the column sums of dpre stored in `bias_dtype` (None when that is None).
+    With both wanted, one CODA GEMM sums dpre's columns from the tiles its K loop loads
+    (`a_col_sums=True`), where a separate map would read dpre once more."""
+    if need_x and bias_dtype is not None:
+        outs = PLAIN(dpre, w, a_col_sums=True, dtypes=stored(a_col_sums=bias_dtype))
+        return outs["output"], outs["a_col_sums"]
+    return (matmul(dpre, w) if need_x else None,
+            None if bias_dtype is None else column_sum(dpre, bias_dtype))
 
 
 def transposed(w: torch.Tensor) -> bool:

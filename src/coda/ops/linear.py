@@ -156,15 +156,15 @@ class LinearFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         x, w, slope = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        if need_x and need_b and ctx.activation is None and ctx.p == 0.0:
-            # dy is dpre: dx's GEMM sums its columns, the bias gradient
+        bias_dtype = ctx.bias_dtype if need_b else None
+        if ctx.activation is None and ctx.p == 0.0:   # dy is dpre
             dpre = as_rows(dy)[0]
-            dx, db = input_and_bias_grad(dpre, w, ctx.bias_dtype)
-            dx = dx.reshape(x.shape)
+            dx, db = input_and_bias_grad(dpre, w, need_x, bias_dtype)
         else:
             dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, slope,
-                                             ctx.bias_dtype if need_b else None)
-            dx = input_grad(dpre, w).reshape(x.shape) if need_x else None
+                                             bias_dtype)
+            dx = input_grad(dpre, w) if need_x else None
+        dx = None if dx is None else dx.reshape(x.shape)
         dw = weight_grad(dpre, as_rows(x)[0], like=w) if need_w else None
         return dx, dw, db, None, None, None, None
 

@@ -338,18 +338,15 @@ class OutProjResidualFunction(torch.autograd.Function):
         x, w = ctx.saved_tensors
         need_x, need_w, need_r, need_b = ctx.needs_input_grad[:4]
         residual_dtype, bias_dtype = ctx.dtypes
-        dpre, db, dx = as_rows(dy)[0], None, None
+        dpre = as_rows(dy)[0]
         if ctx.p > 0.0:
             outs = DROPOUT_GRAD.map(dpre, p=ctx.p, seed=ctx.seed, outputs=_wanted(output=True, db=need_b),
                                     dtypes=stored(db=bias_dtype))
             dpre, db = outs["output"], outs.get("db")
-        elif need_b and need_x:   # dx's GEMM sums dy's columns, the bias gradient
-            dx, db = input_and_bias_grad(dpre, w, bias_dtype)
-        elif need_b:
-            db = column_sum(dpre, bias_dtype)
-        if need_x and dx is None:
-            dx = matmul(dpre, w)
-        dx = dx.reshape(x.shape) if need_x else None
+            dx = matmul(dpre, w) if need_x else None
+        else:   # dpre is dy
+            dx, db = input_and_bias_grad(dpre, w, need_x, bias_dtype if need_b else None)
+        dx = None if dx is None else dx.reshape(x.shape)
         dw = weight_grad(dpre, as_rows(x)[0], like=w).to(w.dtype) if need_w else None
         dresidual = dy.to(residual_dtype) if need_r else None
         return dx, dw, dresidual, db, None, None, None
