@@ -283,11 +283,12 @@ def test_outputs_selects_what_is_written():
         coda.compile("output += input; s = row_sum(input);")(a, b, out=torch.zeros(m, n), outputs=["s"])
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+# (48, 70, 230): more K blocks than column blocks, so each tile of a row block sums several
+@pytest.mark.parametrize("shape", [*SHAPES, (48, 70, 230)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_a_col_sums_from_the_k_loop(shape, dtype):
-    """`a_col_sums=True`: the tiles of the first column block sum A's columns as the K loop
-    loads them (rows past M and K masked), finished with the epilogue's own column sums."""
+    """`a_col_sums=True`: each K block of A is summed by one tile of its row block, in turn, as
+    the K loop loads it (rows past M and K masked), finished with the epilogue's own column sums."""
     m, n, k = shape
     prog = coda.compile("EPILOGUE(pre: tile) { output = input * pre; db = col_sum(output); }")
     a, b = oracle.launch_inputs(m, n, k, seed=3, dtype=dtype)

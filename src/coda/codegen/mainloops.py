@@ -68,8 +68,10 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
             k_left = k_len - k * BLOCK_K
             a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-            if SUM_A:   # the tiles of the first column block also sum A's columns
-                if pid_n == 0:
+            # The tiles of a row block also sum A's columns, K block by K block in turn (every
+            # K block once, the work spread over the row block's tiles)
+            if SUM_A:
+                if (k_first // BLOCK_K + k) % col_blocks == pid_n:
                     if A_CONCAT_K:
                         a_column_sums((A, A1, A2, A3)[i], stride_am, stride_ak, pid_m * BLOCK_M, M,
                                       k * BLOCK_K, k_len, A_SUMS, pid_m, k_first + k * BLOCK_K, K,
@@ -160,8 +162,8 @@ def piece_descriptors(A, A1, A2, A3, starts, ends, M, K, stride_am, stride_ak,
 
 
 @triton.jit
-def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, M, K, a_pieces, stride_am, stride_ak,
-                   A_SUMS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, col_blocks, M, K, a_pieces, stride_am,
+                   stride_ak, A_SUMS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr,
                    B_N_CONTIGUOUS: tl.constexpr, SUM_A: tl.constexpr):
     # A @ B for one tile of a Concat A: along K one pipelined K loop per piece (past a piece's
@@ -185,8 +187,8 @@ def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, M, K, a_pieces, 
                 b = b_desc.load([k_first + kb * BLOCK_K, pid_n * BLOCK_N])
             else:
                 b = b_desc.load([pid_n * BLOCK_N, k_first + kb * BLOCK_K]).T
-            if SUM_A:
-                if pid_n == 0:
+            if SUM_A:   # each K block by one tile of the row block, in turn
+                if (k_first // BLOCK_K + kb) % col_blocks == pid_n:
                     a_column_sums(a_pieces[i], stride_am, stride_ak, row, rows_end, kb * BLOCK_K, k_len,
                                   A_SUMS, pid_m, k_first + kb * BLOCK_K, K, BLOCK_M, BLOCK_K)
             acc = tl.dot(a, b, acc)
@@ -232,9 +234,9 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
     for tile_id in tl.range(tl.program_id(0), row_blocks * col_blocks, NUM_SMS, flatten=FLATTEN):
         pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
         if A_PIECES > 1:
-            acc = pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, M, K, (A, A1, A2, A3),
-                                 stride_am, stride_ak, A_SUMS, BLOCK_M, BLOCK_N, BLOCK_K, A_PIECES,
-                                 A_CONCAT_K, A_K_CONTIGUOUS, B_N_CONTIGUOUS, SUM_A)
+            acc = pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, col_blocks, M, K,
+                                 (A, A1, A2, A3), stride_am, stride_ak, A_SUMS, BLOCK_M, BLOCK_N, BLOCK_K,
+                                 A_PIECES, A_CONCAT_K, A_K_CONTIGUOUS, B_N_CONTIGUOUS, SUM_A)
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for kb in range(k_blocks):
@@ -246,8 +248,8 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
                     b = b_desc.load([kb * BLOCK_K, pid_n * BLOCK_N])
                 else:
                     b = b_desc.load([pid_n * BLOCK_N, kb * BLOCK_K]).T
-                if SUM_A:
-                    if pid_n == 0:
+                if SUM_A:   # each K block by one tile of the row block, in turn
+                    if kb % col_blocks == pid_n:
                         a_column_sums(A, stride_am, stride_ak, pid_m * BLOCK_M, M, kb * BLOCK_K, K, A_SUMS,
                                       pid_m, kb * BLOCK_K, K, BLOCK_M, BLOCK_K)
                 acc = tl.dot(a, b, acc)
@@ -528,10 +530,11 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS,
             else:
                 b_tile = b.permute((1, 0))
             acc = warpgroup_mma(a_tile, b_tile, acc, is_async=True)
-            # the tiles of the first column block also sum A's columns, under the MMA (pieces
-            # along K are whole K blocks here: TritonProgram.plan joins others)
+            # the tiles of a row block also sum A's columns under the MMA, each K block by one
+            # tile in turn, so no tile carries all the sums (pieces along K are whole K blocks
+            # here: TritonProgram.plan joins others)
             if SUM_A:
-                if pid_n == 0:
+                if kb % col_blocks == pid_n:
                     a_column_sums(a, A_SUMS, pid_m, kb * BLOCK_K, K, BLOCK_M, BLOCK_K, A_K_CONTIGUOUS)
             # one MMA stays in flight; the one before it is done, so its slot goes back
             acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
