@@ -8,7 +8,10 @@
 #                                       # sixth training mode, on a machine with warm compile
 #                                       # caches: 26 + 43 + 171 + 204 + 2 = 446 s; the
 #                                       # twenty-first's, fresh: 42 + 53 + 181 + 212 + 3 = 491 s;
-#                                       # the twenty-seventh's, fresh: 43 + 54 + 160 + 159 + 1 = 417 s)
+#                                       # the twenty-seventh's, fresh: 43 + 54 + 160 + 159 + 1 = 417 s;
+#                                       # the thirty-sixth's, with compile+graph, on a machine
+#                                       # warm from a call that had compiled CODA's kernels:
+#                                       # 27 + 44 + 186 + 202 + 2 = 461 s)
 #   bash benchmarks/run_all.sh ops      # launch counts, cross-entropy memory, the micro suite
 #   bash benchmarks/run_all.sh train    # the training matrix and the loss curve
 # Each stage has a time limit (seconds, below; together 595; the micro stage's raised from 200
@@ -21,11 +24,14 @@
 # (benchmarks/side_by_side.py). The training matrix leaves out the diagnostic mode eager+graph
 # (`python benchmarks/train.py` runs it); it has compile+graph since the thirty-fourth session,
 # which measured it 0.2-1.5% faster than torch.compile on all three models (one more process
-# per model group, warming up beside the others; this script has not run with it yet: a stage
-# that runs out keeps the rows it measured). Memory: the llama+bert group's children peaked at
-# 113 GiB together without it (train.json's peak_mem_gb, added up) and 135 GiB with it, near the
-# H200's 139 GiB if their warm-ups peak at once; a child that runs out of memory becomes an error
-# row, and `--models gpt2,llama,bert` (three groups, more time) would be the way out.
+# per model group, warming up beside the others; first run here in the thirty-sixth session,
+# none out of memory). Memory: the llama+bert group's children peaked at 113 GiB together
+# without it (train.json's peak_mem_gb, added up) and 135 GiB with it, near the H200's 139 GiB
+# if their warm-ups peak at once; a child that runs out of memory becomes an error row, and
+# `--models gpt2,llama,bert` (three groups, more time) would be the way out. torch.compile's
+# GPT-2 step compiled side by side has come out in its slow form (the LM head's weight gradient
+# on a misaligned kernel, docs/benchmarks.md, thirty-sixth session): its matrix row can read
+# 13-15% below the rate of its fast form.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # CODA takes its heuristic kernel configurations (autotuning every shape would not fit the budget)
