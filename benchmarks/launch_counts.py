@@ -3,8 +3,9 @@
     python benchmarks/launch_counts.py [--groups norms] [--json benchmarks/results/launch_counts.json]
 
 Each `tests/gpu/test_ops_*.py` that defines `launch_count_cases()` (the embedding's does not)
-gives (name, coda_fn, eager_fn) closures that run one forward and backward on CUDA bf16 tensors. Each closure runs once to warm
-up (compilation, tuning), then once under the PyTorch profiler, which counts the CUDA kernels.
+gives (name, coda_fn, eager_fn) closures that run one forward and backward on CUDA bf16 tensors.
+Each closure runs once to warm up (compilation, tuning), then once under the PyTorch profiler,
+which counts the CUDA kernels.
 Each module runs in its own process, all of them at once (benchmarks/side_by_side.py; one at a
 time where CODA autotunes).
 """
