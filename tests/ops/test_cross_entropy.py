@@ -242,22 +242,52 @@ def test_skip_ignored_rows_interpreter(counted, bias, norm, options):
 def test_exponential_path_interpreter(monkeypatch, tokens, vocab, options, counted):
     """Without bias, norm, cap or smoothing the forward stores exp(logit - c) and no gradient map
     runs (module docstring). c from the first 8 columns here, so that the logits of the later
-    ones (scaled up to ~40 above them in some rows) and a target outside [0, V) are exercised."""
+    ones (scaled up to ~40 above them in some rows) are exercised."""
     from coda.ops import cross_entropy
     monkeypatch.setattr(cross_entropy, "REFERENCE_COLUMNS", 8)
     x, w, target, _, _ = make(tokens, 24, vocab, bias=False, norm=False, dtype=torch.float32, seed=4)
     with torch.no_grad():
         w[8:] *= 1 + 15 * torch.rand(vocab - 8, 1, generator=torch.Generator().manual_seed(1))
-    target.view(-1)[3] = vocab + 2   # its target logit counts as 0, as in the general path
     g = torch.Generator().manual_seed(5)
-    target[(torch.rand(target.shape, generator=g) >= counted) & (target < vocab)] = -100
+    target[torch.rand(target.shape, generator=g) >= counted] = -100
     maps = []
     monkeypatch.setattr(coda.Program, "map", lambda self, *a, **k: maps.append(self) or MAP(self, *a, **k))
     got = loss_and_grads(linear_cross_entropy, x, w, target, None, None, skip_ignored=counted < 1,
                          exponential=True, **options)
     assert cross_entropy.grad_program(False, False, False, None) not in maps
-    want = loss_and_grads(counting_reference, *upcast(x, w), target, None, None, **options)
+    want = loss_and_grads(reference, *upcast(x, w), target, None, None, **options)
     assert_close(got, want, TOL32)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(exponential=False), dict(low_memory=True),
+                                     dict(reduction="sum", skip_ignored=True)])
+def test_a_target_outside_the_vocabulary_poisons_what_it_reaches(monkeypatch, options):
+    """On a GPU a target outside [0, V) (not ignore_index) is not looked for on the host (that
+    would synchronize): its row's loss weight is NaN, so the loss is NaN, and so are its row of
+    dx and all of dw, where the kernels wrote nothing outside the row's logits (the other rows
+    of dx are those of a reference that counts the row with a target logit of 0). Run here
+    with the CPU's host check switched off, as on a GPU."""
+    from coda.ops import cross_entropy
+    monkeypatch.setattr(cross_entropy, "_check_targets", lambda *args: None)
+    x, w, target, _, _ = make((13,), 16, 40, bias=False, norm=False, dtype=torch.float32, seed=9)
+    target[4], target[7] = 40 + 2, -3
+    loss, dx, dw = loss_and_grads(linear_cross_entropy, x, w, target, None, None, **options)
+    assert loss.isnan().all() and dw.isnan().all()
+    bad = torch.zeros(13, dtype=torch.bool)
+    bad[[4, 7]] = True
+    assert dx[bad].isnan().all()
+    want_dx = loss_and_grads(counting_reference, *upcast(x, w), target, None, None,
+                             reduction=options.get("reduction", "mean"))[1]
+    torch.testing.assert_close(dx[~bad].double(), want_dx[~bad], rtol=TOL32, atol=TOL32)
+
+
+def test_a_target_outside_the_vocabulary_on_the_cpu_is_an_error():
+    x, w, target, _, _ = make((5,), 8, 12, bias=False, norm=False, dtype=torch.float32)
+    target[2] = 12
+    with pytest.raises(coda.LaunchError, match=r"1 class\(es\) outside \[0, 12\).*the first 12"):
+        linear_cross_entropy(x, w, target)
+    target[2] = -100   # ignore_index is not a class
+    assert linear_cross_entropy(x, w, target).isfinite()
 
 
 def test_general_path_when_asked(monkeypatch):
@@ -357,7 +387,8 @@ def assert_within_twice_eager(x, w, target, b, options, dtype=torch.float16):
 
 
 def counting_reference(x, w, target, reduction="mean", **unused):
-    """`reference` for a target outside [0, V) too: its row counts, with a target logit of 0."""
+    """A loss that counts a row whose target is outside [0, V), with a target logit of 0 (what
+    the other rows' gradients are when such a row poisons the loss)."""
     logits = x @ w.T
     inside = (target >= 0) & (target < w.shape[0])
     t = torch.where(inside, logits.gather(-1, target.clamp(0, w.shape[0] - 1)[..., None])[..., 0], 0.0)

@@ -111,8 +111,10 @@ un-normalized hidden state h, x̂ = rstd ⊙ h ⊙ g with rstd = rsqrt(mean(h²)
             dh = g ⊙ q - (rstd² r / H) ⊙ h and dg_b = col_sum(q ⊙ h), summed over blocks.
 
 Targets ride as float row operands (exact below 2**24, so V must be smaller); an ignored row gets
-the target -1, which matches no column. Targets outside [0, V) other than `ignore_index` are not
-checked (that would synchronize with the device): such a row's target logit counts as 0.
+the target -1, which matches no column. A target outside [0, V) other than `ignore_index` is an
+error: on the CPU `linear_cross_entropy` raises it; on a GPU, where finding it would synchronize
+with the device, its row's loss weight is NaN, so the loss and the gradients it reaches are NaN
+(never a plausible number; the kernels read and write only inside [0, V) for it).
 """
 
 from __future__ import annotations
@@ -306,9 +308,10 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
             count = valid.sum(dtype=torch.int32).reshape(1)
             h, target, valid = h[order], target[order], valid[order]
         target_f = torch.where(valid, target, -1).to(stat)
-        weight = valid.to(stat)   # dL/dloss_i: alpha for an upstream gradient of 1
-        if reduction == "mean":
-            weight = weight / valid.sum()
+        # dL/dloss_i, alpha for an upstream gradient of 1: 1 where the row counts (over their
+        # number for "mean"), 0 where it is ignored, NaN where its target is outside [0, V)
+        counts = torch.where(valid & (target.clamp(0, vocab - 1) != target), float("nan"), valid.to(stat))
+        weight = counts / valid.sum() if reduction == "mean" else counts
         if norm_weight is None:
             a, rstd = h, None
         else:
@@ -327,7 +330,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         loss = lse - (1.0 - label_smoothing) * t
         if label_smoothing:
             loss = loss - (label_smoothing / vocab) * s
-        loss = torch.where(valid, loss, 0.0)
+        loss = torch.where(valid, loss * counts, 0.0)
         result = (loss.sum() if reduction == "sum" else (loss * weight).sum() if reduction == "mean"
                   else loss.reshape(lead))
         ctx.dtypes = [None if t is None else t.dtype for t in (w, bias, norm_weight)]
@@ -605,7 +608,8 @@ def exp_patch(reference: torch.Tensor, lse: torch.Tensor, lse_again: torch.Tenso
     """(lse, scale) of an exponential-path block after its second forward: lse and c are the
     general forward's lse (`lse_again`) where the block ran again (redo > 0), else lse and the
     reference; E's element at each row's target becomes exp(t - c) - exp(lse - c) in place
-    (none for a target outside [0, V)), and scale = α·exp(c - lse), 0 where α = 0. One Triton
+    (none for a target outside [0, V)), and scale = α·exp(c - lse), 0 where α = 0 (a row not
+    computed: its lse may be anything), NaN where α is (a target outside [0, V)). One Triton
     kernel where CODA's programs run Triton; these PyTorch operators elsewhere."""
     if default_backend(e) == "triton":
         from . import cross_entropy_rows
@@ -618,7 +622,7 @@ def exp_patch(reference: torch.Tensor, lse: torch.Tensor, lse_again: torch.Tenso
     onehot = (target >= 0) & (target < vocab)
     patched = torch.exp(t - c) - torch.exp(lse - c)
     e[hit] = torch.where(onehot, patched, e[hit].to(c.dtype)).to(e.dtype)
-    return lse, torch.where(alpha > 0, alpha * torch.exp(c - lse), 0.0)
+    return lse, torch.where(alpha != 0, alpha * torch.exp(c - lse), 0.0)   # NaN α stays NaN
 
 
 def _accumulator_dtype(x: torch.Tensor) -> torch.dtype:
@@ -716,7 +720,16 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom ops coda::linear_cross_entropy*
         return custom.linear_cross_entropy_op(*args)
+    if target.device.type == "cpu":   # no device to synchronize with (a GPU's poisons: docstring)
+        _check_targets(target, w.shape[0], ignore_index)
     return LinearCrossEntropyFunction.apply(*args)
+
+
+def _check_targets(target: torch.Tensor, vocab: int, ignore_index: int) -> None:
+    outside = (target != ignore_index) & ((target < 0) | (target >= vocab))
+    if outside.any():
+        raise LaunchError(f"target holds {int(outside.sum())} class(es) outside [0, {vocab}) that are "
+                          f"not ignore_index ({ignore_index}), the first {int(target[outside][0])}")
 
 
 def _check_tensor(x: object, name: str, shape: str) -> None:

@@ -9,7 +9,8 @@ the H200). Imported on first use: importing `coda` does not import Triton.
     patch     after the launches that `redo` bounds: lse and c (the general forward's lse for
               both when the block ran again), the target's element of E set to
               exp(t - c) - exp(lse - c) (none for a target outside [0, V)), and the row scale
-              r = α·exp(c - lse), 0 on the rows that do not count (α = 0).
+              r = α·exp(c - lse), 0 on the rows that do not count (α = 0), NaN where α is
+              (a target outside [0, V): ops/cross_entropy.py).
 
 ops/cross_entropy.py has the same steps in PyTorch (`exp_headroom`, `exp_patch`), which run on the
 reference backend and which the tests hold the kernels to.
@@ -57,7 +58,7 @@ def patch_kernel(REF, LSE, LSE_AGAIN, REDO, T, TARGET, ALPHA, E, SCALE, rows, vo
     tl.store(E + r.to(tl.int64) * stride_e + column, patched.to(E.dtype.element_ty), mask=inside & onehot)
     tl.store(LSE + r, lse, mask=inside)
     alpha = tl.load(ALPHA + r, mask=inside, other=0.0)
-    tl.store(SCALE + r, tl.where(alpha > 0, alpha * tl.exp(c - lse), 0.0), mask=inside)
+    tl.store(SCALE + r, tl.where(alpha != 0, alpha * tl.exp(c - lse), 0.0), mask=inside)
 
 
 def headroom(reference: torch.Tensor, se: torch.Tensor, alpha: torch.Tensor, limit: torch.Tensor | None,
