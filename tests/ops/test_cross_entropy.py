@@ -281,6 +281,19 @@ def test_a_target_outside_the_vocabulary_poisons_what_it_reaches(monkeypatch, op
     torch.testing.assert_close(dx[~bad].double(), want_dx[~bad], rtol=TOL32, atol=TOL32)
 
 
+def test_a_target_outside_the_vocabulary_poisons_its_row_of_an_unreduced_loss(monkeypatch):
+    """reduction="none": that row's loss is NaN, the others are the reference's."""
+    from coda.ops import cross_entropy
+    monkeypatch.setattr(cross_entropy, "_check_targets", lambda *args: None)
+    x, w, target, _, _ = make((9,), 16, 30, bias=False, norm=False, dtype=torch.float32, seed=10)
+    target[5] = 31
+    loss = linear_cross_entropy(x, w, target, reduction="none")
+    assert loss[5].isnan() and loss[[i for i in range(9) if i != 5]].isfinite().all()
+    target[5] = -100
+    want = reference(*upcast(x, w), target, reduction="none")
+    torch.testing.assert_close(loss[target != -100].double(), want[target != -100], rtol=TOL32, atol=TOL32)
+
+
 def test_a_target_outside_the_vocabulary_on_the_cpu_is_an_error():
     x, w, target, _, _ = make((5,), 8, 12, bias=False, norm=False, dtype=torch.float32)
     target[2] = 12
