@@ -130,6 +130,8 @@ def test_unsupported_llama_config_raises(option, value):
 def test_unsupported_model_raises():
     with pytest.raises(coda.CodaError, match="no supported HuggingFace module"):
         coda.patch(torch.nn.Linear(4, 4))
+    with pytest.raises(coda.CodaError, match=r"takes a torch\.nn\.Module .* got str"):
+        coda.patch("gpt2")
 
 
 # ---------------------------------------------------------------------------------------------- GPT-2

@@ -81,6 +81,9 @@ def patch(model: nn.Module, *, skip_ignored_labels: bool | None = None) -> nn.Mo
     labelled -100 (`linear_cross_entropy(skip_ignored=True)`): worth it where many rows are
     (a masked LM's 85%, the prompts of supervised fine-tuning), a small cost where none are.
     Default: on for masked LMs, off for causal LMs."""
+    if not isinstance(model, nn.Module):
+        raise CodaError(f"coda.patch takes a torch.nn.Module (a HuggingFace model), got "
+                        f"{type(model).__name__}")
     if skip_ignored_labels is not None and not isinstance(skip_ignored_labels, bool):
         raise CodaError(f"coda.patch: skip_ignored_labels must be None or a bool, got "
                         f"{skip_ignored_labels!r}")
