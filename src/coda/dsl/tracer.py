@@ -126,32 +126,41 @@ def trace(fn: Callable) -> Epilogue:
     kind comes from its annotation (`bias: coda.col` or `"col"`) or is inferred at launch, and a
     numeric default makes it a scalar with that default.
     """
-    signature = inspect.signature(fn)
+    if not callable(fn):
+        raise DslError(f"coda.epilogue takes a function, got {type(fn).__name__}")
+    name = getattr(fn, "__name__", type(fn).__name__)
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as e:   # a builtin without a Python signature
+        raise DslError(f"coda.epilogue: cannot read the parameters of {name}: {e}") from None
     names = list(signature.parameters)
     if not names:
-        raise DslError(f"{fn.__name__}: an epilogue function takes the GEMM result as its "
-                       f"first parameter")
+        raise DslError(f"{name}: an epilogue function takes the GEMM result as its first parameter")
     params: dict[str, Param] = {}
     for p in list(signature.parameters.values())[1:]:
         if p.name == "output":
             continue
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            raise DslError(f"{fn.__name__}: *args and **kwargs cannot be epilogue operands")
+            raise DslError(f"{name}: *args and **kwargs cannot be epilogue operands")
         kind = None if p.annotation is p.empty else _annotation_kind(fn, p.annotation)
         if kind is not None and kind not in KINDS:
-            raise DslError(f"{fn.__name__}: parameter {p.name!r} has kind {kind!r}; expected one "
+            raise DslError(f"{name}: parameter {p.name!r} has kind {kind!r}; expected one "
                            f"of {', '.join(KINDS)}")
         default = None
         if p.default is not p.empty:
             if not isinstance(p.default, numbers.Real) or isinstance(p.default, bool):
-                raise DslError(f"{fn.__name__}: parameter {p.name!r} has a default that is not "
+                raise DslError(f"{name}: parameter {p.name!r} has a default that is not "
                                f"a number")
             default, kind = float(p.default), kind or "scalar"
         params[p.name] = Param(p.name, kind, None, default)
     symbols = {n: Value(Node("prior" if n == "output" else "operand", (), None if n == "output" else n))
                for n in names[1:]}
-    result = fn(Value(Node("input")), **symbols)
-    return Epilogue(fn.__name__, params, _collect_outputs(fn.__name__, result))
+    try:
+        result = fn(Value(Node("input")), **symbols)
+    except TypeError as e:   # most often a symbolic value handed to torch or math
+        raise DslError(f"{name}: {e}. An epilogue's values are symbolic: use coda's functions on "
+                       f"them (coda.exp, coda.gelu, coda.where, ...), not torch's or math's") from None
+    return Epilogue(name, params, _collect_outputs(name, result))
 
 
 def _annotation_kind(fn: Callable, annotation):
