@@ -310,7 +310,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         target_f = torch.where(valid, target, -1).to(stat)
         # dL/dloss_i, alpha for an upstream gradient of 1: 1 where the row counts (over their
         # number for "mean"), 0 where it is ignored, NaN where its target is outside [0, V)
-        counts = torch.where(valid & (target.clamp(0, vocab - 1) != target), float("nan"), valid.to(stat))
+        counts = torch.where(outside_vocabulary(target, valid, vocab), float("nan"), valid.to(stat))
         weight = counts / valid.sum() if reduction == "mean" else counts
         if norm_weight is None:
             a, rstd = h, None
@@ -725,8 +725,13 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     return LinearCrossEntropyFunction.apply(*args)
 
 
+def outside_vocabulary(target: torch.Tensor, valid: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The rows whose target is outside [0, V) and not ignored (`valid`: not ignore_index)."""
+    return valid & (target.clamp(0, vocab - 1) != target)
+
+
 def _check_targets(target: torch.Tensor, vocab: int, ignore_index: int) -> None:
-    outside = (target != ignore_index) & ((target < 0) | (target >= vocab))
+    outside = outside_vocabulary(target, target != ignore_index, vocab)
     if outside.any():
         raise LaunchError(f"target holds {int(outside.sum())} class(es) outside [0, {vocab}) that are "
                           f"not ignore_index ({ignore_index}), the first {int(target[outside][0])}")
