@@ -99,13 +99,18 @@ def test_interpreter_float32(shape):
 @pytest.mark.parametrize("dtype", [F64, torch.float32])   # reference backend, Triton kernels
 def test_passthrough_residual_gradient_joins_dx(dtype, monkeypatch):
     """layer_norm(..., passthrough=True) -> (y, x): the gradient of the passed-through x (a
-    residual) is added in the dx map (LN_GRAD_DX[True]); the block's gradients are the formula's."""
+    residual) is added where dx is formed (the reference's LN_GRAD_DX[True] map, the Triton
+    backend's one-pass kernel); the block's gradients are the formula's."""
     module = importlib.import_module("coda.nn.layer_norm")   # coda.nn.layer_norm is the function
 
     used = []
     for res, prog in module.LN_GRAD_DX.items():
         monkeypatch.setattr(prog, "map", lambda *a, _map=prog.map, _res=res, **k:
                             used.append(_res) or _map(*a, **k))
+    if dtype != F64:
+        one_pass = importlib.import_module("coda.nn.layer_norm_grad")
+        monkeypatch.setattr(one_pass, "launch", lambda *a, _launch=one_pass.launch, **k:
+                            used.append(k["dres"] is not None) or _launch(*a, **k))
     x, g, beta = (t.to(dtype) for t in inputs((2, 9, 40)))
     mix = torch.randn(40, 40, generator=torch.Generator().manual_seed(3), dtype=dtype)
 
@@ -120,6 +125,35 @@ def test_passthrough_residual_gradient_joins_dx(dtype, monkeypatch):
     for a, b in zip([got, *got_grads], [want, *want_grads], strict=True):
         assert (a.double() - b).norm() / b.norm() < tol
     assert used == [True]
+
+
+@pytest.mark.parametrize("shape, choice", [((70, 48), None), ((33, 200), (4, 4, 3, 2)),
+                                           ((9, 24), (1, 4, 20, 1)), ((0, 16), None)])
+@pytest.mark.parametrize("needs", [(True, True, True), (True, False, False), (False, True, True)])
+def test_one_pass_backward_float32(shape, choice, needs):
+    """coda.nn.layer_norm_grad (the Triton backend's backward) in the interpreter, against float64
+    autograd: row blocks that leave a partial block, more programs than row blocks (9 rows in
+    20 programs), no rows at all, and each subset of the gradients it may be asked for."""
+    one_pass = importlib.import_module("coda.nn.layer_norm_grad")
+    x, g, beta = inputs(shape, seed=4)
+    gen = torch.Generator().manual_seed(5)
+    dy, dres = (torch.randn(shape, generator=gen, dtype=F64) for _ in range(2))
+    shift = x[:, 0] if shape[0] else x.new_zeros(0)
+    d = x - shift[:, None]
+    need_x, need_g, need_beta = needs
+    got = one_pass.launch(dy.float(), x.float(), g.float(), shift.float(), d.sum(1).float(),
+                          (d * d).sum(1).float(), 1.0 / shape[1], 1e-5, dres.float() if need_x else None,
+                          need_x, (torch.float32, torch.float32) if need_g else None, choice)
+    xr, gr, br = (t.clone().requires_grad_() for t in (x, g, beta))
+    ref_layer_norm(xr, gr, br).backward(dy)
+    want = (xr.grad + dres, gr.grad, br.grad)
+    for have, expect, needed in zip(got, want, (need_x, need_g, need_beta), strict=True):
+        if not needed:
+            assert have is None
+        elif shape[0] == 0:
+            assert have.shape == expect.shape and not have.abs().sum()
+        else:
+            assert (have.double() - expect).norm() / expect.norm() < 1e-5
 
 
 def test_errors_name_the_argument():

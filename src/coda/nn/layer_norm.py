@@ -13,6 +13,9 @@ backward  (dxhat = dy ⊙ g)
           a, b, dg, dβ  = LN_GRAD_SUMS.map(dy): a = Σ_k dxhat, b = Σ_k dxhat xhat per row,
                           dg = Σ_m dy xhat, dβ = Σ_m dy per column (no tile is written)
           dx            = LN_GRAD_DX.map(dy): rstd (dxhat - (a + xhat b) / n)
+          Where the Triton backend runs and a row has at most ONE_PASS_MAX_N values, the backward
+          is instead one hand-written pass that holds whole rows (coda.nn.layer_norm_grad): dy and
+          x are read once, not twice; these maps are then the reference backend's path.
 Only x and the row sums are saved; xhat is recomputed in each epilogue (a few flops per element).
 The sums are statistics, not differentiated: the backward differentiates through rstd(x) and
 mean(x) itself, so given sums must be those of this x.
@@ -27,6 +30,11 @@ from ..errors import LaunchError
 from ..ops import checks
 from ..ops.common import as_rows
 from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS, residual_grad, row_shift
+from ..runtime.program import default_backend
+
+#: the widest row the one-pass backward holds in a program (coda.nn.layer_norm_grad); wider
+#: rows take the two maps
+ONE_PASS_MAX_N = 4096
 
 XHAT = "xhat = (xin - mean) * rstd;"
 LAYER_NORM = compile_program(f"EPILOGUE layer_norm({LN_ROW_PARAMS}, g: col, beta: col) {{ {LN_ROW}"
@@ -70,6 +78,15 @@ class LayerNormFunction(torch.autograd.Function):
             return dres, None, None, None, None, None, None
         rows, dy = as_rows(x)[0], as_rows(dy)[0]
         row = dict(shift=shift, s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
+        if default_backend(dy) == "triton" and rows.shape[1] <= ONE_PASS_MAX_N:
+            from . import layer_norm_grad  # Triton, imported on first use
+
+            params = (g.dtype, ctx.beta_dtype) if need_g or need_beta else None
+            dx, dg, dbeta = layer_norm_grad.launch(dy, rows, g, **row, dres=as_rows(dres)[0] if dres
+                                                   is not None else None, need_dx=need_x,
+                                                   param_dtypes=params)
+            return (dx.reshape(x.shape) if need_x else None, dg if need_g else None,
+                    dbeta if need_beta else None, None, None, None, None)
         wanted = ["a", "b"] * need_x + ["dg"] * need_g + ["dbeta"] * need_beta
         sums = LN_GRAD_SUMS.map(dy, **row, g=g, xin=rows, outputs=wanted,
                                 dtypes={"dg": g.dtype, "dbeta": ctx.beta_dtype}) if wanted else {}

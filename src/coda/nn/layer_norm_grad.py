@@ -1,0 +1,131 @@
+"""The Triton kernels behind `coda.nn.layer_norm`'s backward in one pass (imported on first use:
+importing `coda` does not import Triton).
+
+A row of a Transformer's LayerNorm (768 to 4096 values) fits in one program's registers, so its
+two row sums a = Σ dxhat and b = Σ dxhat xhat are complete in the program that loaded the row,
+and dx follows without reading dy and x a second time:
+
+    dxhat = dy ⊙ g,  dx = rstd (dxhat - (a + xhat b) / n) (+ dres),  xhat = (x - mean) rstd
+
+Each program walks row blocks pid, pid + programs, ... (ROWS rows at a time) and keeps the
+parameters' gradients dg = Σ_m dy xhat and dβ = Σ_m dy as [ROWS, BLOCK_N] float32 accumulators,
+summed over the rows once at its end into its partials; `sum_partials` adds the programs'
+partials in index order, so the result does not depend on scheduling. Against the two map
+programs (row sums, then dx: dy and x read twice, row and column partials finished by a third
+kernel) this reads dy and x once.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def layer_norm_backward(DY, X, DRES, DX, G, SHIFT, S, SS, PARTIALS, M, N, stride_dy, stride_x,
+                        stride_dres, stride_dx, stride_shift, inv_n, eps,
+                        ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_DRES: tl.constexpr,
+                        NEED_DX: tl.constexpr, NEED_PARAMS: tl.constexpr, STAGES: tl.constexpr):
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_in = cols < N
+    g = tl.load(G + cols, mask=col_in, other=0.0).to(tl.float32)
+    dg = tl.zeros([ROWS, BLOCK_N], tl.float32)
+    dbeta = tl.zeros([ROWS, BLOCK_N], tl.float32)
+    for block in tl.range(pid, tl.cdiv(M, ROWS), programs, num_stages=STAGES):
+        rows = block * ROWS + tl.arange(0, ROWS)
+        row_in = rows < M
+        inside = row_in[:, None] & col_in[None, :]
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=inside, other=0.0).to(tl.float32)
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=inside, other=0.0).to(tl.float32)
+        # the row's statistics from its shifted sums, as LN_ROW computes them (coda.ops.norms)
+        m = tl.load(S + rows, mask=row_in, other=0.0) * inv_n
+        ss = tl.load(SS + rows, mask=row_in, other=0.0)
+        mean = tl.load(SHIFT + rows * stride_shift, mask=row_in, other=0.0).to(tl.float32) + m
+        rstd = tl.rsqrt(tl.maximum(ss * inv_n - m * m, 0.0) + eps)
+        xhat = tl.where(inside, (x - mean[:, None]) * rstd[:, None], 0.0)
+        if NEED_DX:
+            dxhat = dy * g[None, :]
+            a = tl.sum(dxhat, axis=1)
+            b = tl.sum(dxhat * xhat, axis=1)
+            dx = rstd[:, None] * (dxhat - (a[:, None] + xhat * b[:, None]) * inv_n)
+            if HAS_DRES:
+                dx += tl.load(DRES + rows[:, None] * stride_dres + cols[None, :], mask=inside,
+                              other=0.0).to(tl.float32)
+            tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=inside)
+        if NEED_PARAMS:
+            dg += dy * xhat
+            dbeta += dy
+    if NEED_PARAMS:   # partials [2, programs, N]: dg's, then dβ's
+        tl.store(PARTIALS + pid * N + cols, tl.sum(dg, axis=0), mask=col_in)
+        tl.store(PARTIALS + (programs + pid) * N + cols, tl.sum(dbeta, axis=0), mask=col_in)
+
+
+@triton.jit
+def sum_partials(PARTIALS, DG, DBETA, N, parts, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dg and dβ from the [2, parts, N] partials, read as [parts, 2N] columns: program i sums
+    BLOCK_C of those columns over every partial, BLOCK_P partials a step in index order. Narrow
+    column blocks over many programs, each loading all of its partials at once: the sum is a
+    few MB read by programs that wait on memory, so it is their number that makes it fast."""
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    which = cols // N        # 0: dg, 1: dβ
+    col = cols % N
+    col_in = cols < 2 * N
+    total = tl.zeros([BLOCK_C], tl.float32)
+    for p0 in range(0, parts, BLOCK_P):
+        p = p0 + tl.arange(0, BLOCK_P)
+        at = (which * parts * N + col)[None, :] + p[:, None] * N
+        total += tl.sum(tl.load(PARTIALS + at, mask=(p < parts)[:, None] & col_in[None, :], other=0.0),
+                        axis=0)
+    tl.store(DG + col, total.to(DG.dtype.element_ty), mask=col_in & (which == 0))
+    tl.store(DBETA + col, total.to(DBETA.dtype.element_ty), mask=col_in & (which == 1))
+
+
+def config(m: int, n: int, device: torch.device) -> tuple[int, int, int, int]:
+    """(ROWS, warps, programs, STAGES) for an [m, n] backward: four programs per SM (more
+    write more partials; fewer leave memory idle), two rows a step up to 1024 values a row.
+    Measured on the H200 (docs/benchmarks.md, thirty-seventh session)."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
+    wide = n > 1024
+    rows, warps, stages = (1, 8 if n > 2048 else 4, 1) if wide else (2, 4, 2)
+    return rows, warps, min(triton.cdiv(m, rows), 4 * sms), stages
+
+
+def _unit_columns(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(1) == 1 else t.contiguous()
+
+
+def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, shift: torch.Tensor, s: torch.Tensor,
+           ss: torch.Tensor, inv_n: float, eps: float, dres: torch.Tensor | None, need_dx: bool,
+           param_dtypes: tuple[torch.dtype, torch.dtype] | None,
+           choice: tuple[int, int, int, int] | None = None
+           ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """(dx, dg, dβ) of LayerNorm over the rows of x [M, N], from dy [M, N] and the row sums
+    (shift, s, ss: coda.ops.norms's LN_ROW), plus dres [M, N] in dx when given; dx only with
+    `need_dx`, dg and dβ (in `param_dtypes`) only when those are given. `choice` overrides
+    `config`."""
+    m, n = x.shape
+    dy, x = _unit_columns(dy), _unit_columns(x)
+    dres = _unit_columns(dres) if dres is not None else None
+    dx = torch.empty((m, n), device=x.device, dtype=dy.dtype) if need_dx else None
+    dg, dbeta = ((torch.zeros(n, device=x.device, dtype=dtype) for dtype in param_dtypes)
+                 if param_dtypes else (None, None))
+    if m == 0:
+        return dx, dg, dbeta
+    rows, warps, programs, stages = choice or config(m, n, x.device)
+    partials = torch.empty((2, programs, n), device=x.device, dtype=torch.float32) if param_dtypes else None
+    unused = dy   # stands in for the pointers a launch does not use
+    layer_norm_backward[(programs,)](
+        dy, x, unused if dres is None else dres, unused if dx is None else dx, g, shift, s, ss,
+        unused if partials is None else partials, m, n, dy.stride(0), x.stride(0),
+        0 if dres is None else dres.stride(0), 0 if dx is None else dx.stride(0), shift.stride(0),
+        inv_n, eps, ROWS=rows, BLOCK_N=triton.next_power_of_2(n), HAS_DRES=dres is not None,
+        NEED_DX=need_dx, NEED_PARAMS=param_dtypes is not None, STAGES=stages, num_warps=warps)
+    if param_dtypes:
+        block_p = min(1024, triton.next_power_of_2(programs))
+        block_c = max(8, 8192 // block_p)
+        sum_partials[(triton.cdiv(2 * n, block_c),)](partials, dg, dbeta, n, programs, BLOCK_P=block_p,
+                                                     BLOCK_C=block_c, num_warps=8)
+    return dx, dg, dbeta
