@@ -8,8 +8,6 @@ graphs, the partials' sum included; each variant's outputs checked against the m
 
 from __future__ import annotations
 
-import statistics
-
 import torch
 import triton
 import triton.language as tl
@@ -77,8 +75,8 @@ def prefetched(t: dict, rows: int, warps: int, programs: int):
     dg, dbeta = (torch.empty(n, device=DEVICE, dtype=t["g"].dtype) for _ in range(2))
     block_p = min(1024, triton.next_power_of_2(programs))
     block_c = max(8, 8192 // block_p)
-    layer_norm_grad.sum_partials[(triton.cdiv(2 * n, block_c),)](partials, dg, dbeta, n, programs,
-                                                                 BLOCK_P=block_p, BLOCK_C=block_c, num_warps=8)
+    layer_norm_grad.sum_partials[(triton.cdiv(2 * n, block_c),)](
+        partials, dg, dbeta, n, programs, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=8)
     return dx, dg, dbeta
 
 
@@ -95,8 +93,10 @@ def main() -> None:
     t = inputs(m, n)
     want = merged(t)
     if CUDA:
-        print(f"merged config {layer_norm_grad.config(m, n, t['x'].device)}: {time_us(lambda: merged(t)):.1f} us")
-        for rows, warps, per_sm, stages in [(2, 4, 4, 3), (4, 4, 4, 3), (4, 4, 2, 3), (2, 4, 3, 2), (2, 4, 5, 2)]:
+        default = layer_norm_grad.config(m, n, t["x"].device)
+        print(f"merged config {default}: {time_us(lambda: merged(t)):.1f} us")
+        for rows, warps, per_sm, stages in [(2, 4, 4, 3), (4, 4, 4, 3), (4, 4, 2, 3), (2, 4, 3, 2),
+                                            (2, 4, 5, 2)]:
             choice = (rows, warps, per_sm * sms, stages)
             print(f"merged kernel rows {rows} warps {warps} per SM {per_sm} stages {stages}: "
                   f"{time_us(lambda c=choice: merged(t, c)):.1f} us", flush=True)
@@ -104,7 +104,8 @@ def main() -> None:
                                 if CUDA else [(2, 4, 1), (4, 4, 2)]):
         programs = min(triton.cdiv(m, rows), per_sm * sms)
         got = prefetched(t, rows, warps, programs)
-        same = all(torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2) for a, b in zip(got, want, strict=True))
+        same = all(torch.allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2)
+                   for a, b in zip(got, want, strict=True))
         us = time_us(lambda r=rows, w=warps, p=programs: prefetched(t, r, w, p)) if CUDA else float("nan")
         print(f"prefetching rows {rows} warps {warps} per SM {per_sm}: {us:.1f} us"
               f"{'' if same else '  OUTPUTS DIFFER'}", flush=True)
