@@ -370,6 +370,37 @@ def first_launch(fn, grid: tuple[int], args: list, meta: dict, device: torch.dev
     return None, None
 
 
+def _specialization(arg) -> tuple | type:
+    """What Triton specializes a compiled kernel on, for one argument: a tensor's dtype and
+    16-byte alignment, an integer's divisibility by 16, whether it is 1 and whether it fits in
+    32 bits; a float's type."""
+    if isinstance(arg, torch.Tensor):
+        return (arg.dtype, arg.data_ptr() % 16 == 0)
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        return (int, arg == 1, arg % 16 == 0, -(2**31) <= arg < 2**31)
+    return type(arg)
+
+
+_DIRECT: dict[tuple, Callable[..., None]] = {}
+
+
+def launch_cached(fn, grid: tuple[int], args: list, meta: dict, device: torch.device) -> None:
+    """Launch a hand-written Triton kernel (coda.nn.layer_norm_grad's): through Triton's JIT the
+    first time for each grid and specialization of the arguments, then through the compiled
+    kernel's direct launcher, as a Plan does (Triton's own dispatch costs tens of microseconds
+    of host time a launch, which a step without a CUDA graph pays: docs/performance.md).
+    `args` are the kernel's non-constexpr arguments in order; `meta`, its constexprs and launch
+    options."""
+    key = (fn, grid, device, tuple(map(_specialization, args)), tuple(sorted(meta.items())))
+    launcher = _DIRECT.get(key)
+    if launcher is not None:
+        launcher(*args, *(meta[name] for name in fn.arg_names if name in meta))
+        return
+    _, launcher = first_launch(fn, grid, args, meta, device)
+    if launcher is not None:
+        _DIRECT[key] = launcher
+
+
 def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callable[..., None]:
     """A launcher of Triton's compiled kernel that does its per-call Python once: the stream is
     read from PyTorch, the launch hooks are passed only while a profiler has set some, and the

@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..codegen.kernel import launch_cached
+
 
 @triton.jit
 def layer_norm_backward(DY, X, DRES, DX, G, SHIFT, S, SS, PARTIALS, M, N, stride_dy, stride_x,
@@ -117,15 +119,17 @@ def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, shift: torch.Tens
     rows, warps, programs, stages = choice or config(m, n, x.device)
     partials = torch.empty((2, programs, n), device=x.device, dtype=torch.float32) if param_dtypes else None
     unused = dy   # stands in for the pointers a launch does not use
-    layer_norm_backward[(programs,)](
+    launch_cached(layer_norm_backward, (programs,), [
         dy, x, unused if dres is None else dres, unused if dx is None else dx, g, shift, s, ss,
         unused if partials is None else partials, m, n, dy.stride(0), x.stride(0),
         0 if dres is None else dres.stride(0), 0 if dx is None else dx.stride(0), shift.stride(0),
-        inv_n, eps, ROWS=rows, BLOCK_N=triton.next_power_of_2(n), HAS_DRES=dres is not None,
-        NEED_DX=need_dx, NEED_PARAMS=param_dtypes is not None, STAGES=stages, num_warps=warps)
+        float(inv_n), float(eps)], dict(ROWS=rows, BLOCK_N=triton.next_power_of_2(n),
+                                        HAS_DRES=dres is not None, NEED_DX=need_dx,
+                                        NEED_PARAMS=param_dtypes is not None, STAGES=stages,
+                                        num_warps=warps), x.device)
     if param_dtypes:
         block_p = min(1024, triton.next_power_of_2(programs))
         block_c = max(8, 8192 // block_p)
-        sum_partials[(triton.cdiv(2 * n, block_c),)](partials, dg, dbeta, n, programs, BLOCK_P=block_p,
-                                                     BLOCK_C=block_c, num_warps=8)
+        launch_cached(sum_partials, (triton.cdiv(2 * n, block_c),), [partials, dg, dbeta, n, programs],
+                      dict(BLOCK_P=block_p, BLOCK_C=block_c, num_warps=8), x.device)
     return dx, dg, dbeta
