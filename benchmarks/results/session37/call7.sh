@@ -9,7 +9,7 @@ PYTHONPATH=$PWD/src timeout 110 python -m pytest -q -n 12 -p no:cacheprovider --
   tests/gpu/test_nn_gpt.py tests/gpu/test_hf_gpu.py > "$out/gpu_tests.txt" 2>&1
 echo "tests rc=$?"; grep -E "passed|failed|FAILED|Error" "$out/gpu_tests.txt" | tail -6
 for v in main ln2; do
-  PYTHONPATH=$PWD/variants/$v/src timeout 60 python variants/$v/benchmarks/train.py --models gpt2,bert \
+  PYTHONPATH=$PWD/variants/$v/src timeout 100 python variants/$v/benchmarks/train.py --models gpt2,bert \
     --modes coda --steps 20 --warmup 3 --curve none --profile none --timeout 55 \
     --json "$out/$v.json" > "$out/$v.log" 2>&1
   echo "$v rc=$?"; grep -E "tokens/s|rror" "$out/$v.log" | head -3
