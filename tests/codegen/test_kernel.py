@@ -1,0 +1,39 @@
+"""codegen/kernel.py's launch_cached: the key of a cached direct launcher separates every
+argument difference Triton compiles a separate kernel for (on the CPU the interpreter runs each
+launch through Triton itself, so the cache is filled only on a GPU: tests/gpu covers the launches)."""
+
+from __future__ import annotations
+
+import torch
+
+from coda.codegen.kernel import _specialization
+
+
+def test_the_key_separates_what_triton_specializes_on():
+    base = torch.zeros(64, dtype=torch.float16)
+    aligned, misaligned = base[:16], base[1:17]
+    assert _specialization(aligned) != _specialization(misaligned)           # 16-byte alignment
+    assert _specialization(aligned) != _specialization(aligned.float())      # dtype
+    assert _specialization(768) == _specialization(1024)                     # both multiples of 16
+    assert len({_specialization(v) for v in (1, 768, 770, 2**31)}) == 4      # 1, %16, other, 64-bit
+    assert _specialization(1e-5) == _specialization(0.5)
+
+
+def test_launches_run_through_triton_under_the_interpreter():
+    """Without a compiled CUDA kernel nothing is cached: each launch is Triton's own."""
+    import triton
+    import triton.language as tl
+
+    from coda.codegen import kernel
+
+    @triton.jit
+    def twice(X, Y, n, BLOCK: tl.constexpr):
+        i = tl.arange(0, BLOCK)
+        tl.store(Y + i, 2 * tl.load(X + i, mask=i < n), mask=i < n)
+
+    x = torch.randn(10)
+    for _ in range(2):
+        y = torch.full_like(x, float("nan"))
+        kernel.launch_cached(twice, (1,), [x, y, 10], dict(BLOCK=16), x.device)
+        torch.testing.assert_close(y, 2 * x)
+    assert not any(key[0] is twice for key in kernel._DIRECT)
