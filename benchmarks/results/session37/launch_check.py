@@ -18,6 +18,6 @@ for trial in range(4):
     got = [t.grad.float() for t in (x, g, beta)]
     xr, gr, br = (t.detach().float().requires_grad_() for t in (x, g, beta))
     torch.nn.functional.layer_norm(xr, (768,), gr, br, 1e-5).backward(dy.float())
-    errors = [((a - b.grad).norm() / b.grad.norm()).item() for a, b in zip(got, (xr, gr, br))]
+    errors = [((a - b.grad).norm() / b.grad.norm()).item() for a, b in zip(got, (xr, gr, br), strict=True)]
     print(f"trial {trial} (offset {start}): relative errors dx/dg/dbeta {errors}")
     assert max(errors) < 1e-2, errors
