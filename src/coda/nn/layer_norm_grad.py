@@ -112,7 +112,9 @@ def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, shift: torch.Tens
     dy, x = _unit_columns(dy), _unit_columns(x)
     dres = _unit_columns(dres) if dres is not None else None
     dx = torch.empty((m, n), device=x.device, dtype=dy.dtype) if need_dx else None
-    dg, dbeta = ((torch.zeros(n, device=x.device, dtype=dtype) for dtype in param_dtypes)
+    # sum_partials writes every value of dg and dβ: zero-filled only where no row runs
+    fill = torch.zeros if m == 0 else torch.empty
+    dg, dbeta = ((fill(n, device=x.device, dtype=dtype) for dtype in param_dtypes)
                  if param_dtypes else (None, None))
     if m == 0:
         return dx, dg, dbeta
