@@ -168,7 +168,7 @@ def compile_sm90(kernel_module, built, config, launch) -> dict[str, int]:
                               launch)
     plan.run(launch.concat or launch.a, launch.b, launch.values, None, launch.seed,
              (launch.m_limit, launch.k_limit))
-    meta = dict(recorder.meta) | {"PDL": True}   # as a Hopper GPU launches it (dependent_launch)
+    meta = dict(recorder.meta)
     options = {key: meta.pop(key) for key in ("num_warps", "num_stages", "maxnreg") if key in meta}
     fn = built.fn
     values = dict(zip([p for p in fn.arg_names if p not in meta], recorder.args, strict=True))
@@ -179,8 +179,6 @@ def compile_sm90(kernel_module, built, config, launch) -> dict[str, int]:
     return dict(wgmma=ptx.count("wgmma.mma_async"), tma=ptx.count("cp.async.bulk.tensor"),
                 # store_wide's butterfly exchanges (its inline assembly, verbatim in the PTX)
                 wide_exchanges=ptx.count("setp.ne.b32 up"),
-                # programmatic dependent launch: the wait for the prior kernel, then the signal
-                pdl=[ptx.count("griddepcontrol.wait"), ptx.count("griddepcontrol.launch_dependents")],
                 warp_specialized="setmaxnreg" in ptx, shared=compiled.metadata.shared,
                 **ptxas_report(ptx))
 
@@ -246,7 +244,6 @@ def test_hopper_kernels_compile_for_sm90():
                             | {f"a_sums_{a}/{v}" for a in ("concat_k_ln_dxhat", "plain", "transposed")
                                for v in ("pingpong", "hopper")})
     for key, found in results.items():
-        assert found["pdl"] == [1, 1], key
         if key.startswith(("concat", "a_sums")):   # the ping-pong kernel's loader reads the pieces
             assert found["warp_specialized"] == key.endswith("pingpong"), key
             assert found["wgmma"] > 0 and found["tma"] > 0, key

@@ -62,7 +62,7 @@ def _params(program: Program, sig: Signature) -> list[str]:
 
 def generate_finish(program: Program, sig: Signature) -> str:
     """The source of `finish(M, N, K, row_parts, col_parts, M_LIMIT, ..., ROW_P, ROW_BLOCK, COL_P,
-    COL_BLOCK, LIMIT_M, TILE_M, PDL)`:
+    COL_BLOCK, LIMIT_M, TILE_M)`:
     ROW_P partials of ROW_BLOCK rows a step for the row reductions, COL_P of COL_BLOCK columns for
     the column ones and A's column sums (`merge_tile`), "" when the launch writes no reduction."""
     by_axis = {axis: [o for o in _written(program, sig) if o.axis == axis] for axis in ("row", "col")}
@@ -74,11 +74,11 @@ def generate_finish(program: Program, sig: Signature) -> str:
         lines += _merge(program, "col", [A_SUMS], size="K")
     params = ", ".join(["M", "N", "K", "row_parts", "col_parts", "M_LIMIT", *_params(program, sig),
                         *(f"{c}: tl.constexpr" for c in ("ROW_P", "ROW_BLOCK", "COL_P", "COL_BLOCK",
-                                                         "LIMIT_M", "TILE_M", "PDL"))])
+                                                         "LIMIT_M", "TILE_M"))])
     # under a limit on M (`m_limit=`) the kernel ran as if M were the limit: its rows and its
     # tiles of TILE_M rows past it have no partials
-    limit = ["cm.follow_prior_kernel(PDL)", "if LIMIT_M:",
-             "    M = tl.minimum(M, tl.load(M_LIMIT).to(tl.int32))", "    col_parts = tl.cdiv(M, TILE_M)"]
+    limit = ["if LIMIT_M:", "    M = tl.minimum(M, tl.load(M_LIMIT).to(tl.int32))",
+             "    col_parts = tl.cdiv(M, TILE_M)"]
     body = "\n".join("    " + line for line in limit + lines)
     return f"\n@triton.jit\ndef finish({params}):\n    pid = tl.program_id(0)\n{body}\n"
 

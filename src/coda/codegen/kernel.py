@@ -234,7 +234,7 @@ class Plan:
         self.limited = (launch.m_limit is not None, launch.k_limit is not None)
         self.meta |= dict(LIMIT_M=self.limited[0]) if kernel.variant == "map" else dict(
             LIMIT_M=self.limited[0], LIMIT_K=self.limited[1])
-        self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=concat_k) | dependent_launch(a.device)
+        self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=concat_k)
         if kernel.variant != "map":
             self.meta["SUM_A"] = self.a_col_sums is not None
         if kernel.variant == "hopper" and (len(pieces) > 1 or self.a_col_sums is not None):
@@ -250,7 +250,7 @@ class Plan:
         if self.a_col_sums is not None:
             axes.add("a")
         self.finisher = _Finisher(kernel.finish, m, n, launch.k, self.partial_rows, axes,
-                                  self.limited[0], config.block_m, a.device) if axes else None
+                                  self.limited[0], config.block_m) if axes else None
         # float32 partials of each reduction: [tiles along the reduced axis, its length], two
         # (max and sum) for a log-sum-exp
         self.partial_shapes = {spec.name: [(self.partial_rows[spec.reduction[:3]], spec.shape[0])]
@@ -341,7 +341,7 @@ class _Finisher:
     wrote no partials, which the merge then skips."""
 
     def __init__(self, fn: Callable, m: int, n: int, k: int, partial_rows: dict[str, int],
-                 axes: set[str], limit_m: bool, block_m: int, device: torch.device):
+                 axes: set[str], limit_m: bool, block_m: int):
         row_p, row_block = merge_tile(partial_rows["row"])
         col_p, col_block = merge_tile(partial_rows["col"])
         self.fn, self.sizes = fn, (m, n, k, partial_rows["row"], partial_rows["col"])
@@ -349,7 +349,7 @@ class _Finisher:
                     "a": math.ceil(k / col_block)}
         self.grid = (max(programs[axis] for axis in axes),)
         self.meta = dict(ROW_P=row_p, ROW_BLOCK=row_block, COL_P=col_p, COL_BLOCK=col_block,
-                         LIMIT_M=limit_m, TILE_M=block_m) | dependent_launch(device)
+                         LIMIT_M=limit_m, TILE_M=block_m)
         self.constexprs = [self.meta[name] for name in fn.arg_names if name in self.meta]
         self.launcher = None
 
@@ -368,23 +368,6 @@ def first_launch(fn, grid: tuple[int], args: list, meta: dict, device: torch.dev
     if device.type == "cuda" and hasattr(compiled, "packed_metadata"):
         return compiled, direct_launcher(compiled, grid, device)
     return None, None
-
-
-_PDL_CAPABLE: dict[int | None, bool] = {}
-
-
-def dependent_launch(device: torch.device) -> dict:
-    """The launch options of programmatic dependent launch, with the `PDL` constexpr every CODA
-    kernel takes (`tl_math.follow_prior_kernel`): on Hopper and later GPUs a kernel then starts
-    while the one before it in the stream drains, and waits for it on the device, which hides
-    most of the gap between two kernels (also between the nodes of a CUDA graph).
-    `CODA_PDL=0` turns it off."""
-    if device.type != "cuda" or os.environ.get("CODA_PDL", "1") == "0":
-        return {"PDL": False}
-    capable = _PDL_CAPABLE.get(device.index)
-    if capable is None:
-        capable = _PDL_CAPABLE[device.index] = torch.cuda.get_device_capability(device)[0] >= 9
-    return {"PDL": True, "launch_pdl": True} if capable else {"PDL": False}
 
 
 def _specialization(arg) -> tuple | type:
@@ -407,8 +390,7 @@ def launch_cached(fn, grid: tuple[int], args: list, meta: dict, device: torch.de
     kernel's direct launcher, as a Plan does (Triton's own dispatch costs tens of microseconds
     of host time a launch, which a step without a CUDA graph pays: docs/performance.md).
     `args` are the kernel's non-constexpr arguments in order; `meta`, its constexprs and launch
-    options but `PDL`, which the kernel takes as well (`dependent_launch`)."""
-    meta = meta | dependent_launch(device)
+    options."""
     key = (fn, grid, device, tuple(map(_specialization, args)), tuple(sorted(meta.items())))
     launcher = _DIRECT.get(key)
     if launcher is not None:

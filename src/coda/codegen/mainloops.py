@@ -30,8 +30,7 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
               M_LIMIT, K_LIMIT, A_SUMS, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr, A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr,
-              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr, SUM_A: tl.constexpr, PDL: tl.constexpr):
-    cm.follow_prior_kernel(PDL)
+              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr, SUM_A: tl.constexpr):
     M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     pid = tl.program_id(0)
     row_blocks = tl.cdiv(M, BLOCK_M)
@@ -204,8 +203,7 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
               GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr,
               B_N_CONTIGUOUS: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr,
               EPILOGUE_N: tl.constexpr, A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr,
-              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr, SUM_A: tl.constexpr, PDL: tl.constexpr):
-    cm.follow_prior_kernel(PDL)
+              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr, SUM_A: tl.constexpr):
     M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     # A is [M, K] with K contiguous, or its transpose is: describe whichever is row-major (each
     # piece of a Concat A: `piece_descriptors`; such a launch does not flatten its loops).
@@ -563,8 +561,7 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
               B_N_CONTIGUOUS: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr,
               LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr, A_PIECES: gl.constexpr,
               A_CONCAT_K: gl.constexpr, LIMIT_M: gl.constexpr, LIMIT_K: gl.constexpr,
-              SUM_A: gl.constexpr, PDL: gl.constexpr):
-    cm.follow_prior_kernel(PDL)
+              SUM_A: gl.constexpr):
     M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     # A ring of STAGES (A, B) tile pairs. An operand stored transposed (rows along M or N) is
     # loaded as stored and transposed as a view for the MMA. A is one tensor or A_PIECES joined
@@ -607,8 +604,7 @@ MAP = '''
 @triton.jit(do_not_specialize=["seed"])
 def {KERNEL}(X, M, N, stride_xm, stride_xn, X1, X2, X3, CUT1, CUT2, CUT3, M_LIMIT, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, A_PIECES: tl.constexpr,
-              A_CONCAT_K: tl.constexpr, LIMIT_M: tl.constexpr, PDL: tl.constexpr):
-    cm.follow_prior_kernel(PDL)
+              A_CONCAT_K: tl.constexpr, LIMIT_M: tl.constexpr):
     # No GEMM: the epilogue's input is a tile of X (`Program.map`). X may come in A_PIECES pieces
     # (a Concat) joined along its columns (A_CONCAT_K) or rows, X1-X3 starting at CUT1-CUT3, each
     # a whole number of tiles wide or tall: the tile reads the piece it lies in.

@@ -9,7 +9,6 @@ import os
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from ..runtime.rng import PHILOX_MULTIPLIER, PHILOX_ROUNDS, PHILOX_WEYL
 
@@ -215,14 +214,3 @@ def keep_threshold(p):
 @triton.jit
 def dropout(x, p, keep):
     return tl.where(keep, x * (1.0 / (1.0 - p)), 0.0)
-
-
-@triton.jit
-def follow_prior_kernel(PDL: tl.constexpr):
-    """A kernel's first statement. Under programmatic dependent launch (PDL: sm_90, launched
-    with `launch_pdl`, codegen/kernel.py) the kernel may start while the one before it in the
-    stream still runs: wait until that one has finished and its writes are visible, then let the
-    next kernel start its own launch. Nothing before this touches global memory."""
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()

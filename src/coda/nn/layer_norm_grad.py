@@ -21,7 +21,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ..codegen import tl_math as cm
 from ..codegen.kernel import launch_cached
 
 
@@ -29,9 +28,7 @@ from ..codegen.kernel import launch_cached
 def layer_norm_backward(DY, X, DRES, DX, G, SHIFT, S, SS, PARTIALS, M, N, stride_dy, stride_x,
                         stride_dres, stride_dx, stride_shift, inv_n, eps,
                         ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_DRES: tl.constexpr,
-                        NEED_DX: tl.constexpr, NEED_PARAMS: tl.constexpr, STAGES: tl.constexpr,
-                        PDL: tl.constexpr):
-    cm.follow_prior_kernel(PDL)
+                        NEED_DX: tl.constexpr, NEED_PARAMS: tl.constexpr, STAGES: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
@@ -69,13 +66,11 @@ def layer_norm_backward(DY, X, DRES, DX, G, SHIFT, S, SS, PARTIALS, M, N, stride
 
 
 @triton.jit
-def sum_partials(PARTIALS, DG, DBETA, N, parts, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
-                 PDL: tl.constexpr):
+def sum_partials(PARTIALS, DG, DBETA, N, parts, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     """dg and dβ from the [2, parts, N] partials, read as [parts, 2N] columns: program i sums
     BLOCK_C of those columns over every partial, BLOCK_P partials a step in index order. Narrow
     column blocks over many programs, each loading all of its partials at once: the sum is a
     few MB read by programs that wait on memory, so it is their number that makes it fast."""
-    cm.follow_prior_kernel(PDL)
     cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     which = cols // N        # 0: dg, 1: dβ
     col = cols % N
