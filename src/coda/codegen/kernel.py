@@ -381,7 +381,7 @@ def _specialization(arg) -> tuple | type:
     return type(arg)
 
 
-_DIRECT: dict[tuple, Callable[..., None]] = {}
+_DIRECT: dict[tuple, tuple[Callable[..., None], list]] = {}   # key: (launcher, its constexprs)
 
 
 def launch_cached(fn, grid: tuple[int], args: list, meta: dict, device: torch.device) -> None:
@@ -391,14 +391,15 @@ def launch_cached(fn, grid: tuple[int], args: list, meta: dict, device: torch.de
     of host time a launch, which a step without a CUDA graph pays: docs/performance.md).
     `args` are the kernel's non-constexpr arguments in order; `meta`, its constexprs and launch
     options."""
-    key = (fn, grid, device, tuple(map(_specialization, args)), tuple(sorted(meta.items())))
-    launcher = _DIRECT.get(key)
-    if launcher is not None:
-        launcher(*args, *(meta[name] for name in fn.arg_names if name in meta))
+    key = (fn, grid, device, tuple(map(_specialization, args)), tuple(meta.items()))
+    cached = _DIRECT.get(key)
+    if cached is not None:
+        launcher, constexprs = cached
+        launcher(*args, *constexprs)
         return
     _, launcher = first_launch(fn, grid, args, meta, device)
     if launcher is not None:
-        _DIRECT[key] = launcher
+        _DIRECT[key] = launcher, [meta[name] for name in fn.arg_names if name in meta]
 
 
 def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callable[..., None]:
