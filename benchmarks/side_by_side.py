@@ -9,6 +9,10 @@ timing overlaps another child's warm-up), the parent lets them measure one at a 
 that never calls `wait_turn` simply runs to its end when its turn comes. A child ends with
 `report(result)`, one JSON line on its standard output. `turns` does all of it for a list of
 commands, a group at a time, and one child at a time where CODA autotunes (tuning times kernels).
+A child may measure in rounds: it calls `wait_turn` again after each round but the last, and the
+parent gives it each round with `Child.take_round` (the children of a group in turn, so that their
+rounds interleave and a drift of the GPU's clock under its power cap reaches every child alike),
+then its last one with `take_turn`.
 
 Each child is its own process, so GPU memory, compile caches and monkey-patching (Liger patches
 HF's classes) do not leak between runs, and a child that fails or runs out of time becomes an
@@ -86,6 +90,7 @@ class Child:
                                      stderr=subprocess.STDOUT, text=True,
                                      env={**os.environ, **(env or {})})
         self.lines: list[str] = []
+        self.timed_out = False
         self.ready = threading.Event()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -101,18 +106,29 @@ class Child:
         """Seconds left of the timeout of the child's warm-up, or of its turn once begun."""
         return max(self.timeout - (time.perf_counter() - self.phase_start), 0)
 
+    def take_round(self) -> None:
+        """Let the child measure one round (once warmed up) and wait until it waits again, or has
+        ended (its `take_turn` then says how), or ran out of time (it is then killed)."""
+        if self.timed_out or not self.ready.wait(self.left()):
+            self._kill()
+            return
+        self.phase_start = time.perf_counter()
+        self.ready.clear()   # set again by its next READY line, or when it exits
+        if not self.reader.is_alive():   # it has ended: its take_turn says how
+            self.ready.set()
+            return
+        self._go()
+        if not self.ready.wait(self.left()):
+            self._kill()
+
     def take_turn(self) -> Turn:
         """Let the child measure (once warmed up) and wait for it to end."""
         result, error = None, None
         try:
-            if not self.ready.wait(self.left()):
+            if self.timed_out or not self.ready.wait(self.left()):
                 raise subprocess.TimeoutExpired(self.proc.args, self.timeout)
             self.phase_start = time.perf_counter()
-            try:
-                self.proc.stdin.write("go\n")
-                self.proc.stdin.flush()
-            except BrokenPipeError:
-                pass   # it has exited: its output says why
+            self._go()
             self.proc.wait(self.left())
             self.reader.join()
             found = [line for line in self.lines if line.startswith(RESULT)]
@@ -121,10 +137,24 @@ class Child:
             else:
                 error = f"the child exited with code {self.proc.returncode}"
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()   # gone, its GPU memory with it, before the next child's turn
+            self._kill()
+        if self.timed_out:
             error = f"timed out after {self.timeout:g} s"
         return Turn(result, error, time.perf_counter() - self.start, "".join(self.lines)[-3000:])
+
+    def _go(self) -> None:
+        try:
+            self.proc.stdin.write("go\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass   # it has exited: its output says why
+
+    def _kill(self) -> None:
+        """Out of time: gone, its GPU memory with it, before the next child's turn."""
+        if self.proc.poll() is None:
+            self.timed_out = True
+            self.proc.kill()
+        self.proc.wait()
 
 
 def wait_ready(children: Iterable[Child]) -> None:

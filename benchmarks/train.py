@@ -2,9 +2,9 @@
 
     python benchmarks/train.py [--models gpt2,llama+bert] [--modes eager,compile,liger,coda,
                                coda+compile,eager+graph,compile+graph,coda+graph]
-                               [--steps 20] [--warmup 5] [--profile eager,coda] [--curve gpt2|llama|bert|none]
-                               [--curve-steps 200] [--timeout 300] [--json benchmarks/results/train.json]
-                               [--smoke]
+                               [--steps 20] [--rounds 1] [--warmup 5] [--profile eager,coda]
+                               [--curve gpt2|llama|bert|none] [--curve-steps 200] [--timeout 300]
+                               [--json benchmarks/results/train.json] [--smoke]
 
 A training step is forward, backward and `torch.optim.AdamW(fused=True)` on a randomly initialized model
 whose weights are bfloat16 (no float32 master copy), attention through SDPA, the same batch at every step
@@ -41,7 +41,12 @@ itself). The loss curve runs during the first group's warm-up.
 Per run: `--warmup` steps (compilation, CODA's autotuning), then `--steps` timed steps between two
 `torch.cuda.synchronize()`: tokens/s and ms per step over the whole timed stretch, the peak memory of
 the timed steps (`torch.cuda.max_memory_allocated`), the per-step losses, and the GPU's SM clock, power
-and power-cap share over the timed stretch (`gpu_clock`: NVML every 10 ms). For the modes in `--profile`,
+and power-cap share over the timed stretch (`gpu_clock`: NVML every 10 ms). With `--rounds R` the steps
+are timed R times, the runs of a model group taking their rounds in turn (each waits idle between
+its rounds, as between warm-up and turn): a run's rate is its rounds' median, each round is in
+its `rounds`, and `paired_ratios` gives each CODA mode's rate over the fastest peer's round by
+round (the GPU's clock drifts under its power cap by more than the margins at stake; two runs
+timed seconds apart see the same drift). For the modes in `--profile`,
 one more step under `torch.profiler` splits its GPU kernel time into GEMM, attention, CODA (the
 generated `coda_gemm_*` / `coda_map_*` kernels), optimizer and other (µs per step, plus the top
 kernels and the launch count).
@@ -81,6 +86,7 @@ import datetime
 import functools
 import importlib.metadata
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -231,20 +237,27 @@ def measure(name: str, mode: str, args: argparse.Namespace, device: torch.device
     else:
         losses = [step() for _ in range(args.warmup)]
     synchronize(device)
-    if args.wait_turn:
-        side_by_side.wait_turn()
-        losses.append(step())   # refills the allocator's cache that the wait gave back
-        synchronize(device)
     if cuda and not graphed:
         torch.cuda.reset_peak_memory_stats(device)
-    with gpu_clock.Sampler(device) as clocks:
-        began, start = time.time(), time.perf_counter()
-        losses += [step() for _ in range(args.steps)]
-        synchronize(device)
-        seconds = time.perf_counter() - start
-    return dict(batch=batch_size, seq=seq, tokens_per_s=args.steps * batch_size * seq / seconds,
-                step_ms=1e3 * seconds / args.steps, timed_from=utc(began), timed_to=utc(time.time()),
-                gpu_clock=clocks.summary(),
+    rounds, samples = [], []
+    for _ in range(args.rounds):
+        if args.wait_turn:
+            side_by_side.wait_turn()
+            losses.append(step())   # refills the allocator's cache that the wait gave back
+            synchronize(device)
+        with gpu_clock.Sampler(device) as clocks:
+            began, start = time.time(), time.perf_counter()
+            losses += [step() for _ in range(args.steps)]
+            synchronize(device)
+            seconds = time.perf_counter() - start
+        rounds.append(dict(tokens_per_s=args.steps * batch_size * seq / seconds,
+                           step_ms=1e3 * seconds / args.steps, timed_from=utc(began),
+                           timed_to=utc(time.time()), gpu_clock=clocks.summary()))
+        samples += clocks.samples
+    return dict(batch=batch_size, seq=seq, tokens_per_s=statistics.median(r["tokens_per_s"] for r in rounds),
+                step_ms=statistics.median(r["step_ms"] for r in rounds), timed_from=rounds[0]["timed_from"],
+                timed_to=rounds[-1]["timed_to"], gpu_clock=gpu_clock.summarize(samples),
+                rounds=rounds if args.rounds > 1 else None,
                 peak_mem_gb=torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
                 loss=losses[-1].item(), losses=torch.stack(losses).float().tolist(),
                 breakdown=breakdown(step, device) if cuda and mode in args.profile else None)
@@ -369,7 +382,8 @@ def start(spec: str, args: argparse.Namespace, wait_turn: bool = False) -> side_
     `wait_turn` the child warms up and then waits: the children of one model warm up side by
     side, and their timed steps run one at a time on an otherwise idle GPU and host."""
     command = [sys.executable, __file__, "--child", spec, "--steps", str(args.steps),
-               "--warmup", str(args.warmup), "--profile", ",".join(args.profile) or "none",
+               "--rounds", str(args.rounds), "--warmup", str(args.warmup),
+               "--profile", ",".join(args.profile) or "none",
                "--curve-steps", str(args.curve_steps)]
     return side_by_side.Child(command + ["--smoke"] * args.smoke + ["--wait-turn"] * wait_turn,
                               args.timeout)
@@ -398,6 +412,26 @@ def ratios(rows: list[dict]) -> dict:
         best = max(baselines, key=baselines.get)
         out[name] = {"baseline": best, **{m: rate[m] / baselines[best] for m in MODES
                                           if m.startswith("coda") and rate.get(m)}}
+    return out
+
+
+def paired_ratios(rows: list[dict]) -> dict:
+    """Per model, with --rounds: each CODA mode's rate over the fastest peer's (by median) round by
+    round: the median, the range and every round's ratio. With CODA_AUTOTUNE=0 a model's runs
+    take their rounds in turn, so the two rates of a pair were timed seconds apart and a drift of
+    the GPU's clock under its power cap reaches both alike."""
+    out = {}
+    for name, best in ((name, ratio["baseline"]) for name, ratio in ratios(rows).items()):
+        runs = {r["mode"]: r.get("rounds") for r in rows if r["model"] == name and not r["error"]}
+        if not runs.get(best):
+            continue
+        for mode, rounds in runs.items():
+            if mode.startswith("coda") and rounds and len(rounds) == len(runs[best]):
+                per_round = [ours["tokens_per_s"] / theirs["tokens_per_s"]
+                             for ours, theirs in zip(rounds, runs[best], strict=True)]
+                out.setdefault(name, {})[mode] = dict(
+                    baseline=best, median=statistics.median(per_round), min=min(per_round),
+                    max=max(per_round), rounds=per_round)
     return out
 
 
@@ -468,6 +502,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"comma-separated, of {','.join(MODES)} (default: all; --smoke: eager,coda)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default 20; --smoke: 2)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 5; --smoke: 1)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="times each run's --steps are timed, a model's runs in turn (rate: the median)")
     parser.add_argument("--profile", default="eager,coda",
                         help="modes that get one profiled step (GPU only; 'none' for none)")
     parser.add_argument("--curve", choices=(*MODELS, "none"), default="gpt2", help="loss-curve model")
@@ -490,8 +526,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.steps = args.steps if args.steps is not None else 2 if args.smoke else 20
     args.warmup = args.warmup if args.warmup is not None else 1 if args.smoke else 5
     args.curve_steps = args.curve_steps if args.curve_steps is not None else 5 if args.smoke else 200
-    if args.steps < 1 or args.warmup < 0 or args.curve_steps < 1:
-        parser.error("--steps and --curve-steps must be positive, --warmup not negative")
+    if args.steps < 1 or args.rounds < 1 or args.warmup < 0 or args.curve_steps < 1:
+        parser.error("--steps, --rounds and --curve-steps must be positive, --warmup not negative")
     if args.json is None:
         args.json = (Path(tempfile.mkdtemp(prefix="coda_train_")) / "train.json" if args.smoke
                      else Path("benchmarks/results/train.json"))
@@ -527,16 +563,25 @@ def main(argv: list[str] | None = None) -> int:
             record_curve(take_turn(f"{args.curve}:curve", curve_child), result, args, save)
             curve_child = None
         side_by_side.wait_ready(group.values())
+        for _ in range(args.rounds - 1):   # every round but the last, the group's runs in turn
+            for run in group.values():
+                run.take_round()
         for name, mode in ((name, mode) for name in names for mode in args.modes):
             spec = f"{name}:{mode}"
             if spec not in runs:
                 row = dict(model=name, mode=mode, error=None,
                            note=f"skipped: Liger Kernel has no {name} support")
             else:
-                row = take_turn(spec, group.get(spec) or start(spec, args, True))
+                run = group.get(spec)
+                if run is None:   # alone: its rounds back to back
+                    run = start(spec, args, True)
+                    for _ in range(args.rounds - 1):
+                        run.take_round()
+                row = take_turn(spec, run)
                 result["gpu"] = result["gpu"] or row.get("device")
             result["rows"].append(row)
             result["ratios"] = ratios(result["rows"])
+            result["paired_ratios"] = paired_ratios(result["rows"])
             save()
             print(f"{name:>5} {mode:<12} " + (f"{row['tokens_per_s'] / 1e3:8.1f}k tokens/s" if
                   row.get("tokens_per_s") else row["error"] or row["note"])
@@ -547,6 +592,10 @@ def main(argv: list[str] | None = None) -> int:
         record_curve(take_turn(f"{args.curve}:curve", curve_child), result, args, save)
     print()
     print(table(result["rows"], result["ratios"]))
+    for name, modes in result.get("paired_ratios", {}).items():
+        for mode, paired in modes.items():
+            print(f"{name} {mode} / {paired['baseline']}, round by round: median {paired['median']:.3f}x, "
+                  f"{paired['min']:.3f}-{paired['max']:.3f}x over {len(paired['rounds'])} rounds")
     print(f"\nwrote {args.json}")
     return 0
 

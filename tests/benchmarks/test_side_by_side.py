@@ -53,6 +53,58 @@ def test_turns_begin_after_the_whole_group_is_warm_and_run_one_at_a_time():
         assert later["began"] >= earlier["ended"]
 
 
+#: A child that times three rounds, waiting for its turn before each, and reports each round's
+#: start and end (argv[1]: seconds to sleep in a round; "hang" in argv[2]: the second round never ends).
+ROUNDS_CHILD = """
+import sys, time
+import side_by_side
+rounds = []
+for i in range(3):
+    side_by_side.wait_turn()
+    began = time.time()
+    time.sleep(float(sys.argv[1]) if i != 1 or "hang" not in sys.argv[2] else 60)
+    rounds.append((began, time.time()))
+side_by_side.report(dict(name=sys.argv[2], rounds=rounds))
+"""
+
+
+def test_rounds_of_a_group_interleave_one_at_a_time():
+    group = [child(0.05, name, code=ROUNDS_CHILD) for name in "ab"]
+    side_by_side.wait_ready(group)
+    for _ in range(2):
+        for c in group:
+            c.take_round()
+    turns = [c.take_turn() for c in group]
+    assert all(t.error is None for t in turns), [t.log for t in turns]
+    a, b = (t.result["rounds"] for t in turns)
+    order = [a[0], b[0], a[1], b[1], a[2], b[2]]
+    for earlier, later in itertools.pairwise(order):
+        assert later[0] >= earlier[1]
+
+
+def test_a_round_past_the_timeout_kills_the_child_and_its_turn_says_so():
+    start = time.perf_counter()
+    hung = child(0.05, "hang", timeout=3, code=ROUNDS_CHILD)
+    side_by_side.wait_ready([hung])
+    hung.take_round()
+    hung.take_round()   # the hanging one
+    hung.take_round()   # nothing left to run: returns at once
+    turn = hung.take_turn()
+    assert turn.error == "timed out after 3 s" and turn.result is None
+    assert time.perf_counter() - start < 20
+
+
+def test_a_round_of_a_child_that_has_ended_returns_and_its_turn_reports():
+    done = child(0, "x", code="import side_by_side; side_by_side.report([3])")
+    side_by_side.wait_ready([done])
+    start = time.perf_counter()
+    done.take_round()
+    done.take_round()
+    assert time.perf_counter() - start < 5
+    turn = done.take_turn()
+    assert turn.error is None and turn.result == [3]
+
+
 def child_command(warm_up: float, name: str) -> list[str]:
     return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(BENCHMARKS)!r})\n{CHILD}",
             str(warm_up), name]

@@ -106,3 +106,34 @@ def test_the_ratio_is_over_the_fastest_peer_graphed_compile_included(bench):
             (("eager", 2e5), ("compile", 4.8e5), ("compile+graph", 5e5), ("coda+graph", 6e5))]
     assert bench.ratios(rows)["gpt2"] == {"baseline": "compile+graph", "coda+graph": 1.2}
     assert bench.compiles("compile+graph") and not bench.compiles("eager+graph")
+
+
+def test_rounds_time_each_run_again_and_pair_the_ratios(tmp_path):
+    """--rounds 3: each run is timed three times (its rate the median), and CODA's rate is also
+    divided by the fastest peer's round by round."""
+    result = run_smoke(tmp_path / "train.json", "0", "--models", "gpt2", "--curve", "none", "--rounds", "3")
+    rows = {r["mode"]: r for r in result["rows"]}
+    for row in rows.values():
+        assert row["error"] is None, row
+        rates = [r["tokens_per_s"] for r in row["rounds"]]
+        assert len(rates) == 3 and row["tokens_per_s"] == sorted(rates)[1]
+        # 1 warm-up, then per round 1 step after waiting for its turn and 2 timed
+        assert len(row["losses"]) == 1 + 3 * 3
+    paired = result["paired_ratios"]["gpt2"]["coda"]
+    assert paired["baseline"] == "eager"
+    expected = [ours["tokens_per_s"] / theirs["tokens_per_s"]
+                for ours, theirs in zip(rows["coda"]["rounds"], rows["eager"]["rounds"], strict=True)]
+    assert paired["rounds"] == pytest.approx(expected)
+    assert paired["min"] <= paired["median"] <= paired["max"]
+
+
+def test_paired_ratios_use_the_peer_fastest_by_median(bench):
+    def row(mode, *rates):
+        rounds = [dict(tokens_per_s=rate) for rate in rates]
+        return dict(model="gpt2", mode=mode, error=None, tokens_per_s=sorted(rates)[1], rounds=rounds)
+    rows = [row("compile", 4.0, 5.0, 4.1), row("compile+graph", 4.4, 4.6, 4.5),
+            row("coda+graph", 5.5, 5.0, 5.4)]
+    paired = bench.paired_ratios(rows)["gpt2"]["coda+graph"]
+    assert paired["baseline"] == "compile+graph"
+    assert paired["rounds"] == pytest.approx([5.5 / 4.4, 5.0 / 4.6, 5.4 / 4.5])
+    assert paired["median"] == pytest.approx(5.4 / 4.5)
