@@ -19,7 +19,7 @@ same LLaMA launches compiled for sm_90 on any machine, every Hopper candidate: s
 ready `Plan` captured ten or twenty times in a CUDA graph and replayed: device time only, no host
 cost. bf16 operands on the GPU; `--smoke` runs tiny float32 shapes once each on the CPU (Triton
 interpreter), untimed, to check the script. These tables chose `tuning.MAP_CONFIGS` and the Hopper
-heuristic's last-wave rule (docs/benchmarks.md and docs/performance.md, tenth session)."""
+heuristic's last-wave rule (docs/benchmarks-log.md and docs/performance.md, tenth session)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@
 # if their warm-ups peak at once; a child that runs out of memory becomes an error row, and
 # `--models gpt2,llama,bert` (three groups, more time) would be the way out. torch.compile's
 # GPT-2 step compiled side by side has come out in its slow form (the LM head's weight gradient
-# on a misaligned kernel, docs/benchmarks.md, thirty-sixth session): its matrix row can read
+# on a misaligned kernel, docs/benchmarks-log.md, thirty-sixth session): its matrix row can read
 # 13-15% below the rate of its fast form.
 set -uo pipefail
 cd "$(dirname "$0")/.."

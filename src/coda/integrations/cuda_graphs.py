@@ -1,7 +1,7 @@
 """A whole training step captured once as a CUDA graph and replayed: no host time per kernel.
 
 Without a graph a step of many small kernels is bound by the host's launch cost (a patched BERT-base
-trains at 0.78x eager's speed on the H200 machine; captured, at 1.25x: docs/benchmarks.md). This is
+trains at 0.78x eager's speed on the H200 machine; captured, at 1.25x: docs/benchmarks-log.md). This is
 PyTorch's whole-network capture recipe, in one call:
 
     def train_step(input_ids, labels):

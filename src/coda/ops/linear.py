@@ -4,7 +4,7 @@ x is [..., K] (viewed as rows [M, K]); weights have nn.Linear's layout, w: [N, K
 activation and f' its derivative, both evaluated at the pre-activation. The backward needs the
 pre-activation only through f'(pre): the forward saves that slope, not the pre-activation (same
 size, computed beside f from the same tanh or erf), so the backward multiplies by a tile instead
-of evaluating f' again (measured: docs/benchmarks.md, twenty-third session).
+of evaluating f' again (measured: docs/benchmarks-log.md, twenty-third session).
 
 linear(x, w, bias, activation, dropout_p):
     pre = x @ w.T + bias,  y = dropout(f(pre), p)
