@@ -11,8 +11,9 @@ On Hopper, CODA's two sm_90 mainloops are also timed one by one, launched throug
 `Plan` (no per-call binding): `coda_hopper` (the persistent Triton kernel in its heuristic
 configuration) and `coda_pingpong` (the warp-specialized Gluon kernel, best of its candidate
 configurations, each recorded as `coda_pingpong/<config>`). Each case's fastest CODA kernel is
-then timed back to back with the fastest plain one, `--rounds` times (`coda_over_plain_paired`:
-the ratios and their median, what docs/performance.md's fast-path table reports).
+then timed back to back with the fastest plain one, `--rounds` times, in alternating order
+(`coda_over_plain_paired`: the ratios and their median, what docs/performance.md's fast-path
+table reports); the plain kernel is paired with itself as well, a control of the method.
 """
 
 from __future__ import annotations
@@ -135,11 +136,17 @@ def mainloop_runs(prog, a, b, used: dict) -> dict[str, Callable[[], object]]:
 def paired_ratios(run: Callable[[], object], plain: Callable[[], object], rounds: int) -> list[float]:
     """A fused kernel's time over the plain one's, timed back to back `rounds` times: under the
     H200's power cap the clock drifts by up to 10% within a shape's cases (docs/performance.md),
-    and a ratio of two timings taken a minute apart carries that drift; one of neighbours does not."""
+    and a ratio of two timings taken a minute apart carries that drift; one of neighbours does not.
+    Each round times them in the order plain, run, run, plain (run, plain, plain, run in odd
+    rounds) and divides the sums: the clock keeps sinking while a GEMM runs back to back at the
+    cap, so a fixed order of two timings would count that against whichever comes second, and
+    this order cancels a steady drift exactly."""
     ratios = []
-    for _ in range(rounds):
-        base = bench(plain, warmup=10, rep=40)
-        ratios.append(bench(run, warmup=10, rep=40) / base)
+    for i in range(rounds):
+        first, second = (plain, run) if i % 2 == 0 else (run, plain)
+        times = [bench(fn, warmup=10, rep=40) for fn in (first, second, second, first)]
+        outer, inner = times[0] + times[3], times[1] + times[2]
+        ratios.append(inner / outer if i % 2 == 0 else outer / inner)
     return ratios
 
 
@@ -196,14 +203,14 @@ def main() -> None:
         rows.append(dict(shape=[m, n, k], case="plain", impl="cublas", ms=cublas, runs=cublas_runs,
                          tflops=flops / cublas / 1e9, over_cublas=1.0))
         if args.rounds and "plain" in fastest:
+            # the plain kernel against itself too: what the pairing reads where nothing differs
             for case, run in fastest.items():
-                if case != "plain":
-                    ratios = paired_ratios(run, fastest["plain"], args.rounds)
-                    ratio = statistics.median(ratios)
-                    rows.append(dict(shape=[m, n, k], case=case, impl="coda_over_plain_paired",
-                                     ratio=ratio, ratios=ratios))
-                    print(f"{m}x{n}x{k} {case:28s} over plain, paired: median {ratio:.3f} of "
-                          f"{[round(r, 3) for r in ratios]}", flush=True)
+                ratios = paired_ratios(run, fastest["plain"], args.rounds)
+                ratio = statistics.median(ratios)
+                rows.append(dict(shape=[m, n, k], case=case, impl="coda_over_plain_paired",
+                                 ratio=ratio, ratios=ratios))
+                print(f"{m}x{n}x{k} {case:28s} over plain, paired: median {ratio:.3f} of "
+                      f"{[round(r, 3) for r in ratios]}", flush=True)
         print(f"{m}x{n}x{k} cublas median {cublas * 1e3:.1f}us of {len(cublas_runs)} timings "
               f"({min(cublas_runs) * 1e3:.1f}-{max(cublas_runs) * 1e3:.1f})", flush=True)
         write(Path(args.json), rows)   # after every shape: a run cut short keeps what it measured

@@ -32,3 +32,9 @@ def report():
     """benchmarks/report.py as a module."""
     pytest.importorskip("matplotlib")
     return load_script("report")
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    """benchmarks/gemm.py as a module."""
+    return load_script("gemm")
