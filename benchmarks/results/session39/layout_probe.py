@@ -51,8 +51,10 @@ def main() -> None:
         linear = conv.T.contiguous()                                               # nn.Linear [N, K]
         bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         for layout, b in (("conv1d [K,N]", conv), ("linear [N,K].T", linear.T)):
-            runs = {"cublas mm": lambda b=b: x @ b, "cublas addmm": lambda b=b: torch.addmm(bias, x, b),
-                    "coda plain": lambda b=b: plain(x, b), "coda bias+gelu": lambda b=b: gelu(x, b, bias=bias)}
+            runs = {"cublas mm": lambda b=b: x @ b,
+                    "cublas addmm": lambda b=b: torch.addmm(bias, x, b),
+                    "coda plain": lambda b=b: plain(x, b),
+                    "coda bias+gelu": lambda b=b: gelu(x, b, bias=bias)}
             for impl, fn in runs.items():
                 alone = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
                 row = dict(shape=name, layout=layout, impl=impl, alone_us=alone, sustained_us=sustained(fn))
