@@ -1,10 +1,5 @@
 #!/usr/bin/env bash
-# Thirty-ninth session, call 4: issue 8's fast-path table on today's main with the pairing in ABBA order and the plain kernel paired with itself (call 3 timed plain then fused every time; the last run before was the
-# twenty-eighth session's): every case's fastest CODA kernel back to back with the fastest plain
-# one, 5 rounds, the seven shapes.
-export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
-out=${OUT:-/tmp}
-timeout 420 python benchmarks/gemm.py --no-compile --rounds 5 \
-  --cases plain,bias_gelu,bias_gelu_dropout_residual,residual_rowsumsq,rowscale_swiglu,dgelu_bias_grad \
-  --json "$out/gemm_fastpath.json" > "$out/gemm_fastpath.log" 2>&1
-echo "gemm rc=$?"; python benchmarks/report.py --gemm "$out/gemm_fastpath.json" 2>&1 | tail -40
+# Thirty-ninth session, call 4: call 3's command again, once gemm.py paired each case in ABBA order
+# (plain, fused, fused, plain; reversed in odd rounds) with the plain kernel paired with itself too
+# (commit f51f388; call 3 had timed plain, then fused, every round).
+exec bash "$(dirname "$0")/call3.sh"
