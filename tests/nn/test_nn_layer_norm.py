@@ -133,7 +133,8 @@ def test_passthrough_residual_gradient_joins_dx(dtype, monkeypatch):
 def test_one_pass_backward_float32(shape, choice, needs):
     """coda.nn.layer_norm_grad (the Triton backend's backward) in the interpreter, against float64
     autograd: row blocks that leave a partial block, more programs than row blocks (9 rows in
-    20 programs), no rows at all, and each subset of the gradients it may be asked for."""
+    20 programs), no rows at all, and each subset of the gradients it may be asked for; with
+    dx, also the norm's output (`beta=`: what layer_norm_linear's weight gradient reads)."""
     one_pass = importlib.import_module("coda.nn.layer_norm_grad")
     x, g, beta = inputs(shape, seed=4)
     gen = torch.Generator().manual_seed(5)
@@ -143,11 +144,13 @@ def test_one_pass_backward_float32(shape, choice, needs):
     need_x, need_g, need_beta = needs
     got = one_pass.launch(dy.float(), x.float(), g.float(), shift.float(), d.sum(1).float(),
                           (d * d).sum(1).float(), 1.0 / shape[1], 1e-5, dres.float() if need_x else None,
-                          need_x, (torch.float32, torch.float32) if need_g else None, choice)
+                          need_x, (torch.float32, torch.float32) if need_g else None, choice,
+                          beta=beta.float() if need_x else None)
     xr, gr, br = (t.clone().requires_grad_() for t in (x, g, beta))
-    ref_layer_norm(xr, gr, br).backward(dy)
-    want = (xr.grad + dres, gr.grad, br.grad)
-    for have, expect, needed in zip(got, want, (need_x, need_g, need_beta), strict=True):
+    normed = ref_layer_norm(xr, gr, br)
+    normed.backward(dy)
+    want = (xr.grad + dres, gr.grad, br.grad, normed.detach())
+    for have, expect, needed in zip(got, want, (need_x, need_g, need_beta, need_x), strict=True):
         if not needed:
             assert have is None
         elif shape[0] == 0:

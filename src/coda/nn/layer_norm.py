@@ -29,12 +29,8 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..ops import checks
 from ..ops.common import as_rows
-from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS, residual_grad, row_shift
+from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS, ONE_PASS_MAX_N, residual_grad, row_shift
 from ..runtime.program import default_backend
-
-#: the widest row the one-pass backward holds in a program (coda.nn.layer_norm_grad); wider
-#: rows take the two maps
-ONE_PASS_MAX_N = 4096
 
 XHAT = "xhat = (xin - mean) * rstd;"
 LAYER_NORM = compile_program(f"EPILOGUE layer_norm({LN_ROW_PARAMS}, g: col, beta: col) {{ {LN_ROW}"
@@ -82,9 +78,9 @@ class LayerNormFunction(torch.autograd.Function):
             from . import layer_norm_grad  # Triton, imported on first use
 
             params = (g.dtype, ctx.beta_dtype) if need_g or need_beta else None
-            dx, dg, dbeta = layer_norm_grad.launch(dy, rows, g, **row, dres=as_rows(dres)[0] if dres
-                                                   is not None else None, need_dx=need_x,
-                                                   param_dtypes=params)
+            dx, dg, dbeta, _ = layer_norm_grad.launch(dy, rows, g, **row, dres=as_rows(dres)[0] if dres
+                                                      is not None else None, need_dx=need_x,
+                                                      param_dtypes=params)
             return (dx.reshape(x.shape) if need_x else None, dg if need_g else None,
                     dbeta if need_beta else None, None, None, None, None)
         wanted = ["a", "b"] * need_x + ["dg"] * need_g + ["dbeta"] * need_beta

@@ -7,6 +7,10 @@ and dx follows without reading dy and x a second time:
 
     dxhat = dy ⊙ g,  dx = rstd (dxhat - (a + xhat b) / n) (+ dres),  xhat = (x - mean) rstd
 
+With `beta` it also stores the norm's output xn = xhat ⊙ g + β, the operand of the weight
+gradient of a LayerNorm folded into the next GEMM (`coda.ops.layer_norm_linear`, whose backward
+hands this kernel dy = the gradient at that GEMM's input).
+
 Each program walks row blocks pid, pid + programs, ... (ROWS rows at a time) and keeps the
 parameters' gradients dg = Σ_m dy xhat and dβ = Σ_m dy as [ROWS, BLOCK_N] float32 accumulators,
 summed over the rows once at its end into its partials; `sum_partials` adds the programs'
@@ -25,15 +29,18 @@ from ..codegen.kernel import launch_cached
 
 
 @triton.jit
-def layer_norm_backward(DY, X, DRES, DX, G, SHIFT, S, SS, PARTIALS, M, N, stride_dy, stride_x,
-                        stride_dres, stride_dx, stride_shift, inv_n, eps,
+def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M, N, stride_dy, stride_x,
+                        stride_dres, stride_dx, stride_xn, stride_shift, inv_n, eps,
                         ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_DRES: tl.constexpr,
-                        NEED_DX: tl.constexpr, NEED_PARAMS: tl.constexpr, STAGES: tl.constexpr):
+                        NEED_DX: tl.constexpr, NEED_PARAMS: tl.constexpr, SAVE_XN: tl.constexpr,
+                        STAGES: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_in = cols < N
     g = tl.load(G + cols, mask=col_in, other=0.0).to(tl.float32)
+    if SAVE_XN:
+        beta = tl.load(BETA + cols, mask=col_in, other=0.0).to(tl.float32)
     dg = tl.zeros([ROWS, BLOCK_N], tl.float32)
     dbeta = tl.zeros([ROWS, BLOCK_N], tl.float32)
     for block in tl.range(pid, tl.cdiv(M, ROWS), programs, num_stages=STAGES):
@@ -57,6 +64,9 @@ def layer_norm_backward(DY, X, DRES, DX, G, SHIFT, S, SS, PARTIALS, M, N, stride
                 dx += tl.load(DRES + rows[:, None] * stride_dres + cols[None, :], mask=inside,
                               other=0.0).to(tl.float32)
             tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=inside)
+        if SAVE_XN:
+            xn = xhat * g[None, :] + beta[None, :]
+            tl.store(XN + rows[:, None] * stride_xn + cols[None, :], xn.to(XN.dtype.element_ty), mask=inside)
         if NEED_PARAMS:
             dg += dy * xhat
             dbeta += dy
@@ -102,36 +112,38 @@ def _unit_columns(t: torch.Tensor) -> torch.Tensor:
 def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, shift: torch.Tensor, s: torch.Tensor,
            ss: torch.Tensor, inv_n: float, eps: float, dres: torch.Tensor | None, need_dx: bool,
            param_dtypes: tuple[torch.dtype, torch.dtype] | None,
-           choice: tuple[int, int, int, int] | None = None
-           ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """(dx, dg, dβ) of LayerNorm over the rows of x [M, N], from dy [M, N] and the row sums
+           choice: tuple[int, int, int, int] | None = None, beta: torch.Tensor | None = None
+           ) -> tuple[torch.Tensor | None, ...]:
+    """(dx, dg, dβ, xn) of LayerNorm over the rows of x [M, N], from dy [M, N] and the row sums
     (shift, s, ss: coda.ops.norms's LN_ROW), plus dres [M, N] in dx when given; dx only with
-    `need_dx`, dg and dβ (in `param_dtypes`) only when those are given. `choice` overrides
-    `config`."""
+    `need_dx`, dg and dβ (in `param_dtypes`) only when those are given, the norm's output xn =
+    xhat ⊙ g + β (in x's dtype) only with `beta`. `choice` overrides `config`."""
     m, n = x.shape
     dy, x = _unit_columns(dy), _unit_columns(x)
     dres = _unit_columns(dres) if dres is not None else None
     dx = torch.empty((m, n), device=x.device, dtype=dy.dtype) if need_dx else None
+    xn = torch.empty((m, n), device=x.device, dtype=x.dtype) if beta is not None else None
     # sum_partials writes every value of dg and dβ: zero-filled only where no row runs
     fill = torch.zeros if m == 0 else torch.empty
     dg, dbeta = ((fill(n, device=x.device, dtype=dtype) for dtype in param_dtypes)
                  if param_dtypes else (None, None))
     if m == 0:
-        return dx, dg, dbeta
+        return dx, dg, dbeta, xn
     rows, warps, programs, stages = choice or config(m, n, x.device)
     partials = torch.empty((2, programs, n), device=x.device, dtype=torch.float32) if param_dtypes else None
     unused = dy   # stands in for the pointers a launch does not use
     launch_cached(layer_norm_backward, (programs,), [
-        dy, x, unused if dres is None else dres, unused if dx is None else dx, g, shift, s, ss,
+        dy, x, unused if dres is None else dres, unused if dx is None else dx, g,
+        g if beta is None else beta, unused if xn is None else xn, shift, s, ss,
         unused if partials is None else partials, m, n, dy.stride(0), x.stride(0),
-        0 if dres is None else dres.stride(0), 0 if dx is None else dx.stride(0), shift.stride(0),
-        float(inv_n), float(eps)], dict(ROWS=rows, BLOCK_N=triton.next_power_of_2(n),
-                                        HAS_DRES=dres is not None, NEED_DX=need_dx,
-                                        NEED_PARAMS=param_dtypes is not None, STAGES=stages,
-                                        num_warps=warps), x.device)
+        0 if dres is None else dres.stride(0), 0 if dx is None else dx.stride(0),
+        0 if xn is None else xn.stride(0), shift.stride(0), float(inv_n), float(eps)],
+        dict(ROWS=rows, BLOCK_N=triton.next_power_of_2(n), HAS_DRES=dres is not None, NEED_DX=need_dx,
+             NEED_PARAMS=param_dtypes is not None, SAVE_XN=xn is not None, STAGES=stages,
+             num_warps=warps), x.device)
     if param_dtypes:
         block_p = min(1024, triton.next_power_of_2(programs))
         block_c = max(8, 8192 // block_p)
         launch_cached(sum_partials, (triton.cdiv(2 * n, block_c),), [partials, dg, dbeta, n, programs],
                       dict(BLOCK_P=block_p, BLOCK_C=block_c, num_warps=8), x.device)
-    return dx, dg, dbeta
+    return dx, dg, dbeta, xn

@@ -29,13 +29,23 @@ layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq):
             W', cv, u     = FOLD_LN.map(w): W' = w * g, cv = row_sum(w * beta),
                             u = row_sum(W' rounded to w's dtype): Σ_k of the W' the GEMM reads
             y             = LN_LINEAR  GEMM x @ W'.T; epilogue: rstd (input − mean u) + cv + bias
-  backward  (dxhat = dy @ W', xhat = (x − mean) rstd)
+  backward  (dln = dy @ w, the gradient at the norm's output; dxhat = dln * g = dy @ W',
+            xhat = (x − mean) rstd; a = Σ_k dxhat, b = Σ_k dxhat xhat per row)
+    on the Triton backend, rows of up to ONE_PASS_MAX_N values (and dx wanted):
+            dln           = PLAIN  GEMM dy @ w; db = Σ_rows dy from its K loop (`a_col_sums=True`)
+            dx, dg, dbeta, xn = coda.nn.layer_norm_grad: one pass over whole rows, a and b
+                            complete in the program, dx = rstd (dxhat − (a + xhat b) / n),
+                            dg = Σ_m dln xhat, dbeta = Σ_m dln, xn = xhat g + beta (the norm's output)
+            dw            = PLAIN  GEMM dy.T @ xn
+    elsewhere (the reference backend, wider rows; LN_XHAT.map(x) for xhat without dx):
             dxhat, a, b   = LN_DXHAT  GEMM dy @ w; epilogue: * g, a = row_sum(dxhat),
                             b = row_sum(dxhat * xhat); db = Σ_rows dy from its K loop
                             (`a_col_sums=True`; column_sum(dy) when dx is not wanted)
             dx, xhat      = LN_DX.map(dxhat): rstd (dxhat − (a + xhat b) / n),  save xhat
             dw, dg, dbeta = LN_DW  GEMM dy.T @ xhat; epilogue: dw = input * g + db ⊗ beta,
                             dg = col_sum(input * w), dbeta = col_sum(db * w)
+    The one-pass form keeps both GEMMs free of tile operands and sums (the dxhat GEMM's took
+    GPT-2's c_attn backward 1.32× cuBLAS's time, its dw GEMM's 1.21×: docs/benchmarks-log.md).
 
 out_proj_residual(x, w, residual, bias, dropout_p, seed, stats):
     y = residual + dropout(x @ w.T + bias),  with ss = Σ y² (stats "rms"; also s = Σ y for "layer")
@@ -64,8 +74,11 @@ import torch
 
 from .. import compile as compile_program
 from ..errors import LaunchError
+from ..runtime.binding import Concat
+from ..runtime.program import default_backend
 from . import checks
 from .common import (
+    PLAIN,
     ROUNDING,
     SCALE_ROWS,
     STATS,
@@ -89,6 +102,10 @@ RMS_ROW = "rstd = rsqrt(ss * inv_n + eps);"
 LN_ROW = "m = s * inv_n; mean = shift + m; rstd = rsqrt(max(ss * inv_n - m * m, 0.0) + eps);"
 RMS_ROW_PARAMS = "ss: row, inv_n: scalar, eps: scalar"
 LN_ROW_PARAMS = "shift: row, s: row, ss: row, inv_n: scalar, eps: scalar"
+
+#: the widest row LayerNorm's one-pass backward holds in a program (coda.nn.layer_norm_grad);
+#: wider rows take the map programs
+ONE_PASS_MAX_N = 4096
 
 # -- maps: sums over a tensor that no CODA GEMM produced (launched with outputs= naming only the
 #    sums, so `output` is never stored), and the weight folds (g, beta: [K], columns of w [N, K])
@@ -285,6 +302,11 @@ class LayerNormLinearFunction(torch.autograd.Function):
             return dres, *[None] * 9
         need_weights = need_g or need_beta or need_w
         row = dict(shift=row_shift(rows, ctx.shifted), s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
+        if need_x and layer_norm_one_pass(dy, rows):
+            dx, dg, dbeta, dw, db = layer_norm_linear_grads(dy, rows, g, beta, w, row, dres,
+                                                            (need_g, need_beta, need_w, need_b),
+                                                            ctx.bias_dtype)
+            return dx.reshape(x.shape), dg, dbeta, dw, db, None, None, None, None, None
         dx = dg = dbeta = dw = db = None
         # the bias gradient (float32 while LN_DW reads it, else the bias's dtype): the column
         # sums of dy, which dxhat's GEMM takes from its K loop when it runs
@@ -309,6 +331,34 @@ class LayerNormLinearFunction(torch.autograd.Function):
             dw, dg, dbeta = outs.get("output"), outs.get("dg"), outs.get("dbeta")
         db = db.to(ctx.bias_dtype) if need_b else None
         return dx, dg, dbeta, dw, db, None, None, None, None, None
+
+
+def layer_norm_one_pass(t: torch.Tensor | Concat, rows: torch.Tensor) -> bool:
+    """Whether LayerNorm's backward over `rows` runs as one hand-written pass holding whole rows
+    (coda.nn.layer_norm_grad): where `t` (a gradient) takes the Triton backend and a row has at
+    most ONE_PASS_MAX_N values."""
+    first = t.pieces[0] if isinstance(t, Concat) else t
+    return default_backend(first) == "triton" and rows.shape[1] <= ONE_PASS_MAX_N
+
+
+def layer_norm_linear_grads(dy: torch.Tensor | Concat, rows: torch.Tensor, g: torch.Tensor,
+                            beta: torch.Tensor, w: torch.Tensor, row: dict, dres: torch.Tensor | None,
+                            needs: tuple[bool, bool, bool, bool], bias_dtype: torch.dtype | None
+                            ) -> tuple[torch.Tensor | None, ...]:
+    """(dx, dg, dbeta, dw, db) of layer_norm_linear where dx is wanted, in the one-pass form
+    (module docstring), each of the others None unless `needs` (g, beta, w, bias) asks for it.
+    dy: [M, N] rows, or a Concat of column blocks (`split=`); row: LN_ROW's operands."""
+    from ..nn import layer_norm_grad  # Triton, imported on first use
+
+    need_g, need_beta, need_w, need_b = needs
+    outs = PLAIN(dy, w, a_col_sums=need_b, dtypes=stored(a_col_sums=bias_dtype if need_b else None))
+    params = (g.dtype, beta.dtype) if need_g or need_beta else None
+    dx, dg, dbeta, xn = layer_norm_grad.launch(outs["output"], rows, g, **row,
+                                               dres=None if dres is None else as_rows(dres)[0],
+                                               need_dx=True, param_dtypes=params,
+                                               beta=beta if need_w else None)
+    dw = PLAIN(dy.T, xn, out=weight_grad_out(w), dtypes=stored(output=w.dtype))["output"] if need_w else None
+    return dx, dg if need_g else None, dbeta if need_beta else None, dw, outs.get("a_col_sums")
 
 
 class OutProjResidualFunction(torch.autograd.Function):
