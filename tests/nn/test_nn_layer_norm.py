@@ -159,6 +159,36 @@ def test_one_pass_backward_float32(shape, choice, needs):
             assert (have.double() - expect).norm() / expect.norm() < 1e-5
 
 
+@pytest.mark.parametrize("shape", [(70, 48), (33, 200), (0, 16)])
+def test_one_pass_forward_float32(shape):
+    """coda.nn.layer_norm_forward (the Triton backend's forward without given sums) in the
+    interpreter: y against the float64 formula, and the row sums shifted by each row's first
+    value, which the backward reads; |mean| > std, so unshifted sums would cancel."""
+    one_pass = importlib.import_module("coda.nn.layer_norm_forward")
+    x, g, beta = inputs(shape, seed=6, offset=30.0)
+    y, s, ss = one_pass.launch(x.float(), g.float(), beta.float(), 1e-5)
+    d = x - x[:, :1]
+    for got, want in ((y, ref_layer_norm(x, g, beta)), (s, d.sum(1)), (ss, (d * d).sum(1))):
+        assert got.shape == want.shape
+        if shape[0]:
+            assert (got.double() - want).norm() / want.norm() < 1e-5
+
+
+def test_forward_without_sums_is_one_kernel(monkeypatch):
+    """On the Triton backend a norm whose producer gave no sums runs the one-pass forward, not the
+    sums map and the norm map; given sums still take the norm map alone."""
+    module = importlib.import_module("coda.nn.layer_norm")
+    maps = []
+    for prog in (module.LN_STATS, module.LAYER_NORM):
+        monkeypatch.setattr(prog, "map", lambda *a, _map=prog.map, _name=prog.name, **k:
+                            maps.append(_name) or _map(*a, **k))
+    x, g, beta = (t.float() for t in inputs((9, 40)))
+    layer_norm(x, g, beta)
+    assert maps == []
+    layer_norm(x, g, beta, rowsum=x.sum(-1), sumsq=(x * x).sum(-1))
+    assert maps == ["layer_norm"]
+
+
 def test_errors_name_the_argument():
     x, g, beta = inputs((4, 8))
     with pytest.raises(coda.LaunchError, match="passthrough must be True or False"):

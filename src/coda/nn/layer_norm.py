@@ -9,6 +9,9 @@ only an RMSNorm: those two run here. x is [..., n] (viewed as rows [M, n]); g, b
 forward   s, ss         = LN_STATS.map(x): shifted row sums (coda.ops.norms), skipped when the
                           producer of x summed them (out_proj_residual(..., stats="layer"))
           y             = LAYER_NORM.map(x): mean and rstd per row from the sums, then the affine map
+          Without given sums, where the Triton backend runs and a row has at most ONE_PASS_MAX_N
+          values, the forward is instead one hand-written pass over whole rows
+          (coda.nn.layer_norm_forward) that forms the sums and y: x is read once.
 backward  (dxhat = dy ⊙ g)
           a, b, dg, dβ  = LN_GRAD_SUMS.map(dy): a = Σ_k dxhat, b = Σ_k dxhat xhat per row,
                           dg = Σ_m dy xhat, dβ = Σ_m dy per column (no tile is written)
@@ -29,8 +32,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..ops import checks
 from ..ops.common import as_rows
-from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS, ONE_PASS_MAX_N, residual_grad, row_shift
-from ..runtime.program import default_backend
+from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS, layer_norm_one_pass, residual_grad, row_shift
 
 XHAT = "xhat = (xin - mean) * rstd;"
 LAYER_NORM = compile_program(f"EPILOGUE layer_norm({LN_ROW_PARAMS}, g: col, beta: col) {{ {LN_ROW}"
@@ -55,13 +57,17 @@ class LayerNormFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         rows, _ = as_rows(x)
         shift = row_shift(rows, rowsum is None)
-        if rowsum is None:
-            sums = LN_STATS.map(rows, shift=shift, outputs=["s", "ss"])
-            rowsum, sumsq = sums["s"], sums["ss"]
-        row = dict(shift=shift, s=rowsum.reshape(-1), ss=sumsq.reshape(-1), inv_n=1.0 / rows.shape[1],
-                   eps=eps)
-        y = LAYER_NORM.map(rows, **row, g=g, beta=beta)["output"]
-        ctx.save_for_backward(x, g, shift, row["s"], row["ss"])
+        if rowsum is None and layer_norm_one_pass(rows, rows):
+            from . import layer_norm_forward  # Triton, imported on first use
+
+            y, rowsum, sumsq = layer_norm_forward.launch(rows, g, beta, eps)
+        else:
+            if rowsum is None:
+                sums = LN_STATS.map(rows, shift=shift, outputs=["s", "ss"])
+                rowsum, sumsq = sums["s"], sums["ss"]
+            y = LAYER_NORM.map(rows, shift=shift, s=rowsum.reshape(-1), ss=sumsq.reshape(-1),
+                               inv_n=1.0 / rows.shape[1], eps=eps, g=g, beta=beta)["output"]
+        ctx.save_for_backward(x, g, shift, rowsum.reshape(-1), sumsq.reshape(-1))
         ctx.eps, ctx.beta_dtype = eps, beta.dtype
         y = y.reshape(x.shape)
         return (y, x) if passthrough else y
@@ -74,7 +80,7 @@ class LayerNormFunction(torch.autograd.Function):
             return dres, None, None, None, None, None, None
         rows, dy = as_rows(x)[0], as_rows(dy)[0]
         row = dict(shift=shift, s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
-        if default_backend(dy) == "triton" and rows.shape[1] <= ONE_PASS_MAX_N:
+        if layer_norm_one_pass(dy, rows):
             from . import layer_norm_grad  # Triton, imported on first use
 
             params = (g.dtype, ctx.beta_dtype) if need_g or need_beta else None
@@ -96,6 +102,23 @@ class LayerNormFunction(torch.autograd.Function):
         if need_beta:
             dbeta = sums["dbeta"]
         return dx, dg, dbeta, None, None, None, None
+
+
+def producer_sums(x: torch.Tensor) -> str | None:
+    """The `stats=` for the GEMM op (out_proj_residual, mlp) whose output a `layer_norm` reads
+    next, x a tensor of that output's device, dtype and width (the block's input): "layer" where
+    the norm runs its maps (the reference backend, rows wider than ONE_PASS_MAX_N), which then
+    sum nothing themselves; None where its one-pass forward sums the rows as it reads them, so
+    the GEMM's epilogue takes no row sums and no finishing kernel runs for them."""
+    rows = x.reshape(-1, x.shape[-1])
+    return None if layer_norm_one_pass(rows, rows) else "layer"
+
+
+def with_sums(result: torch.Tensor | tuple[torch.Tensor, ...]
+              ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(y, s, ss) of a GEMM op's result under `stats=producer_sums(...)`: (y, ss, s) as the op
+    returns it with "layer", or y alone (s and ss None), ready for layer_norm's rowsum= and sumsq=."""
+    return (result[0], result[2], result[1]) if isinstance(result, tuple) else (result, None, None)
 
 
 def layer_norm(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5,

@@ -105,7 +105,9 @@ def config(m: int, n: int, device: torch.device) -> tuple[int, int, int, int]:
     return rows, warps, min(triton.cdiv(m, rows), 4 * sms), stages
 
 
-def _unit_columns(t: torch.Tensor) -> torch.Tensor:
+def unit_columns(t: torch.Tensor) -> torch.Tensor:
+    """t, or a copy of it whose values are adjacent along a row: the kernels index a row by one
+    stride."""
     return t if t.stride(1) == 1 else t.contiguous()
 
 
@@ -119,8 +121,8 @@ def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, shift: torch.Tens
     `need_dx`, dg and dβ (in `param_dtypes`) only when those are given, the norm's output xn =
     xhat ⊙ g + β (in x's dtype) only with `beta`. `choice` overrides `config`."""
     m, n = x.shape
-    dy, x = _unit_columns(dy), _unit_columns(x)
-    dres = _unit_columns(dres) if dres is not None else None
+    dy, x = unit_columns(dy), unit_columns(x)
+    dres = unit_columns(dres) if dres is not None else None
     dx = torch.empty((m, n), device=x.device, dtype=dy.dtype) if need_dx else None
     xn = torch.empty((m, n), device=x.device, dtype=x.dtype) if beta is not None else None
     # sum_partials writes every value of dg and dβ: zero-filled only where no row runs
