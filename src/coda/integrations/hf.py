@@ -21,9 +21,8 @@ Per family (docs/integrations.md, "HuggingFace models"):
   Σ y² for the next layer's `input_layernorm`, which then runs no statistics map.
 - GPT-2 (`GPT2Model`, `GPT2LMHeadModel`), each `GPT2Block`: `ln_1` + `c_attn` ->
   `layer_norm_linear` (Conv1D weights [in, out] are used as `w.T` views, no copies), HF's attention,
-  `c_proj` + residual -> `out_proj_residual`, `ln_2` -> `coda.nn.layer_norm` (its one-pass forward
-  sums the rows; on the reference backend `c_proj`'s epilogue sums them, `stats=producer_sums(..)`),
-  `c_fc` + tanh-GELU + `c_proj` + residual -> `mlp(..., "gelu", residual=, stats="layer")`,
+  `c_proj` + residual -> `out_proj_residual(stats="layer")`, `ln_2` -> `coda.nn.layer_norm` on those
+  sums, `c_fc` + tanh-GELU + `c_proj` + residual -> `mlp(..., "gelu", residual=, stats="layer")`,
   whose row sums go with the block's output to the next block's `ln_1` (or to `ln_f`, then
   `coda.nn.layer_norm`), so only the first block's norm sums its input in a map of its own.
   Hidden dropout in training maps to the ops' dropout (same p, CODA's counter-based masks, not
@@ -32,10 +31,9 @@ Per family (docs/integrations.md, "HuggingFace models"):
   projections -> one `linear` against the concatenated `[wq; wk; wv]` (one GEMM forward, its dx
   in one GEMM instead of three and two adds, its bias gradient in one column sum instead of
   three), HF's attention (its weights are not returned: `attn_weights` is None);
-  `BertSelfOutput` (dense + dropout + residual + post-LN) -> `out_proj_residual` +
-  `coda.nn.layer_norm`; `BertLayer`'s feed-forward (`BertIntermediate` + `BertOutput`) -> one
-  `mlp(..., residual=x)` + `coda.nn.layer_norm` (the norms sum their rows in their one-pass
-  forward; on the reference backend the GEMMs' epilogues sum them, `stats=producer_sums(..)`)
+  `BertSelfOutput` (dense + dropout + residual + post-LN) -> `out_proj_residual(stats="layer")` +
+  `coda.nn.layer_norm` on the sums; `BertLayer`'s feed-forward (`BertIntermediate` +
+  `BertOutput`) -> one `mlp(..., residual=x, stats="layer")` + `coda.nn.layer_norm` on the sums
   (the activation's derivative in the epilogue of the GEMM that forms its input gradient, and
   the residual's gradient added in dx's); the MLM head's `BertPredictionHeadTransform`
   (dense + activation + LayerNorm) -> `linear(..., activation=)` + `coda.nn.layer_norm`.
@@ -248,7 +246,7 @@ def _gpt2_block(block: nn.Module) -> Callable:
         _refuse(block, "reorder_and_upcast_attn", True, "HF's float32 attention path is not called")
     from transformers.models.gpt2 import modeling_gpt2 as hf
 
-    from ..nn.layer_norm import layer_norm, producer_sums, with_sums
+    from ..nn.layer_norm import layer_norm
 
     def forward(self, hidden_states: torch.Tensor, cache=None, attention_mask: torch.Tensor | None = None,
                 encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask=None,
@@ -270,9 +268,8 @@ def _gpt2_block(block: nn.Module) -> Callable:
         q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv)
         out = _attend(hf, attn, q, k, v, attention_mask,
                       attn.attn_dropout.p if self.training else 0.0, cache, kwargs)
-        h, s, ss = with_sums(ops.out_proj_residual(out.reshape(*lead, -1), attn.c_proj.weight.T,
-                                                   hidden_states, bias=attn.c_proj.bias, dropout_p=resid_p,
-                                                   stats=producer_sums(hidden_states)))
+        h, ss, s = ops.out_proj_residual(out.reshape(*lead, -1), attn.c_proj.weight.T, hidden_states,
+                                         bias=attn.c_proj.bias, dropout_p=resid_p, stats="layer")
         x, h = layer_norm(h, ln2.weight, ln2.bias, ln2.eps, rowsum=s, sumsq=ss, passthrough=True)
         y, ss, s = ops.mlp(x, mlp.c_fc.weight.T, mlp.c_fc.bias, mlp.c_proj.weight.T, mlp.c_proj.bias,
                            "gelu", dropout_p=mlp.dropout.p if self.training else 0.0, residual=h,
@@ -347,14 +344,12 @@ def _bert_self_attention(attn: nn.Module) -> Callable:
 
 def _bert_output(output: nn.Module) -> Callable:
     """BertSelfOutput: LayerNorm(dropout(dense(x)) + input), post-LN."""
-    from ..nn.layer_norm import layer_norm, producer_sums, with_sums
+    from ..nn.layer_norm import layer_norm
 
     def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
         norm = self.LayerNorm
-        y, s, ss = with_sums(ops.out_proj_residual(hidden_states, self.dense.weight, input_tensor,
-                                                   bias=self.dense.bias,
-                                                   dropout_p=self.dropout.p if self.training else 0.0,
-                                                   stats=producer_sums(input_tensor)))
+        y, ss, s = ops.out_proj_residual(hidden_states, self.dense.weight, input_tensor, bias=self.dense.bias,
+                                         dropout_p=self.dropout.p if self.training else 0.0, stats="layer")
         return layer_norm(y, norm.weight, norm.bias, norm.eps, rowsum=s, sumsq=ss)
 
     return forward
@@ -362,16 +357,16 @@ def _bert_output(output: nn.Module) -> Callable:
 
 def _bert_feed_forward(layer: nn.Module) -> Callable:
     """BertLayer.feed_forward_chunk, BertIntermediate then BertOutput:
-    LayerNorm(dropout(dense2(act(dense1(x)))) + x), one `mlp` with the residual x itself (and the
-    norm's row sums from fc2's epilogue where the norm runs its maps)."""
+    LayerNorm(dropout(dense2(act(dense1(x)))) + x), one `mlp` with the residual x itself and the
+    norm's row sums from fc2's epilogue."""
     activation = _bert_activation(layer.intermediate, layer.intermediate.intermediate_act_fn)
-    from ..nn.layer_norm import layer_norm, producer_sums, with_sums
+    from ..nn.layer_norm import layer_norm
 
     def feed_forward_chunk(self, attention_output: torch.Tensor) -> torch.Tensor:
         fc1, fc2, norm = self.intermediate.dense, self.output.dense, self.output.LayerNorm
-        y, s, ss = with_sums(ops.mlp(attention_output, fc1.weight, fc1.bias, fc2.weight, fc2.bias, activation,
-                                     dropout_p=self.output.dropout.p if self.training else 0.0,
-                                     residual=attention_output, stats=producer_sums(attention_output)))
+        y, ss, s = ops.mlp(attention_output, fc1.weight, fc1.bias, fc2.weight, fc2.bias, activation,
+                           dropout_p=self.output.dropout.p if self.training else 0.0,
+                           residual=attention_output, stats="layer")
         return layer_norm(y, norm.weight, norm.bias, norm.eps, rowsum=s, sumsq=ss)
 
     return feed_forward_chunk

@@ -12,11 +12,10 @@ torch SDPA with an optional `attention_mask` (SDPA's: boolean, True = attend, or
 fused forward
   q, k, v       = linear(x, [wq; wk; wv], [bq; bk; bv])    one GEMM (the concatenation is a per-call
                                                            weight-sized copy)
-  a'            = out_proj_residual(attn, wo, x, bo, dropout)
-  a             = coda.nn.layer_norm(a')   (one pass; on the reference backend the statistics come
-                                            from the GEMM's epilogue: stats=producer_sums(x))
+  a', ss, s     = out_proj_residual(attn, wo, x, bo, dropout, stats="layer")
+  a             = coda.nn.layer_norm(a', rowsum=s, sumsq=ss)   (statistics from the GEMM's epilogue)
   i             = linear(a, wi, bi, activation="gelu_erf")
-  y'            = out_proj_residual(i, wo2, a, bo2, dropout);  y = layer_norm(y')
+  y', ss, s     = out_proj_residual(i, wo2, a, bo2, dropout, stats="layer");  y = layer_norm(y', ...)
 Hidden dropout runs only in training, with CODA's counter-based masks in the fused path and
 torch's in the eager twin (same p, different masks). Attention dropout is not modelled.
 """
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import ops
-from .layer_norm import layer_norm, producer_sums, with_sums
+from .layer_norm import layer_norm
 
 #: coda.ops activation name -> the eager function
 EAGER_ACTIVATIONS = {"gelu_erf": F.gelu, "gelu": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu}
@@ -71,11 +70,9 @@ class BertLayer(nn.Module):
         w_qkv = torch.cat([layer.weight for layer in qkv_layers])
         b_qkv = torch.cat([layer.bias for layer in qkv_layers])
         q, k, v = ops.linear(x, w_qkv, b_qkv).chunk(3, dim=-1)
-        stats = producer_sums(x)
-        a, s, ss = with_sums(ops.out_proj_residual(self.attend(q, k, v, attention_mask), out1.weight, x,
-                                                   bias=out1.bias, dropout_p=p, stats=stats))
+        a, ss, s = ops.out_proj_residual(self.attend(q, k, v, attention_mask), out1.weight, x, bias=out1.bias,
+                                         dropout_p=p, stats="layer")
         a = layer_norm(a, norm1.weight, norm1.bias, norm1.eps, rowsum=s, sumsq=ss)
         i = ops.linear(a, inner.weight, inner.bias, activation=self.activation)
-        y, s, ss = with_sums(ops.out_proj_residual(i, out2.weight, a, bias=out2.bias, dropout_p=p,
-                                                   stats=stats))
+        y, ss, s = ops.out_proj_residual(i, out2.weight, a, bias=out2.bias, dropout_p=p, stats="layer")
         return layer_norm(y, norm2.weight, norm2.bias, norm2.eps, rowsum=s, sumsq=ss)

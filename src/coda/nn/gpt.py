@@ -8,9 +8,8 @@
 `fused=True` runs a block as (coda.ops, except attention)
     q, k, v, x = layer_norm_linear(x, ln_1, qkv)        ln_1 folded into the QKV GEMM (x passed through)
     y        = scaled_dot_product_attention(q, k, v)    PyTorch (a flash kernel on a GPU)
-    x        = out_proj_residual(y, attn_out, x)        + residual
-    h, x     = layer_norm(x, ln_2)                      one pass (coda.nn.layer_norm; on the reference
-                                                        backend the out projection sums x's rows)
+    x, ss, s = out_proj_residual(y, attn_out, x)        + residual; the epilogue also sums x's rows
+    h, x     = layer_norm(x, ln_2, rowsum=s, sumsq=ss)  one map program (coda.nn.layer_norm)
     x        = mlp(h, fc1, "gelu", fc2, residual=x)     fc1 + bias + GELU | fc2 + bias + residual
 and the head as h = layer_norm(x, ln_f), loss = linear_cross_entropy(h, wte, targets): the
 [tokens, vocab] logits are never written. The backward passes are CODA programs too (each op's
@@ -36,7 +35,7 @@ from torch import nn
 
 from ..ops import linear, linear_cross_entropy, mlp
 from ..ops.norms import layer_norm_linear, out_proj_residual
-from .layer_norm import layer_norm, producer_sums, with_sums
+from .layer_norm import layer_norm
 
 
 @dataclass(frozen=True)
@@ -84,8 +83,7 @@ class Block(nn.Module):
             # split: q, k, v's gradients are read in place by the backward GEMMs (no concatenation)
             *qkv_out, x = layer_norm_linear(x, *ln_1, *qkv, eps=self.eps, passthrough=True,
                                             split=[x.shape[-1]] * 3)
-            x, s, ss = with_sums(out_proj_residual(self.attend(*qkv_out), attn_out[0], x, attn_out[1],
-                                                   stats=producer_sums(x)))
+            x, ss, s = out_proj_residual(self.attend(*qkv_out), attn_out[0], x, attn_out[1], stats="layer")
             h, x = layer_norm(x, *ln_2, eps=self.eps, rowsum=s, sumsq=ss, passthrough=True)
             return mlp(h, *fc1, *fc2, activation="gelu", residual=x)
         c = x.shape[-1]

@@ -104,23 +104,6 @@ class LayerNormFunction(torch.autograd.Function):
         return dx, dg, dbeta, None, None, None, None
 
 
-def producer_sums(x: torch.Tensor) -> str | None:
-    """The `stats=` for the GEMM op (out_proj_residual, mlp) whose output a `layer_norm` reads
-    next, x a tensor of that output's device, dtype and width (the block's input): "layer" where
-    the norm runs its maps (the reference backend, rows wider than ONE_PASS_MAX_N), which then
-    sum nothing themselves; None where its one-pass forward sums the rows as it reads them, so
-    the GEMM's epilogue takes no row sums and no finishing kernel runs for them."""
-    rows = x.reshape(-1, x.shape[-1])
-    return None if layer_norm_one_pass(rows, rows) else "layer"
-
-
-def with_sums(result: torch.Tensor | tuple[torch.Tensor, ...]
-              ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """(y, s, ss) of a GEMM op's result under `stats=producer_sums(...)`: (y, ss, s) as the op
-    returns it with "layer", or y alone (s and ss None), ready for layer_norm's rowsum= and sumsq=."""
-    return (result[0], result[2], result[1]) if isinstance(result, tuple) else (result, None, None)
-
-
 def layer_norm(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5,
                rowsum: torch.Tensor | None = None, sumsq: torch.Tensor | None = None,
                passthrough: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:

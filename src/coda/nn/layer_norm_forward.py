@@ -1,16 +1,21 @@
 """The Triton kernel behind `coda.nn.layer_norm`'s forward in one pass, where no producer gave the
 row sums (imported on first use: importing `coda` does not import Triton).
 
-A program holds whole rows (as the backward's, coda.nn.layer_norm_grad, in its configuration), so
-a row's shifted sums are complete where its output is formed: x is read once, where the maps read
-it twice (LN_STATS for the sums, with a finishing kernel, then LAYER_NORM):
+A program holds whole rows (as the backward's, coda.nn.layer_norm_grad), so a row's shifted sums
+are complete where its output is formed: x is read once, where the maps read it twice (LN_STATS
+for the sums, with a finishing kernel, then LAYER_NORM):
 
     d = x - c (c = x[:, 0]),  s = Σ d,  ss = Σ d²,  mean = c + s / n,  rstd = rsqrt(ss / n - (s / n)² + eps)
     y = (x - mean) rstd ⊙ g + β
 
 s and ss (float32) are returned for the backward, which recomputes mean and rstd from them as
-LN_ROW does (coda.ops.norms). So a block need not sum its output for the norm that follows in its
-GEMM's epilogue (out_proj_residual's stats="layer") unless the norm folds into a GEMM.
+LN_ROW does (coda.ops.norms). Measured on the H200 at 16384 x 768 (benchmarks/results/session40,
+calls 7 and 8): 16.4 µs against the maps' 23.7, but LAYER_NORM's map alone on sums a producer's
+epilogue took costs 13.7, and those sums cost the producer less than the difference (GPT-2's out
+projection + ln_2, forward and backward: 196.3 µs with them, 206.0 with this pass in the
+backward's configuration): so the blocks keep their producers' sums, and this pass serves the
+norms whose input no epilogue summed (BERT's MLM head transform, coda.nn.GPT's ln_f, GPT-2's
+ln_f under torch.compile, where no sums are carried between blocks).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import triton
 import triton.language as tl
 
 from ..codegen.kernel import launch_cached
-from .layer_norm_grad import config, unit_columns
+from .layer_norm_grad import config, sm_count, unit_columns
 
 
 @triton.jit
@@ -48,6 +53,15 @@ def layer_norm_forward(X, Y, G, BETA, S, SS, M, N, stride_x, stride_y, inv_n, ep
         tl.store(SS + rows, ss, mask=row_in)
 
 
+def forward_config(m: int, n: int, device: torch.device) -> tuple[int, int, int, int]:
+    """(ROWS, warps, programs, STAGES): up to 1024 values a row, four rows a step in two warps,
+    eight programs per SM, no pipelining (the fastest of 96 configurations timed at 16384 x 768,
+    16.4 µs, against 23.7 in the backward's: session40/call8); wider rows as the backward."""
+    if n > 1024:
+        return config(m, n, device)
+    return 4, 2, min(triton.cdiv(m, 4), 8 * sm_count(device)), 1
+
+
 def launch(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, s, ss) of LayerNorm over the rows of x [M, N]: y in x's dtype, and the row sums shifted
@@ -58,7 +72,7 @@ def launch(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float
     s, ss = (torch.empty(m, device=x.device, dtype=torch.float32) for _ in range(2))
     if m == 0:
         return y, s, ss
-    rows, warps, programs, stages = config(m, n, x.device)
+    rows, warps, programs, stages = forward_config(m, n, x.device)
     launch_cached(layer_norm_forward, (programs,), [x, y, g, beta, s, ss, m, n, x.stride(0), y.stride(0),
                                                     1.0 / n, float(eps)],
                   dict(ROWS=rows, BLOCK_N=triton.next_power_of_2(n), STAGES=stages, num_warps=warps),

@@ -95,11 +95,16 @@ def sum_partials(PARTIALS, DG, DBETA, N, parts, BLOCK_P: tl.constexpr, BLOCK_C: 
     tl.store(DBETA + col, total.to(DBETA.dtype.element_ty), mask=col_in & (which == 1))
 
 
+def sm_count(device: torch.device) -> int:
+    """The SMs of a CUDA device (2 under the interpreter): the programs' count follows it."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
+
+
 def config(m: int, n: int, device: torch.device) -> tuple[int, int, int, int]:
     """(ROWS, warps, programs, STAGES) for an [m, n] backward: four programs per SM (more
     write more partials; fewer leave memory idle), two rows a step and three pipeline stages up
     to 1024 values a row. Measured on the H200 (docs/performance.md, thirty-seventh session)."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
+    sms = sm_count(device)
     wide = n > 1024
     rows, warps, stages = (1, 8 if n > 2048 else 4, 1) if wide else (2, 4, 3)
     return rows, warps, min(triton.cdiv(m, rows), 4 * sms), stages
