@@ -35,7 +35,7 @@ def main() -> None:
     cases = {"maps, no sums": maps,
              "LAYER_NORM map, given sums": lambda: LAYER_NORM.map(x, **row, s=sums["s"], ss=sums["ss"], g=g,
                                                                   beta=beta),
-             "one pass, config()": lambda: layer_norm_forward.launch(x, g, beta, 1e-5)}
+             "one pass, launch()": lambda: layer_norm_forward.launch(x, g, beta, 1e-5)}
     for rows, warps, per_sm, stages in itertools.product((1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8), (1, 2)):
         if rows * warps > 32:
             continue
