@@ -103,8 +103,8 @@ LN_ROW = "m = s * inv_n; mean = shift + m; rstd = rsqrt(max(ss * inv_n - m * m, 
 RMS_ROW_PARAMS = "ss: row, inv_n: scalar, eps: scalar"
 LN_ROW_PARAMS = "shift: row, s: row, ss: row, inv_n: scalar, eps: scalar"
 
-#: the widest row LayerNorm's one-pass backward holds in a program (coda.nn.layer_norm_grad);
-#: wider rows take the map programs
+#: the widest row LayerNorm's one-pass kernels hold in a program (coda.nn.layer_norm_grad,
+#: layer_norm_forward); wider rows take the map programs
 ONE_PASS_MAX_N = 4096
 
 # -- maps: sums over a tensor that no CODA GEMM produced (launched with outputs= naming only the
@@ -334,9 +334,9 @@ class LayerNormLinearFunction(torch.autograd.Function):
 
 
 def layer_norm_one_pass(t: torch.Tensor | Concat, rows: torch.Tensor) -> bool:
-    """Whether LayerNorm's backward over `rows` runs as one hand-written pass holding whole rows
-    (coda.nn.layer_norm_grad): where `t` (a gradient) takes the Triton backend and a row has at
-    most ONE_PASS_MAX_N values."""
+    """Whether LayerNorm over `rows` runs as a hand-written pass holding whole rows (the backward's
+    coda.nn.layer_norm_grad, the forward's layer_norm_forward): where `t`, the tensor the pass
+    reads (a Concat's pieces), takes the Triton backend and a row has at most ONE_PASS_MAX_N values."""
     first = t.pieces[0] if isinstance(t, Concat) else t
     return default_backend(first) == "triton" and rows.shape[1] <= ONE_PASS_MAX_N
 
