@@ -13,27 +13,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-import train  # benchmarks/train.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from host_rounds import coda_step
 
 
 def profile(name: str, steps: int = 5) -> None:
-    device, dtype = torch.device("cuda"), torch.bfloat16
-    model = train.build(name, False, device, dtype)
-    step_model = train.prepare(model, "coda")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train.LR, fused=True)
-    batch, seq = train.SHAPES[name]
-    generator = torch.Generator().manual_seed(train.SEED)
-    vocab = model.config.vocab_size
-    inputs = train.model_inputs(name, torch.randint(vocab, (batch, seq), generator=generator), vocab,
-                                generator, device)
-
-    def step():
-        loss = step_model(**inputs).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
+    step, _ = coda_step(name)
     for _ in range(5):
         step()
     torch.cuda.synchronize()

@@ -19,7 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import train  # benchmarks/train.py
 
 
-def rounds(name: str, pause: float, empty: bool, count: int = 4, steps: int = 6) -> None:
+def coda_step(name: str):
+    """(step, tokens a step): one training step of `name` patched by CODA, no CUDA graph, as
+    train.py's `coda` mode runs it."""
     device, dtype = torch.device("cuda"), torch.bfloat16
     model = train.build(name, False, device, dtype)
     step_model = train.prepare(model, "coda")
@@ -35,7 +37,11 @@ def rounds(name: str, pause: float, empty: bool, count: int = 4, steps: int = 6)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    return step, batch * seq
 
+
+def rounds(name: str, pause: float, empty: bool, count: int = 4, steps: int = 6) -> None:
+    step, tokens = coda_step(name)
     for _ in range(5):
         step()
     torch.cuda.synchronize()
@@ -58,7 +64,7 @@ def rounds(name: str, pause: float, empty: bool, count: int = 4, steps: int = 6)
         after = torch.cuda.memory_stats()
         counters = {k: after.get(k, 0) - before.get(k, 0)
                     for k in ("num_alloc_retries", "num_device_alloc", "num_device_free")}
-        rate = steps * batch * seq / seconds / 1e3
+        rate = steps * tokens / seconds / 1e3
         print(f"{name} pause={pause} empty_cache={empty} round {r}: {rate:.1f}k tokens/s, "
               f"step {1e3 * seconds / steps:.1f} ms, host issue {1e3 * issue / steps:.1f} ms, "
               f"{counters}", flush=True)

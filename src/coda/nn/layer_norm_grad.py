@@ -21,6 +21,8 @@ kernel) this reads dy and x once.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -95,8 +97,10 @@ def sum_partials(PARTIALS, DG, DBETA, N, parts, BLOCK_P: tl.constexpr, BLOCK_C: 
     tl.store(DBETA + col, total.to(DBETA.dtype.element_ty), mask=col_in & (which == 1))
 
 
+@functools.cache
 def sm_count(device: torch.device) -> int:
-    """The SMs of a CUDA device (2 under the interpreter): the programs' count follows it."""
+    """The SMs of a CUDA device (2 under the interpreter): the programs' count follows it. Cached:
+    every launch asks."""
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
 
 
