@@ -237,8 +237,6 @@ class Plan:
         self.meta |= dict(A_PIECES=len(pieces), A_CONCAT_K=concat_k)
         if kernel.variant != "map":
             self.meta["SUM_A"] = self.a_col_sums is not None
-        if kernel.variant == "pingpong" and self.a_col_sums is not None:
-            self.meta["SUMS_REGS"] = tuning.SUMMER_REGS
         if kernel.variant == "hopper" and (len(pieces) > 1 or self.a_col_sums is not None):
             # pieces_product's loops are no plain nest, and the column sums of A put an `if`
             # in the K loop: neither can be flattened

@@ -470,60 +470,35 @@ def load_partition(a_descs, b_desc, a_ring, b_ring, ready, empty, starts, ends, 
 
 
 @gluon.jit
-def sums_partition(a_ring, ready, empty, A_SUMS, M, N, K, k_blocks, BLOCK_M: gl.constexpr,
-                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-                   STAGES: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr, SUM_A: gl.constexpr):
-    # `a_col_sums=True` (SUM_A; without it this warp has nothing to do): one warp beside the
-    # MMA warpgroups sums A's columns from the ring, so the sums stay off the K loops (in the
-    # MMA warpgroups they cost BERT's q/k/v dx 19%). It walks the ring as the loader fills it;
-    # the tiles of a row block sum its K blocks in turn (`kb % col_blocks == pid_n`), so no
-    # tile carries all of them. Each slot goes back to the loader once this warp and the MMA
-    # have both arrived on `empty` (it counts two), and the warp waits for every slot to be
-    # loaded first, so it cannot release one ahead of the MMA.
-    if SUM_A:
-        row_blocks = gl.cdiv(M, BLOCK_M)
-        col_blocks = gl.cdiv(N, BLOCK_N)
-        step = 0
-        for tile_id in range(gl.program_id(0), row_blocks * col_blocks, gl.num_programs(0)):
-            pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
-            for kb in range(k_blocks):
-                slot = step % STAGES
-                mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
-                if kb % col_blocks == pid_n:
-                    a_column_sums(a_ring.index(slot), A_SUMS, pid_m, kb * BLOCK_K, K, BLOCK_M, BLOCK_K,
-                                  A_K_CONTIGUOUS)
-                mbarrier.arrive(empty.index(slot), count=1)
-                step += 1
-
-
-@gluon.jit
 def a_column_sums(a, A_SUMS, pid_m, k0, K, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
                   A_K_CONTIGUOUS: gl.constexpr):
-    # One warp's column sums of the A tile in shared memory (zero past M and K, TMA's fill) of
-    # columns k0 on, into row pid_m of the [row blocks, K] partials: slices of rows added up in
-    # registers, 16-byte loads, reduced across the lanes once.
-    if A_K_CONTIGUOUS:   # [BLOCK_M, BLOCK_K]: slices of 16 rows, a lane's 8 columns of 4 rows
-        layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [1, 1], [1, 0])
+    # `a_col_sums=True`: the column sums of the A tile in shared memory (zero past M and K,
+    # TMA's fill) of columns k0 on, into row pid_m of the [row blocks, K] partials. Each warp
+    # owns columns of its own (no exchange between the warps, which would take shared memory
+    # and a barrier of the warpgroup each time); slices of rows are added up in registers and
+    # reduced across the lanes once.
+    if A_K_CONTIGUOUS:   # [BLOCK_M, BLOCK_K]: slices of 16 rows, the warps side by side along K
+        layout: gl.constexpr = gl.BlockedLayout([1, 8], [16, 2], [1, 4], [1, 0])
         part = a.slice(0, 16, dim=0).load(layout).to(gl.float32)
         for r in gl.static_range(16, BLOCK_M, 16):
             part += a.slice(r, 16, dim=0).load(layout).to(gl.float32)
         sums = gl.sum(part, axis=0)
         cols = k0 + gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, layout))
         gl.store(A_SUMS + pid_m * K + cols, sums, mask=cols < K)
-    else:   # [BLOCK_K, BLOCK_M]: slices of 8 rows (columns of A), a lane's 8 values of 4 rows
-        layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [1, 1], [1, 0])
-        for r in gl.static_range(0, BLOCK_K, 8):
-            sums = gl.sum(a.slice(r, 8, dim=0).load(layout).to(gl.float32), axis=1)
-            cols = k0 + r + gl.arange(0, 8, layout=gl.SliceLayout(1, layout))
+    else:   # [BLOCK_K, BLOCK_M]: slices of 16 rows (columns of A), a warp's 4 rows at a time
+        layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
+        for r in gl.static_range(0, BLOCK_K, 16):
+            sums = gl.sum(a.slice(r, 16, dim=0).load(layout).to(gl.float32), axis=1)
+            cols = k0 + r + gl.arange(0, 16, layout=gl.SliceLayout(1, layout))
             gl.store(A_SUMS + pid_m * K + cols, sums, mask=cols < K)
 
 
 @gluon.jit
-def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, seed{PARTITION_ARGS},
+def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS, seed{PARTITION_ARGS},
                   WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
                   A_K_CONTIGUOUS: gl.constexpr, B_N_CONTIGUOUS: gl.constexpr,
-                  EPILOGUE_SPLIT: gl.constexpr):
+                  EPILOGUE_SPLIT: gl.constexpr, SUM_A: gl.constexpr):
     # Warpgroup WG (0 or 1) takes every other tile of the program. The `turn` barriers pass the
     # tensor cores back and forth: a warpgroup runs its K loop once the other has issued its
     # last MMA, so each warpgroup's epilogue overlaps the other's K loop. The epilogue's tile
@@ -555,6 +530,12 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, seed{PA
             else:
                 b_tile = b.permute((1, 0))
             acc = warpgroup_mma(a_tile, b_tile, acc, is_async=True)
+            # the tiles of a row block also sum A's columns under the MMA, each K block by one
+            # tile in turn, so no tile carries all the sums (pieces along K are whole K blocks
+            # here: TritonProgram.plan joins others)
+            if SUM_A:
+                if kb % col_blocks == pid_n:
+                    a_column_sums(a, A_SUMS, pid_m, kb * BLOCK_K, K, BLOCK_M, BLOCK_K, A_K_CONTIGUOUS)
             # one MMA stays in flight; the one before it is done, so its slot goes back
             acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1, pred=kb > 0)
@@ -578,9 +559,9 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr,
               B_N_CONTIGUOUS: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr,
-              LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr, SUMS_REGS: gl.constexpr,
-              A_PIECES: gl.constexpr, A_CONCAT_K: gl.constexpr, LIMIT_M: gl.constexpr,
-              LIMIT_K: gl.constexpr, SUM_A: gl.constexpr):
+              LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr, A_PIECES: gl.constexpr,
+              A_CONCAT_K: gl.constexpr, LIMIT_M: gl.constexpr, LIMIT_K: gl.constexpr,
+              SUM_A: gl.constexpr):
     M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     # A ring of STAGES (A, B) tile pairs. An operand stored transposed (rows along M or N) is
     # loaded as stored and transposed as a view for the MMA. A is one tensor or A_PIECES joined
@@ -593,34 +574,30 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
         b_desc, b_ring = operand_ring(B, K, N, stride_bk, BLOCK_K, BLOCK_N, STAGES)
     else:
         b_desc, b_ring = operand_ring(B, N, K, stride_bn, BLOCK_N, BLOCK_K, STAGES)
-    # ready[s]: slot s is loaded (TMA transaction bytes); empty[s]: the MMA reading it is done
-    # (and with SUM_A the sums warp); turn[w]: warpgroup w may run its K loop.
+    # ready[s]: slot s is loaded (TMA transaction bytes); empty[s]: the MMA reading it is done;
+    # turn[w]: warpgroup w may run its K loop.
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=1 + SUM_A)
+        mbarrier.init(empty.index(s), count=1)
     for w in gl.static_range(2):
         mbarrier.init(turn.index(w), count=1)
     # The epilogue's TMA tiles: descriptors and staging buffers (codegen/epilogue.py).
 {PROLOGUE}
     fence_async_shared()
-    # Four partitions: the MMA warpgroups, the loader, and the warp that sums A's columns (at
-    # once done where SUM_A is off)
     gl.warp_specialize([
-        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, seed{PARTITION_ARGS},
+        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS, seed{PARTITION_ARGS},
                          0, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
-                         B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
-        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, seed{PARTITION_ARGS},
+                         B_N_CONTIGUOUS, EPILOGUE_SPLIT, SUM_A)),
+        (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS, seed{PARTITION_ARGS},
                          1, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
-                         B_N_CONTIGUOUS, EPILOGUE_SPLIT)),
+                         B_N_CONTIGUOUS, EPILOGUE_SPLIT, SUM_A)),
         (load_partition, (a_descs, b_desc, a_ring, b_ring, ready, empty, starts, ends, M, N, K,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_PIECES, A_CONCAT_K,
                           A_K_CONTIGUOUS, B_N_CONTIGUOUS)),
-        (sums_partition, (a_ring, ready, empty, A_SUMS, M, N, K, k_blocks, BLOCK_M, BLOCK_N, BLOCK_K,
-                          GROUP_M, STAGES, A_K_CONTIGUOUS, SUM_A)),
-    ], [4, 1, 1], [MMA_REGS, LOAD_REGS, SUMS_REGS])
+    ], [4, 1], [MMA_REGS, LOAD_REGS])
 '''
 
 MAP = '''

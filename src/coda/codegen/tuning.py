@@ -50,13 +50,11 @@ class Config:
             meta.update(EPILOGUE_SPLIT=self.split_epilogue, FLATTEN=self.flatten,
                         EPILOGUE_N=self.epilogue_block_n)
         if variant == "pingpong":
-            # two MMA warpgroups of 4 warps, a 1-warp loader and a 1-warp column summer share
-            # 168 registers a thread on average: the loader gives all but 40 of its share to
-            # the MMA warpgroups, the summer all but 24 where it has nothing to sum (the plan
-            # gives it SUMMER_REGS where it sums A's columns, `a_col_sums=True`)
+            # two MMA warpgroups of 4 warps and a 1-warp loader share 168 registers a thread
+            # on average: the loader gives all but 40 of its share to the MMA warpgroups
             del meta["num_stages"]
             meta.update(STAGES=self.num_stages, EPILOGUE_SPLIT=self.split_epilogue,
-                        LOAD_REGS=40, MMA_REGS=232, SUMS_REGS=24, maxnreg=168)
+                        LOAD_REGS=40, MMA_REGS=232, maxnreg=168)
         return meta
 
     def mainloop(self, variant: str) -> str:
@@ -66,12 +64,6 @@ class Config:
     @property
     def epilogue_block_n(self) -> int:
         return self.block_n // self.split_epilogue
-
-
-#: Registers a thread of the ping-pong kernel's column-summing warp where it sums (its 32 running
-#: sums of a 16-row slice and the slices' loads): at 80 ptxas spills nothing in a plain GEMM
-#: with the sums, at 64 or 56 8-216 bytes (compiled for sm_90, Triton 3.6).
-SUMMER_REGS = 80
 
 
 CANDIDATES = {
