@@ -88,24 +88,30 @@ def test_concat_with_a_tile_operand_and_row_sums_bf16(mainloop):
         assert_within_eager(f"ln_dxhat on a concat {mainloop}: {name}", got[name], eager[name], exact[name])
 
 
-def test_split_projections_bf16():
+@pytest.mark.parametrize("layout", ["linear", "conv1d"])
+def test_split_projections_bf16(layout):
+    """GPT-2's ln_1 + c_attn: q, k, v as column blocks; the weight in nn.Linear's layout, or
+    stored [in, out] and passed transposed as HF's Conv1D does (then the bias gradient comes
+    from the weight gradient's GEMM, ops/norms.py)."""
     tokens, width = 8192, 768
     x = randn(4, tokens // 4, width, seed=1)
     g, beta = 1 + 0.1 * randn(width, seed=2), 0.1 * randn(width, seed=3)
     w, b = randn(3 * width, width, seed=4) * 0.03, 0.1 * randn(3 * width, seed=5)
+    stored, weight = (w.T.contiguous(), lambda t: t.T) if layout == "conv1d" else (w, lambda t: t)
     ups = [randn(4, tokens // 4, width, seed=10 + i) for i in range(3)]
 
     def grads(fn, dtype):
-        leaves = [t.detach().to(dtype).requires_grad_() for t in (x, g, beta, w, b)]
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (x, g, beta, stored, b)]
         outs = fn(*leaves)
         sum((o.to(dtype) * u.to(dtype)).sum() for o, u in zip(outs, ups, strict=True)).backward()
         return [o.detach() for o in outs] + [t.grad for t in leaves]
 
     def eager(x, g, beta, w, b):
-        return F.linear(F.layer_norm(x, (width,), g, beta, 1e-5), w, b).split(width, -1)
+        return F.linear(F.layer_norm(x, (width,), g, beta, 1e-5), weight(w), b).split(width, -1)
 
     exact, ref = grads(eager, torch.float64), grads(eager, BF16)
-    fused = grads(lambda *t: layer_norm_linear(*t, split=[width] * 3), BF16)
+    fused = grads(lambda x, g, beta, w, b: layer_norm_linear(x, g, beta, weight(w), b, split=[width] * 3),
+                  BF16)
     names = ["q", "k", "v", "dx", "dg", "dbeta", "dw", "db"]
     for name, got, want, truth in zip(names, fused, ref, exact, strict=True):
         assert_within_eager(f"layer_norm_linear split {name}", got, want, truth)

@@ -209,14 +209,22 @@ def test_layer_norm_linear_interpreter(lead, k, n, with_bias):
     assert_matches(got, want, TOL32)
 
 
-@pytest.mark.parametrize("norm", ["rms", "layer"])
+@pytest.mark.parametrize("norm", ["rms", "layer", "layer with bias"])
 @pytest.mark.parametrize(("dtype", "tol"), [(F64, 1e-12), (F32, TOL32)])   # reference, Triton kernels
-def test_transposed_weight_gets_a_contiguous_gradient(norm, dtype, tol):
+def test_transposed_weight_gets_a_contiguous_gradient(norm, dtype, tol, monkeypatch):
     """A weight stored [in, out] and passed as `.T` (HF's Conv1D: GPT-2's c_attn) gets its gradient
     in its own layout, so autograd hands the parameter that tensor without copying it into a
-    [in, out] one; the values as float64 autograd's."""
+    [in, out] one; the values as float64 autograd's. With a bias, LayerNorm's one-pass backward
+    (the Triton kernels) takes the bias gradient from the weight gradient's GEMM, whose B gets a
+    column of ones: checked to run that way, and its value against autograd's."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from coda.nn import layer_norm_grad
+
+    ones_columns = []
+    launch = layer_norm_grad.launch
+    monkeypatch.setattr(layer_norm_grad, "launch",
+                        lambda *a, **kw: ones_columns.append(kw.get("ones_column")) or launch(*a, **kw))
     copied_into = []
 
     class Copies(TorchDispatchMode):
@@ -231,14 +239,20 @@ def test_transposed_weight_gets_a_contiguous_gradient(norm, dtype, tol):
     if norm == "rms":
         fns = (lambda x, g, w: rms_norm_linear(x, g, w.T, 1e-6), lambda x, g, w: ref_rms(x, g, w.T, 1e-6))
         inputs = [x, g, stored_w]
-    else:
+    elif norm == "layer":
         fns = (lambda x, g, b, w: layer_norm_linear(x, g, b, w.T), lambda x, g, b, w: ref_ln(x, g, b, w.T))
         inputs = [x, g, beta, stored_w]
+    else:
+        fns = (lambda x, g, b, w, c: layer_norm_linear(x, g, b, w.T, bias=c),
+               lambda x, g, b, w, c: ref_ln(x, g, b, w.T, c))
+        inputs = [x, g, beta, stored_w, *make((n,), dtype=dtype, seed=14)]
     y = fns[0](*inputs)
     with Copies():
         y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=F64).to(dtype))
     assert (k, n) not in copied_into and stored_w.grad.is_contiguous()
     assert_matches((y, [t.grad for t in inputs]), forward_backward(fns[1], upcast(inputs)), tol)
+    assert ones_columns == ([True] if norm == "layer with bias" and dtype == F32 else
+                            [False] if norm == "layer" and dtype == F32 else [])
 
 
 @pytest.mark.parametrize("op", ["rms", "layer", "out_proj"])
