@@ -91,8 +91,7 @@ def test_concat_with_a_tile_operand_and_row_sums_bf16(mainloop):
 @pytest.mark.parametrize("layout", ["linear", "conv1d"])
 def test_split_projections_bf16(layout):
     """GPT-2's ln_1 + c_attn: q, k, v as column blocks; the weight in nn.Linear's layout, or
-    stored [in, out] and passed transposed as HF's Conv1D does (then the bias gradient comes
-    from the weight gradient's GEMM, ops/norms.py)."""
+    stored [in, out] and passed transposed as HF's Conv1D does (GPT-2's)."""
     tokens, width = 8192, 768
     x = randn(4, tokens // 4, width, seed=1)
     g, beta = 1 + 0.1 * randn(width, seed=2), 0.1 * randn(width, seed=3)

@@ -9,9 +9,7 @@ and dx follows without reading dy and x a second time:
 
 With `beta` it also stores the norm's output xn = xhat ⊙ g + β, the operand of the weight
 gradient of a LayerNorm folded into the next GEMM (`coda.ops.layer_norm_linear`, whose backward
-hands this kernel dy = the gradient at that GEMM's input); with `ones_column` one more column of
-ones, so that the weight gradient's GEMM dy'.T @ [xn | 1] gives that GEMM's bias gradient Σ_m dy'
-in its last column.
+hands this kernel dy = the gradient at that GEMM's input).
 
 Each program walks row blocks pid, pid + programs, ... (ROWS rows at a time) and keeps the
 parameters' gradients dg = Σ_m dy xhat and dβ = Σ_m dy as [ROWS, BLOCK_N] float32 accumulators,
@@ -37,7 +35,7 @@ def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M,
                         stride_dres, stride_dx, stride_xn, stride_shift, inv_n, eps,
                         ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_DRES: tl.constexpr,
                         NEED_DX: tl.constexpr, NEED_PARAMS: tl.constexpr, SAVE_XN: tl.constexpr,
-                        ONES: tl.constexpr, STAGES: tl.constexpr):
+                        STAGES: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
@@ -71,8 +69,6 @@ def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M,
         if SAVE_XN:
             xn = xhat * g[None, :] + beta[None, :]
             tl.store(XN + rows[:, None] * stride_xn + cols[None, :], xn.to(XN.dtype.element_ty), mask=inside)
-            if ONES:   # column N of xn's buffer
-                tl.store(XN + rows * stride_xn + N, tl.full([ROWS], 1.0, XN.dtype.element_ty), mask=row_in)
         if NEED_PARAMS:
             dg += dy * xhat
             dbeta += dy
@@ -127,22 +123,17 @@ def unit_columns(t: torch.Tensor) -> torch.Tensor:
 def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, shift: torch.Tensor, s: torch.Tensor,
            ss: torch.Tensor, inv_n: float, eps: float, dres: torch.Tensor | None, need_dx: bool,
            param_dtypes: tuple[torch.dtype, torch.dtype] | None,
-           choice: tuple[int, int, int, int] | None = None, beta: torch.Tensor | None = None,
-           ones_column: bool = False) -> tuple[torch.Tensor | None, ...]:
+           choice: tuple[int, int, int, int] | None = None, beta: torch.Tensor | None = None
+           ) -> tuple[torch.Tensor | None, ...]:
     """(dx, dg, dβ, xn) of LayerNorm over the rows of x [M, N], from dy [M, N] and the row sums
     (shift, s, ss: coda.ops.norms's LN_ROW), plus dres [M, N] in dx when given; dx only with
     `need_dx`, dg and dβ (in `param_dtypes`) only when those are given, the norm's output xn =
-    xhat ⊙ g + β (in x's dtype) only with `beta`, as [M, N + 1] with a last column of ones with
-    `ones_column` (rows padded to 16 bytes: a TMA operand). `choice` overrides `config`."""
+    xhat ⊙ g + β (in x's dtype) only with `beta`. `choice` overrides `config`."""
     m, n = x.shape
     dy, x = unit_columns(dy), unit_columns(x)
     dres = unit_columns(dres) if dres is not None else None
     dx = torch.empty((m, n), device=x.device, dtype=dy.dtype) if need_dx else None
-    xn = None
-    if beta is not None:
-        width = n + ones_column
-        padded = -(-width * x.element_size() // 16) * 16 // x.element_size()
-        xn = torch.empty((m, padded), device=x.device, dtype=x.dtype)[:, :width]
+    xn = torch.empty((m, n), device=x.device, dtype=x.dtype) if beta is not None else None
     # sum_partials writes every value of dg and dβ: zero-filled only where no row runs
     fill = torch.zeros if m == 0 else torch.empty
     dg, dbeta = ((fill(n, device=x.device, dtype=dtype) for dtype in param_dtypes)
@@ -159,8 +150,7 @@ def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, shift: torch.Tens
         0 if dres is None else dres.stride(0), 0 if dx is None else dx.stride(0),
         0 if xn is None else xn.stride(0), shift.stride(0), float(inv_n), float(eps)],
         dict(ROWS=rows, BLOCK_N=triton.next_power_of_2(n), HAS_DRES=dres is not None, NEED_DX=need_dx,
-             NEED_PARAMS=param_dtypes is not None, SAVE_XN=xn is not None,
-             ONES=xn is not None and ones_column, STAGES=stages,
+             NEED_PARAMS=param_dtypes is not None, SAVE_XN=xn is not None, STAGES=stages,
              num_warps=warps), x.device)
     if param_dtypes:
         block_p = min(1024, triton.next_power_of_2(programs))

@@ -37,10 +37,6 @@ layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq):
                             complete in the program, dx = rstd (dxhat − (a + xhat b) / n),
                             dg = Σ_m dln xhat, dbeta = Σ_m dln, xn = xhat g + beta (the norm's output)
             dw            = PLAIN  GEMM dy.T @ xn
-      For a weight stored transposed (HF's Conv1D: GPT-2's c_attn) xn gets a last column of ones
-      and db = dy.T @ 1 comes out of the dw GEMM as the row of the gradient's buffer after dw's
-      rows, from tiles of a column block the 132 SMs run beside the others (GPT-2's 108 tiles of
-      dw leave 24 idle): dln's GEMM then sums nothing (docs/benchmarks-log.md, 41st session).
     elsewhere (the reference backend, wider rows; LN_XHAT.map(x) for xhat without dx):
             dxhat, a, b   = LN_DXHAT  GEMM dy @ w; epilogue: * g, a = row_sum(dxhat),
                             b = row_sum(dxhat * xhat); db = Σ_rows dy from its K loop
@@ -95,7 +91,6 @@ from .common import (
     present,
     split_columns,
     stored,
-    transposed,
     weight_grad,
     weight_grad_out,
 )
@@ -356,23 +351,14 @@ def layer_norm_linear_grads(dy: torch.Tensor | Concat, rows: torch.Tensor, g: to
     from ..nn import layer_norm_grad  # Triton, imported on first use
 
     need_g, need_beta, need_w, need_b = needs
-    # the bias gradient as dw's GEMM's last column (module docstring), or from dln's K loop
-    ones = need_w and need_b and transposed(w) and bias_dtype == w.dtype
-    sums = need_b and not ones
-    outs = PLAIN(dy, w, a_col_sums=sums, dtypes=stored(a_col_sums=bias_dtype if sums else None))
+    outs = PLAIN(dy, w, a_col_sums=need_b, dtypes=stored(a_col_sums=bias_dtype if need_b else None))
     params = (g.dtype, beta.dtype) if need_g or need_beta else None
     dx, dg, dbeta, xn = layer_norm_grad.launch(outs["output"], rows, g, **row,
                                                dres=None if dres is None else as_rows(dres)[0],
                                                need_dx=True, param_dtypes=params,
-                                               beta=beta if need_w else None, ones_column=ones)
-    dw, db = None, outs.get("a_col_sums")
-    if ones:   # [dw | db] in a buffer laid out as w's transpose: dw's rows, then db
-        grads = torch.empty((w.shape[1] + 1, w.shape[0]), device=w.device, dtype=w.dtype)
-        PLAIN(dy.T, xn, out=grads.T, dtypes=stored(output=w.dtype))
-        dw, db = grads[:-1].T, grads[-1]
-    elif need_w:
-        dw = PLAIN(dy.T, xn, out=weight_grad_out(w), dtypes=stored(output=w.dtype))["output"]
-    return dx, dg if need_g else None, dbeta if need_beta else None, dw, db
+                                               beta=beta if need_w else None)
+    dw = PLAIN(dy.T, xn, out=weight_grad_out(w), dtypes=stored(output=w.dtype))["output"] if need_w else None
+    return dx, dg if need_g else None, dbeta if need_beta else None, dw, outs.get("a_col_sums")
 
 
 class OutProjResidualFunction(torch.autograd.Function):
