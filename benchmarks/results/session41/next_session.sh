@@ -1,28 +1,35 @@
 #!/usr/bin/env bash
-# Left by the forty-first session for the next one: A's column sums (`a_col_sums=True`) on the
-# tensor cores, A_tileᵀ @ ones, a [64, 8] MMA issued before each summed K block's own
-# (sums_mma.patch; compiled offline for sm_90: no spills but in LayerNorm's dxhat GEMM, 212 bytes,
-# a rarely taken launch; the plain GEMM's kernel 1936 SASS instructions against 2224 with the
-# CUDA cores' sums and 1528 without sums). Not run on a GPU yet: apply it first, here,
-#   git apply benchmarks/results/session41/sums_mma.patch
-# then run(command="bash benchmarks/results/session41/next_session.sh", timeout_s=600):
-# the GPU tests of every op that sums A's columns (and the HF models), sums_probe.py against
-# calls 3 and 5 (GPT-2's ln_1 dy @ w with the sums 105.2-108.5 us, without 88.4-89.6), Nsight
-# Compute on the sums launch, GPT-2 against compile+graph. If the tests pass and the step is
-# faster, keep it and run the whole GPU suite; else `git checkout` the two files.
+# Left by the forty-first session for the next one: column sums on the tensor cores, in two
+# patches compiled offline for sm_90 and not yet run on a GPU.
+#   sums_mma.patch     A's column sums (`a_col_sums=True`): each summed K block's A tileᵀ @ ones,
+#                      a [64, 8] MMA issued before the tile's own (GPT-2's ln_1 dy @ w, the out
+#                      projection's dx, dh's db₂). The plain GEMM with sums: 1936 SASS
+#                      instructions (2224 with the CUDA cores' sums, 1528 without); no spills but
+#                      LayerNorm's dxhat GEMM's (212 bytes, a launch the one-pass backward replaces).
+#   col_sum_mma.patch  an epilogue's `col_sum` of its own 16-bit TMA-staged output (issue 8's (e),
+#                      GPT-2's db₁): the staged slice's transpose @ ones; (e)'s kernel 4896 SASS
+#                      instructions against 5808 (no shuffles, half the shared-memory traffic);
+#                      the sums are then of the rounded output, as eager's (docs in the patch).
+# Apply both here first (they apply together, in this order):
+#   git apply benchmarks/results/session41/sums_mma.patch benchmarks/results/session41/col_sum_mma.patch
+# then run(command="bash benchmarks/results/session41/next_session.sh", timeout_s=600): the GPU
+# tests of the ops and HF models (a failure: rerun with one patch to tell which), sums_probe.py
+# against calls 3 and 5 (GPT-2's ln_1 dy @ w with the sums 105.2-108.5 us, without 88.4-89.6),
+# issue 8's (e) against its plain GEMM, GPT-2 against compile+graph. Keep what passes and is
+# faster, then run the whole GPU suite; `git checkout` the rest.
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
 out=${OUT:-/tmp}
-grep -q k_step_summing src/coda/codegen/mainloops.py || { echo "apply sums_mma.patch first"; exit 1; }
-timeout 150 python -m pytest -q -n 12 -p no:cacheprovider tests/gpu/test_concat_gpu.py tests/gpu/test_ops_linear.py \
-    tests/gpu/test_ops_norms.py tests/gpu/test_ops_gated.py tests/gpu/test_hf_gpu.py tests/gpu/test_nn_gpt.py \
-    > "$out/gpu_tests.log" 2>&1
+grep -q "k_step_summing\|column_sums_mma" src/coda/codegen/mainloops.py || { echo "apply the patches first"; exit 1; }
+timeout 200 python -m pytest -q -n 14 -p no:cacheprovider tests/gpu/test_triton_gpu.py tests/gpu/test_concat_gpu.py \
+    tests/gpu/test_ops_linear.py tests/gpu/test_ops_norms.py tests/gpu/test_ops_gated.py tests/gpu/test_hf_gpu.py \
+    tests/gpu/test_nn_gpt.py > "$out/gpu_tests.log" 2>&1
 echo "tests rc=$?"; tail -2 "$out/gpu_tests.log"
-timeout 90 python benchmarks/results/session41/sums_probe.py > "$out/sums_probe.log" 2>&1
-echo "probe rc=$?"; cut -c1-60 "$out/sums_probe.log" | grep -E "sums=|cuBLAS|x768"
-metrics=gpu__time_duration.sum,smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed
-timeout 60 ncu --clock-control none -k regex:coda_gemm --launch-skip 2 --launch-count 1 --metrics "$metrics" \
-    --csv python benchmarks/results/session41/sums_ncu.py 1 > "$out/ncu_sums1.csv" 2>&1
-echo "ncu rc=$?"; grep -E "gpu__time|hmma|inst_executed" "$out/ncu_sums1.csv" | cut -d, -f13-16
-timeout 200 python benchmarks/train.py --models gpt2 --modes compile+graph,coda+graph --steps 30 --rounds 10 \
-  --warmup 3 --curve none --profile none --timeout 190 --json "$out/train.json" > "$out/train.log" 2>&1
+timeout 70 python benchmarks/results/session41/sums_probe.py > "$out/sums_probe.log" 2>&1
+echo "probe rc=$?"; cut -c1-60 "$out/sums_probe.log" | grep -E "sums=True pingpong|sums=False pingpong|cuBLAS|x768"
+timeout 100 python benchmarks/gemm.py --no-compile --rounds 3 --cases plain,dgelu_bias_grad \
+    --shapes 16384x3072x768,16384x768x3072,4096x4096x4096,8192x4096x11008 --json "$out/gemm_e.json" \
+    > "$out/gemm_e.log" 2>&1
+echo "gemm rc=$?"; grep -iE "dgelu|ratio" "$out/gemm_e.log" | head -8
+timeout 170 python benchmarks/train.py --models gpt2 --modes compile+graph,coda+graph --steps 30 --rounds 10 \
+  --warmup 3 --curve none --profile none --timeout 160 --json "$out/train.json" > "$out/train.log" 2>&1
 echo "train rc=$?"; grep -E "tokens/s|round by round|rror" "$out/train.log" | head -8
