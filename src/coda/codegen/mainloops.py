@@ -481,8 +481,8 @@ def a_column_sums(a, A_SUMS, pid_m, k0, K, BLOCK_M: gl.constexpr, BLOCK_K: gl.co
         # Lanes run down the rows first: eight lanes (one shared-memory wavefront) then read
         # eight rows of one 16-byte column piece, which the 128-byte swizzle puts in eight
         # different bank groups. Lanes along the columns first conflicted: at GPT-2's
-        # 16384x768x2304, 593k bank conflicts against 3k, the GEMM 2.6% slower (Nsight Compute;
-        # docs/benchmarks-log.md, forty-first session)
+        # 16384x768x2304, 593k bank conflicts against 3k, the GEMM 99.9 against 97.3 µs (Nsight
+        # Compute, two machine starts; docs/benchmarks-log.md, forty-first session)
         layout: gl.constexpr = gl.BlockedLayout([1, 8], [16, 2], [1, 4], [0, 1])
         part = a.slice(0, 16, dim=0).load(layout).to(gl.float32)
         for r in gl.static_range(16, BLOCK_M, 16):
