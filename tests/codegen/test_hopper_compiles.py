@@ -55,10 +55,11 @@ SPILL_LIMIT = 0
 #: forward spilled 32 with its logits unrounded, as GPT-2 ran it at 595k tokens/s (thirty-second
 #: session), 24 rounded.
 SPILLS_MEASURED = {"ce_forward_exp_rounded": 24,
-                   # LayerNorm's dxhat GEMM summing its A's columns (GPT-2's q/k/v bias gradient):
-                   # 8 in the ping-pong kernel (GPT-2's), 32 in the persistent one (16 when the
-                   # first column block took every K block's sums)
-                   "a_sums_concat_k_ln_dxhat": 32}
+                   # LayerNorm's dxhat GEMM summing its A's columns (a q/k/v bias gradient where
+                   # LayerNorm's one-pass backward does not run): 212 in the ping-pong kernel
+                   # (whose K loop has its MMA in two branches, with the sums' MMA and without;
+                   # 8 when the CUDA cores summed), 32 in the persistent one
+                   "a_sums_concat_k_ln_dxhat": 212}
 #: Shared memory of an H100/H200 block (bytes): a default that needs more cannot launch.
 SHARED_LIMIT = 232448
 
@@ -106,6 +107,9 @@ def compile_all() -> dict[str, dict]:
             # its outputs stored from registers instead of through shared memory
             configs["pingpong_register_stores"] = Config(128, 128, 64, 4, 4, split_epilogue=2,
                                                          pingpong=True, stage_outputs=False)
+        if name == "dgelu_bias_grad":   # its column sums on the tensor cores in 64-column slices, on
+            # the CUDA cores in 32-column ones
+            configs["pingpong_split4"] = Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True)
         for label, config in configs.items():
             variant = config.mainloop("hopper")
             built = prog.triton._build(kernel_module._signature(launch, variant, config.stage_tiles,
@@ -140,6 +144,9 @@ def compile_concats(kernel_module, config) -> dict[str, dict]:
                 "a_sums_concat_k_ln_dxhat": LN_DXHAT.bind(cat, torch.empty(3 * c, c, dtype=bf16), **row,
                                                           g=torch.empty(c, dtype=bf16),
                                                           xin=torch.empty(m, c, dtype=bf16), a_col_sums=True),
+                # GPT-2's ln_1 backward: dy @ w from the q/k/v gradients in place, the bias
+                # gradient from its K loop
+                "a_sums_concat_k_plain": PLAIN.bind(cat, torch.empty(3 * c, c, dtype=bf16), a_col_sums=True),
                 "a_sums_plain": PLAIN.bind(torch.empty(m, c, dtype=bf16), torch.empty(4 * c, c, dtype=bf16).T,
                                            a_col_sums=True),
                 "a_sums_transposed": PLAIN.bind(torch.empty(c, m, dtype=bf16).T,
@@ -239,9 +246,11 @@ def test_hopper_kernels_compile_for_sm90():
                                                                      "heuristic_m64", "hopper")}
                             | {f"heavy/{kind}split{s}" for s in SPLITS for kind in ("", "pingpong_")}
                             | {"heavy/pingpong_loads_split8", "heavy/pingpong_register_stores",
+                               "dgelu_bias_grad/pingpong_split4",
                                "concat_k_ln_dxhat/pingpong",
                                "concat_m_plain/pingpong"}
-                            | {f"a_sums_{a}/{v}" for a in ("concat_k_ln_dxhat", "plain", "transposed")
+                            | {f"a_sums_{a}/{v}" for a in ("concat_k_ln_dxhat", "concat_k_plain", "plain",
+                                                           "transposed")
                                for v in ("pingpong", "hopper")})
     for key, found in results.items():
         if key.startswith(("concat", "a_sums")):   # the ping-pong kernel's loader reads the pieces

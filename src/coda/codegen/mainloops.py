@@ -366,6 +366,29 @@ def store_wide(ptrs_base, stride, row0, col0, value, M, col_end):
              mask=(rows < M)[:, None] & (cols < col_end)[None, :])
 
 
+@gluon.constexpr_function
+def sums_on_tensor_cores(dtype, width):
+    # column_sums_mma takes a 16-bit tile whose width is a whole wgmma M (64): not the 32-column
+    # slices of a four-way split epilogue
+    return dtype.primitive_bitwidth == 16 and width % 64 == 0
+
+
+@gluon.jit
+def column_sums_mma(tile_smem, BLOCK_M: gl.constexpr, WIDTH: gl.constexpr):
+    # The column sums of a [BLOCK_M, WIDTH] 16-bit tile in shared memory (an epilogue's output
+    # slice staged for its TMA store) on the tensor cores: tileᵀ @ ones, a [WIDTH, 8] MMA whose
+    # eight columns are alike. The four warps' sums then need no exchange through shared memory.
+    ones_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8, BLOCK_M], tile_smem.dtype)
+    fill: gl.constexpr = gl.BlockedLayout([1, 8], [8, 4], [1, 4], [1, 0])
+    ones = gl.allocate_shared_memory(tile_smem.dtype, [8, BLOCK_M], ones_layout,
+                                     gl.full([8, BLOCK_M], 1.0, tile_smem.dtype, fill))
+    fence_async_shared()
+    sums_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, 8, 16])
+    return warpgroup_mma(tile_smem.permute((1, 0)), ones.permute((1, 0)),
+                         gl.zeros([WIDTH, 8], gl.float32, sums_layout), use_acc=False)
+
+
 @gluon.jit
 def operand_ring(X, ROWS, COLS, stride, BLOCK_ROWS: gl.constexpr, BLOCK_COLS: gl.constexpr,
                  STAGES: gl.constexpr):
@@ -470,32 +493,38 @@ def load_partition(a_descs, b_desc, a_ring, b_ring, ready, empty, starts, ends, 
 
 
 @gluon.jit
-def a_column_sums(a, A_SUMS, pid_m, k0, K, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr,
-                  A_K_CONTIGUOUS: gl.constexpr):
-    # `a_col_sums=True`: the column sums of the A tile in shared memory (zero past M and K,
-    # TMA's fill) of columns k0 on, into row pid_m of the [row blocks, K] partials. Each warp
-    # owns columns of its own (no exchange between the warps, which would take shared memory
-    # and a barrier of the warpgroup each time); slices of rows are added up in registers and
-    # reduced across the lanes once.
-    if A_K_CONTIGUOUS:   # [BLOCK_M, BLOCK_K]: slices of 16 rows, the warps side by side along K
-        # Lanes run down the rows first: eight lanes (one shared-memory wavefront) then read
-        # eight rows of one 16-byte column piece, which the 128-byte swizzle puts in eight
-        # different bank groups. Lanes along the columns first conflicted: at GPT-2's
-        # 16384x768x2304, 593k bank conflicts against 3k, the GEMM 99.9 against 97.3 µs (Nsight
-        # Compute, two machine starts; docs/benchmarks-log.md, forty-first session)
-        layout: gl.constexpr = gl.BlockedLayout([1, 8], [16, 2], [1, 4], [0, 1])
-        part = a.slice(0, 16, dim=0).load(layout).to(gl.float32)
-        for r in gl.static_range(16, BLOCK_M, 16):
-            part += a.slice(r, 16, dim=0).load(layout).to(gl.float32)
-        sums = gl.sum(part, axis=0)
-        cols = k0 + gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, layout))
-        gl.store(A_SUMS + pid_m * K + cols, sums, mask=cols < K)
-    else:   # [BLOCK_K, BLOCK_M]: slices of 16 rows (columns of A), a warp's 4 rows at a time
-        layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
-        for r in gl.static_range(0, BLOCK_K, 16):
-            sums = gl.sum(a.slice(r, 16, dim=0).load(layout).to(gl.float32), axis=1)
-            cols = k0 + r + gl.arange(0, 16, layout=gl.SliceLayout(1, layout))
-            gl.store(A_SUMS + pid_m * K + cols, sums, mask=cols < K)
+def k_step(a_tile, b_tile, acc, a, b):
+    # one K block's MMA; the one before it is then done (one stays in flight)
+    acc = warpgroup_mma(a_tile, b_tile, acc, is_async=True)
+    acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
+    return acc
+
+
+@gluon.jit
+def k_step_summing(a_tile, b_tile, acc, a, b, ones, A_SUMS, pid_m, k0, K, BLOCK_K: gl.constexpr,
+                   A_K_CONTIGUOUS: gl.constexpr):
+    # k_step, and the column sums of the A tile (zero past M and K, TMA's fill) of columns k0 on
+    # into row pid_m of the [row blocks, K] partials (`a_col_sums=True`), on the tensor cores:
+    # A_tileᵀ @ ones, a [BLOCK_K, 8] MMA 1/16 the size of the tile's own. It is issued before the
+    # tile's MMA and is done with the one before it, so the K loop waits for nothing more; summed
+    # on the CUDA cores (shared-memory loads, conversions, shuffles) the sums doubled the
+    # kernel's instructions (docs/benchmarks-log.md, forty-first session).
+    sums_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, 8, 16])
+    if A_K_CONTIGUOUS:   # a: [BLOCK_M, BLOCK_K]
+        a_t = a.permute((1, 0))
+    else:                # a: [BLOCK_K, BLOCK_M]
+        a_t = a
+    sums = warpgroup_mma(a_t, ones.permute((1, 0)), gl.zeros([BLOCK_K, 8], gl.float32, sums_layout),
+                         use_acc=False, is_async=True)
+    acc = warpgroup_mma(a_tile, b_tile, acc, is_async=True)
+    acc, sums, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, sums, a, b))
+    # the eight columns of the sums are alike: the first one is stored
+    cols = k0 + gl.arange(0, BLOCK_K, layout=gl.SliceLayout(1, sums_layout))
+    first = gl.arange(0, 8, layout=gl.SliceLayout(0, sums_layout)) == 0
+    gl.store(A_SUMS + pid_m * K + cols[:, None] + first[None, :].to(gl.int32) * 0, sums,
+             mask=(cols < K)[:, None] & first[None, :])
+    return acc
 
 
 @gluon.jit
@@ -514,6 +543,12 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS,
     row_blocks = gl.cdiv(M, BLOCK_M)
     col_blocks = gl.cdiv(N, BLOCK_N)
     programs = gl.num_programs(0)
+    if SUM_A:   # the B operand of the column sums' MMA (k_step_summing)
+        ones_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8, BLOCK_M], a_ring.dtype)
+        fill: gl.constexpr = gl.BlockedLayout([1, 8], [8, 4], [1, 4], [1, 0])
+        ones = gl.allocate_shared_memory(a_ring.dtype, [8, BLOCK_M], ones_layout,
+                                         gl.full([8, BLOCK_M], 1.0, a_ring.dtype, fill))
+        fence_async_shared()
     rounds = 0
     for tile_id in range(gl.program_id(0) + WG * programs, row_blocks * col_blocks, 2 * programs):
         pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
@@ -534,15 +569,18 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS,
                 b_tile = b
             else:
                 b_tile = b.permute((1, 0))
-            acc = warpgroup_mma(a_tile, b_tile, acc, is_async=True)
-            # the tiles of a row block also sum A's columns under the MMA, each K block by one
-            # tile in turn, so no tile carries all the sums (pieces along K are whole K blocks
-            # here: TritonProgram.plan joins others)
+            # the tiles of a row block also sum A's columns, each K block by one tile in turn, so
+            # no tile carries all the sums (pieces along K are whole K blocks here:
+            # TritonProgram.plan joins others)
             if SUM_A:
                 if kb % col_blocks == pid_n:
-                    a_column_sums(a, A_SUMS, pid_m, kb * BLOCK_K, K, BLOCK_M, BLOCK_K, A_K_CONTIGUOUS)
-            # one MMA stays in flight; the one before it is done, so its slot goes back
-            acc, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
+                    acc = k_step_summing(a_tile, b_tile, acc, a, b, ones, A_SUMS, pid_m, kb * BLOCK_K, K,
+                                         BLOCK_K, A_K_CONTIGUOUS)
+                else:
+                    acc = k_step(a_tile, b_tile, acc, a, b)
+            else:
+                acc = k_step(a_tile, b_tile, acc, a, b)
+            # the slot of the MMA before this one goes back
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1, pred=kb > 0)
             step += 1
         mbarrier.arrive(turn.index(1 - WG), count=1)
