@@ -107,9 +107,6 @@ def compile_all() -> dict[str, dict]:
             # its outputs stored from registers instead of through shared memory
             configs["pingpong_register_stores"] = Config(128, 128, 64, 4, 4, split_epilogue=2,
                                                          pingpong=True, stage_outputs=False)
-        if name == "dgelu_bias_grad":   # its column sums on the tensor cores in 64-column slices, on
-            # the CUDA cores in 32-column ones
-            configs["pingpong_split4"] = Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True)
         for label, config in configs.items():
             variant = config.mainloop("hopper")
             built = prog.triton._build(kernel_module._signature(launch, variant, config.stage_tiles,
@@ -246,7 +243,6 @@ def test_hopper_kernels_compile_for_sm90():
                                                                      "heuristic_m64", "hopper")}
                             | {f"heavy/{kind}split{s}" for s in SPLITS for kind in ("", "pingpong_")}
                             | {"heavy/pingpong_loads_split8", "heavy/pingpong_register_stores",
-                               "dgelu_bias_grad/pingpong_split4",
                                "concat_k_ln_dxhat/pingpong",
                                "concat_m_plain/pingpong"}
                             | {f"a_sums_{a}/{v}" for a in ("concat_k_ln_dxhat", "concat_k_plain", "plain",

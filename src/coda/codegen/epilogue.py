@@ -298,13 +298,8 @@ class _Emitter:
                 continue
             self.names[node] = f"v{index}"
             self.emit(f"v{index} = {self.value(node)}")
-        written = [o for o in self.program.ir.outputs if o.name in self.sig.outputs]
-        staged_sums = self.staged_column_sums(written)   # stored after their tile
-        later = {col_sum for sums in staged_sums.values() for col_sum in sums}
-        for out in store_order([o for o in written if o not in later]):
+        for out in store_order([o for o in self.program.ir.outputs if o.name in self.sig.outputs]):
             self.store(out)
-            for col_sum in staged_sums.get(out, ()):
-                self.store_staged_column_sum(col_sum, out)
         body = "\n".join(self.lines)
         return f"@triton.jit\ndef epilogue({params}):\n{body}\n"
 
@@ -420,42 +415,6 @@ class _Emitter:
         return rotated
 
     # outputs ----------------------------------------------------------------------------------
-    def staged_column_sums(self, written: list) -> dict:
-        """{tile output: its column sums} for the ping-pong kernel's column sums that can be
-        taken on the tensor cores from the tile it stages for its TMA store (the column sums of
-        that very output, zero past M)."""
-        if not self.gluon:
-            return {}
-        tiles = {o.value: o for o in written if o.reduction is None and f"out_{o.name}" in self.sig.tma
-                 and f"out_{o.name}" not in self.sig.wide and self.program.widths.outputs[o.name] == FULL}
-        found: dict = {}
-        for out in written:
-            tile = tiles.get(out.value)
-            if (out.reduction == "col_sum" and tile is not None
-                    and zero_past_edge(out.value, "row", self.kinds, self.input_zero)):
-                found.setdefault(tile, []).append(out)
-        return found
-
-    def store_staged_column_sum(self, out, tile) -> None:
-        """The column sums of `tile`'s slice as it lies in its staging buffer, rounded to the
-        output's 16-bit dtype (the values eager PyTorch's bias gradient sums): its transpose @
-        ones on the tensor cores (`column_sums_mma`), where summing the accumulator's layout
-        across its four warps goes through shared memory; other dtypes, and slices narrower than
-        a wgmma's 64 rows (`sums_on_tensor_cores`), sum as any column sum."""
-        base, part = f"out_{tile.name}", f"{out.name}_tile"
-        self.emit(f"if sums_on_tensor_cores({base}_desc.dtype, BLOCK_N):")
-        self.emit(f"    {part} = column_sums_mma({base}_smem, BLOCK_M, BLOCK_N)")
-        self.emit(f"    {part}_cols = tile_n * BLOCK_N + gl.arange(0, BLOCK_N, "
-                  f"layout=gl.SliceLayout(1, {part}.type.layout))")
-        self.emit(f"    {part}_first = gl.arange(0, 8, layout=gl.SliceLayout(0, {part}.type.layout)) == 0")
-        self.emit(f"    tl.store(red_{out.name}_ptr + pid_m * N + {part}_cols[:, None] + 0 * "
-                  f"{part}_first[None, :].to(tl.int32), {part}, "
-                  f"mask=({part}_cols < col_end)[:, None] & {part}_first[None, :])")
-        self.emit("else:")
-        start = len(self.lines)
-        self.store(out)
-        self.lines[start:] = ["    " + line for line in self.lines[start:]]
-
     def store(self, out) -> None:
         width = self.program.widths.outputs[out.name]
         d = _DOMAIN[width]

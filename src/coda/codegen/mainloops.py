@@ -366,29 +366,6 @@ def store_wide(ptrs_base, stride, row0, col0, value, M, col_end):
              mask=(rows < M)[:, None] & (cols < col_end)[None, :])
 
 
-@gluon.constexpr_function
-def sums_on_tensor_cores(dtype, width):
-    # column_sums_mma takes a 16-bit tile whose width is a whole wgmma M (64): not the 32-column
-    # slices of a four-way split epilogue
-    return dtype.primitive_bitwidth == 16 and width % 64 == 0
-
-
-@gluon.jit
-def column_sums_mma(tile_smem, BLOCK_M: gl.constexpr, WIDTH: gl.constexpr):
-    # The column sums of a [BLOCK_M, WIDTH] 16-bit tile in shared memory (an epilogue's output
-    # slice staged for its TMA store) on the tensor cores: tileᵀ @ ones, a [WIDTH, 8] MMA whose
-    # eight columns are alike. The four warps' sums then need no exchange through shared memory.
-    ones_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8, BLOCK_M], tile_smem.dtype)
-    fill: gl.constexpr = gl.BlockedLayout([1, 8], [8, 4], [1, 4], [1, 0])
-    ones = gl.allocate_shared_memory(tile_smem.dtype, [8, BLOCK_M], ones_layout,
-                                     gl.full([8, BLOCK_M], 1.0, tile_smem.dtype, fill))
-    fence_async_shared()
-    sums_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                          instr_shape=[16, 8, 16])
-    return warpgroup_mma(tile_smem.permute((1, 0)), ones.permute((1, 0)),
-                         gl.zeros([WIDTH, 8], gl.float32, sums_layout), use_acc=False)
-
-
 @gluon.jit
 def operand_ring(X, ROWS, COLS, stride, BLOCK_ROWS: gl.constexpr, BLOCK_COLS: gl.constexpr,
                  STAGES: gl.constexpr):
