@@ -59,7 +59,10 @@ SPILLS_MEASURED = {"ce_forward_exp_rounded": 24,
                    # LayerNorm's one-pass backward does not run): 212 in the ping-pong kernel
                    # (whose K loop has its MMA in two branches, with the sums' MMA and without;
                    # 8 when the CUDA cores summed), 32 in the persistent one
-                   "a_sums_concat_k_ln_dxhat": 212}
+                   "a_sums_concat_k_ln_dxhat": 212,
+                   # stream-K in 128x256 tiles: a run's partial added to a whole 128x256 float32
+                   # accumulator (128 registers a thread) at the 255-register limit
+                   "stream_k_128x256": 172}
 #: Shared memory of an H100/H200 block (bytes): a default that needs more cannot launch.
 SHARED_LIMIT = 232448
 
@@ -117,6 +120,7 @@ def compile_all() -> dict[str, dict]:
             results[f"{name}/{label}"]["stores_staged"] = sorted(set(re.findall(r"(out_\w+)_desc = ",
                                                                                  built.source)))
     results |= compile_concats(kernel_module, tuning.heuristic("hopper", m, n, k))
+    results |= compile_stream_k(kernel_module)
     return results
 
 
@@ -157,6 +161,24 @@ def compile_concats(kernel_module, config) -> dict[str, dict]:
                 kernel_module.tuning.heuristic("hopper", m, 4 * c, 4096), launch) | dict(
                 staged=sorted(set(re.findall(r"(op_\w+)_desc = ", built.source))))
     return results
+
+
+def compile_stream_k(kernel_module) -> dict[str, dict]:
+    """The Triton kernel in stream-K configurations at a weight gradient's GEMM (GPT-2's fc1:
+    dyᵀ @ x, [3072, 768] from K = 16384, A a transposed view): 72 tiles of 128x256 or 144 of
+    128x128 for 132 SMs, the case it is for."""
+    import torch
+
+    from coda.codegen.tuning import Config
+    from coda.ops.common import PLAIN
+
+    bf16 = torch.bfloat16
+    launch = PLAIN.bind(torch.empty(16384, 3072, dtype=bf16).T, torch.empty(16384, 768, dtype=bf16))
+    built = PLAIN.triton._build(kernel_module._signature(launch, "hopper"), "hopper")
+    configs = {"128x128": Config(128, 128, 64, 8, 4, stream_k=True),
+               "128x256": Config(128, 256, 64, 8, 3, split_epilogue=2, stream_k=True)}
+    return {f"stream_k_{label}/hopper": compile_sm90(kernel_module, built, config, launch)
+            for label, config in configs.items()}
 
 
 def compile_sm90(kernel_module, built, config, launch) -> dict[str, int]:
@@ -247,8 +269,14 @@ def test_hopper_kernels_compile_for_sm90():
                                "concat_m_plain/pingpong"}
                             | {f"a_sums_{a}/{v}" for a in ("concat_k_ln_dxhat", "concat_k_plain", "plain",
                                                            "transposed")
-                               for v in ("pingpong", "hopper")})
+                               for v in ("pingpong", "hopper")}
+                            | {"stream_k_128x128/hopper", "stream_k_128x256/hopper"})
     for key, found in results.items():
+        if key.startswith("stream_k"):   # a weight gradient's GEMM in the Triton kernel
+            assert found["wgmma"] > 0 and found["tma"] > 0 and not found["warp_specialized"], key
+            spills = SPILLS_MEASURED.get(key.split("/")[0], SPILL_LIMIT)
+            assert found["spilled"] <= spills and found["shared"] <= SHARED_LIMIT, (key, found)
+            continue
         if key.startswith(("concat", "a_sums")):   # the ping-pong kernel's loader reads the pieces
             assert found["warp_specialized"] == key.endswith("pingpong"), key
             assert found["wgmma"] > 0 and found["tma"] > 0, key

@@ -32,12 +32,18 @@ PROGRAMS = {
 }
 
 
-def run_hopper(prog, a, b, split: int = 2, out=None, **operands) -> dict[str, torch.Tensor]:
-    """One launch on the Hopper mainloop (forced; CODA would pick the portable one on a CPU)."""
+def hopper_run(prog, a, b, config: Config, out=None, **operands):
+    """A launch's Plan on the Hopper mainloop (forced; CODA would pick the portable one on a
+    CPU) and a function that runs it."""
     launch = prog.bind(a, b, out=out, **operands)
     kernel = prog.triton._build(kernel_module._signature(launch, "hopper"), "hopper")
-    plan = kernel_module.Plan(kernel, Config(128, 256, 64, 8, 3, split_epilogue=split), launch)
-    return plan.run(launch.a, launch.b, launch.values, launch.out, launch.seed)
+    plan = kernel_module.Plan(kernel, config, launch)
+    return plan, lambda: plan.run(launch.a, launch.b, launch.values, launch.out, launch.seed)
+
+
+def run_hopper(prog, a, b, split: int = 2, out=None, **operands) -> dict[str, torch.Tensor]:
+    """One launch on the Hopper mainloop in 128x256 tiles, the epilogue in `split` slices."""
+    return hopper_run(prog, a, b, Config(128, 256, 64, 8, 3, split_epilogue=split), out, **operands)[1]()
 
 
 def rel(x: torch.Tensor, exact: torch.Tensor) -> float:
@@ -112,3 +118,58 @@ def test_padded_out_of_a_ragged_width_is_written_by_tma():
     assert rel(out, exact["output"]) < 2e-3
     assert rel(got["lse"], exact["lse"]) < 1e-5
     assert buffer[:, n:].isnan().all()   # the padding is not written
+
+
+@pytest.mark.parametrize("tile", [(128, 256, 2), (64, 32, 1)])
+@pytest.mark.parametrize("name", ["stats", "residual"])
+def test_stream_k_matches_float64(name, tile):
+    """Stream-K: 3 programs share the tiles' K blocks in equal runs, so tiles are cut between
+    runs (128x256: 4 tiles of 16 K blocks in runs of 21-22; 64x32: one tile of 13 K blocks in
+    runs of 4-5, the middle one inside it) and the run holding a tile's start adds the others'
+    partials. Poisoned outputs; launched twice, the second launch finding the flags the first
+    lowered."""
+    prog = coda.compile(PROGRAMS[name])
+    block_m, block_n, split = tile
+    m, n, k = (200, 300, 1000) if block_m == 128 else (64, 32, 832)
+    torch.manual_seed(block_n)
+    a = torch.randn(m, k, dtype=torch.float16)
+    w = (torch.randn(n, k) / k**0.5).to(torch.float16)
+    operands = {"bias": torch.randn(n, dtype=torch.float16),
+                "residual": torch.randn(m, n, dtype=torch.float16)}
+    operands = {p: v for p, v in operands.items() if p in prog.ir.params}
+    exact = evaluate(prog.bind(a.double(), w.T.double(), **{p: v.double() for p, v in operands.items()}))
+    out = torch.full((m, n), float("nan"), dtype=torch.float16)
+    config = Config(block_m, block_n, 64, 4, 3, split_epilogue=split, stream_k=True)
+    plan, run = hopper_run(prog, a, w.T, config, out, **operands)
+    assert plan.grid == (3,)
+    for _ in range(2):
+        got = run()
+        assert set(got) == set(exact)
+        for key, value in got.items():
+            assert rel(value, exact[key]) < 2e-3, key
+        flags = plan._partials(a.device)[kernel_module.STREAM_K_PARTIALS][1]
+        assert flags.tolist() == [0, 0, 0]   # every flag raised was lowered by its reader
+        out.fill_(float("nan"))
+
+
+def test_stream_k_accumulates_into_transposed_operands():
+    """A weight gradient's layout (A = dyᵀ, a transposed view; B = x) with `output +=` into out=:
+    each tile's epilogue runs once, after its runs' partials are added."""
+    prog = coda.compile("EPILOGUE { output += input; }")
+    m, n, k = 96, 80, 700
+    torch.manual_seed(5)
+    dy, x = torch.randn(k, m, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16) / k**0.5
+    start = torch.randn(m, n, dtype=torch.float16)
+    out = start.clone()
+    hopper_run(prog, dy.T, x, Config(64, 64, 64, 4, 3, stream_k=True), out)[1]()
+    assert rel(out, start.double() + dy.T.double() @ x.double()) < 2e-3
+
+
+def test_stream_k_takes_one_a_tensor_without_column_sums():
+    prog = coda.compile("EPILOGUE { output = input; }")
+    a, w = torch.randn(64, 96, dtype=torch.float16), torch.randn(32, 96, dtype=torch.float16)
+    config = Config(64, 32, 64, 4, 3, stream_k=True)
+    with pytest.raises(coda.CodaError, match="stream-K"):
+        hopper_run(prog, a, w.T, config, a_col_sums=True)
+    with pytest.raises(coda.CodaError, match="stream-K"):
+        hopper_run(prog, coda.Concat([a[:, :64], a[:, 64:]], 1), w.T, config)

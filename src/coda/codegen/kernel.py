@@ -44,6 +44,8 @@ from .tuning import Config
 
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _thread = threading.local()   # Triton keeps its allocator per thread (a ContextVar)
+#: the stream-K runs' partial tiles and flags among a Plan's partial buffers
+STREAM_K_PARTIALS = "stream-K runs"
 KEPT_PARTIAL_BYTES = 16 << 20  # a plan keeps its reductions' partial buffers up to this size
 
 
@@ -222,8 +224,13 @@ class Plan:
         epilogue_n = config.epilogue_block_n if persistent else config.block_n
         self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": math.ceil(m / config.block_m)}
         tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
+        # stream-K: one program an SM, each taking an equal run of all tiles' K blocks
+        self.stream_k = kernel.variant == "hopper" and config.stream_k
+        if self.stream_k and (len(launch.a_pieces) > 1 or self.a_col_sums is not None):
+            raise LaunchError("a stream-K configuration takes one A tensor and no a_col_sums")
         if persistent:
-            self.grid = (min(tiles, _num_sms(a.device)),)
+            runs = tiles * max(1, math.ceil(launch.k / config.block_k)) if self.stream_k else tiles
+            self.grid = (min(runs, _num_sms(a.device)),)
             self.meta = config.meta(kernel.variant) | dict(
                 A_K_CONTIGUOUS=a.stride(1) == 1, B_N_CONTIGUOUS=b.stride(1) == 1)
             if kernel.variant == "hopper":
@@ -256,7 +263,11 @@ class Plan:
         self.partial_shapes = {spec.name: [(self.partial_rows[spec.reduction[:3]], spec.shape[0])]
                                * (2 if spec.reduction == "row_logsumexp" else 1) for spec in reductions}
         partial_bytes = 4 * sum(r * c for shapes in self.partial_shapes.values() for r, c in shapes)
-        self.keep_partials = partial_bytes <= KEPT_PARTIAL_BYTES
+        if self.stream_k:   # a run's float32 partial tile and its flag (codegen/mainloops.py)
+            self.partial_shapes[STREAM_K_PARTIALS] = [(self.grid[0], config.block_m * config.block_n)]
+            partial_bytes += 4 * self.grid[0] * config.block_m * config.block_n
+        # (stream-K's are kept at any size: fresh flags are a memset a launch)
+        self.keep_partials = partial_bytes <= KEPT_PARTIAL_BYTES or self.stream_k
         self.kept_partials: dict[int | None, dict[str, list[torch.Tensor]]] = {}
 
     def run(self, a: torch.Tensor | Concat, b: torch.Tensor, values: dict, out: torch.Tensor | None,
@@ -269,9 +280,11 @@ class Plan:
         device = a.device
         partials = self._partials(device)
         a_sums = a if self.a_col_sums is None else partials[A_COL_SUMS][0]
+        stream_k = (*partials[STREAM_K_PARTIALS],) if self.stream_k else (a, a)
         args = [a, *(() if b is None else (b,)), *self.sizes, *pieces[1:],
                 *(a,) * (MAX_PIECES - len(pieces)), *self.cuts, m_limit,
-                *(() if b is None else (k_limit, a_sums)), seed]
+                *(() if b is None else (k_limit, a_sums)),
+                *(stream_k if self.kernel.variant == "hopper" else ()), seed]
         for name, kind, default in self.operands:
             value = values.get(name)
             if value is None:
@@ -329,8 +342,11 @@ class Plan:
         return kept
 
     def _new_partials(self, device: torch.device) -> dict[str, list[torch.Tensor]]:
-        return {name: [torch.empty(shape, dtype=torch.float32, device=device) for shape in shapes]
-                for name, shapes in self.partial_shapes.items()}
+        partials = {name: [torch.empty(shape, dtype=torch.float32, device=device) for shape in shapes]
+                    for name, shapes in self.partial_shapes.items()}
+        if self.stream_k:   # the runs' flags start lowered; the kernel lowers each one it reads
+            partials[STREAM_K_PARTIALS].append(torch.zeros(self.grid[0], dtype=torch.int32, device=device))
+        return partials
 
 
 class _Finisher:

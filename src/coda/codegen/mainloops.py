@@ -162,6 +162,22 @@ def piece_descriptors(A, A1, A2, A3, starts, ends, M, K, stride_am, stride_ak,
 
 
 @triton.jit
+def k_block_operands(a_desc, b_desc, row, col, a_k, b_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr, B_N_CONTIGUOUS: tl.constexpr):
+    # A's [BLOCK_M, BLOCK_K] tile at (row, a_k) and B's [BLOCK_K, BLOCK_N] tile at (b_k, col), read
+    # through their descriptors as they lie (transposed views where a buffer is)
+    if A_K_CONTIGUOUS:
+        a = a_desc.load([row, a_k])
+    else:
+        a = a_desc.load([a_k, row]).T
+    if B_N_CONTIGUOUS:
+        b = b_desc.load([b_k, col])
+    else:
+        b = b_desc.load([col, b_k]).T
+    return a, b
+
+
+@triton.jit
 def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, col_blocks, M, K, a_pieces, stride_am,
                    stride_ak, A_SUMS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr,
@@ -179,14 +195,9 @@ def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, col_blocks, M, K
             row, rows_end, k_first, k_len = row0 - starts[i], ends[i] - starts[i], 0, K
             k_blocks = tl.where((row0 >= starts[i]) & (row0 < ends[i]), tl.cdiv(K, BLOCK_K), 0)
         for kb in range(k_blocks):
-            if A_K_CONTIGUOUS:
-                a = a_descs[i].load([row, kb * BLOCK_K])
-            else:
-                a = a_descs[i].load([kb * BLOCK_K, row]).T
-            if B_N_CONTIGUOUS:
-                b = b_desc.load([k_first + kb * BLOCK_K, pid_n * BLOCK_N])
-            else:
-                b = b_desc.load([pid_n * BLOCK_N, k_first + kb * BLOCK_K]).T
+            a, b = k_block_operands(a_descs[i], b_desc, row, pid_n * BLOCK_N, kb * BLOCK_K,
+                                    k_first + kb * BLOCK_K, BLOCK_M, BLOCK_N, BLOCK_K, A_K_CONTIGUOUS,
+                                    B_N_CONTIGUOUS)
             if SUM_A:   # each K block by one tile of the row block, in turn
                 if (k_first // BLOCK_K + kb) % col_blocks == pid_n:
                     a_column_sums(a_pieces[i], stride_am, stride_ak, row, rows_end, kb * BLOCK_K, k_len,
@@ -196,14 +207,37 @@ def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, col_blocks, M, K
 '''
 
 HOPPER = '''
+@triton.jit
+def tile_epilogue(acc, pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr):
+    # The epilogue sees EPILOGUE_SPLIT column slices of the tile, one after the other, so its
+    # temporaries (loads, RNG state) need a half or a quarter of the registers. In the last
+    # tile of a ragged N a slice can lie wholly past N: the epilogue's masks then store
+    # nothing (no `if` here: Triton's loop flattening cannot take one).
+    if EPILOGUE_SPLIT == 1:
+        epilogue(acc, pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N)
+    else:
+        left, right = column_halves(acc, BLOCK_M, BLOCK_N)
+        if EPILOGUE_SPLIT == 2:
+            epilogue(left, pid_m, 2 * pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 2)
+            epilogue(right, pid_m, 2 * pid_n + 1, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 2)
+        else:
+            q0, q1 = column_halves(left, BLOCK_M, BLOCK_N // 2)
+            q2, q3 = column_halves(right, BLOCK_M, BLOCK_N // 2)
+            epilogue(q0, pid_m, 4 * pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
+            epilogue(q1, pid_m, 4 * pid_n + 1, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
+            epilogue(q2, pid_m, 4 * pid_n + 2, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
+            epilogue(q3, pid_m, 4 * pid_n + 3, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
+
+
 @triton.jit(do_not_specialize=["seed"])
 def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, A3, CUT1, CUT2, CUT3,
-              M_LIMIT, K_LIMIT, A_SUMS, seed{EPILOGUE_PARAMS},
+              M_LIMIT, K_LIMIT, A_SUMS, PARTIALS, READY, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr,
               B_N_CONTIGUOUS: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr,
               EPILOGUE_N: tl.constexpr, A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr,
-              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr, SUM_A: tl.constexpr):
+              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr, SUM_A: tl.constexpr, STREAM_K: tl.constexpr):
     M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     # A is [M, K] with K contiguous, or its transpose is: describe whichever is row-major (each
     # piece of a Concat A: `piece_descriptors`; such a launch does not flatten its loops).
@@ -228,51 +262,72 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
     row_blocks = tl.cdiv(M, BLOCK_M)
     col_blocks = tl.cdiv(N, BLOCK_N)
     k_blocks = tl.cdiv(K, BLOCK_K)
-    # The epilogue recomputes its tile's coordinates from its own counter, so the flattened
-    # loop carries no dependency from the K loop's tile index into the epilogue.
-    epilogue_tile = tl.program_id(0) - NUM_SMS
-    for tile_id in tl.range(tl.program_id(0), row_blocks * col_blocks, NUM_SMS, flatten=FLATTEN):
-        pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
-        if A_PIECES > 1:
-            acc = pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, col_blocks, M, K,
-                                 (A, A1, A2, A3), stride_am, stride_ak, A_SUMS, BLOCK_M, BLOCK_N, BLOCK_K,
-                                 A_PIECES, A_CONCAT_K, A_K_CONTIGUOUS, B_N_CONTIGUOUS, SUM_A)
-        else:
+    if STREAM_K:
+        # Stream-K (few tiles, long K: a weight gradient): every tile's K blocks, laid end to
+        # end, are cut into NUM_SMS runs of equal length, one a program, so no SM idles in a
+        # last wave. A run's first stretch may be the end of a tile that an earlier run began:
+        # it leaves its float32 partial in PARTIALS (one slot a run) and raises its READY
+        # flag. The run that holds a tile's first K block adds the later runs' partials to its
+        # own, in run order (the same sum whatever finishes first), runs the epilogue and lowers
+        # the flags again. Those partials are the later runs' first stretches, done early, so
+        # it seldom waits. Programs take the runs from the last: the interpreter, which runs
+        # the programs one after another, then meets every partial written before it is read.
+        run = NUM_SMS - 1 - tl.program_id(0)
+        total = row_blocks * col_blocks * k_blocks
+        it = (run * total) // NUM_SMS
+        run_end = ((run + 1) * total) // NUM_SMS
+        slot = PARTIALS + run * (BLOCK_M * BLOCK_N)
+        offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        while it < run_end:
+            tile_id = it // k_blocks
+            kb_first = it - tile_id * k_blocks
+            kb_end = tl.minimum(k_blocks, kb_first + run_end - it)
+            pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for kb in range(k_blocks):
-                if A_K_CONTIGUOUS:
-                    a = a_desc.load([pid_m * BLOCK_M, kb * BLOCK_K])
-                else:
-                    a = a_desc.load([kb * BLOCK_K, pid_m * BLOCK_M]).T
-                if B_N_CONTIGUOUS:
-                    b = b_desc.load([kb * BLOCK_K, pid_n * BLOCK_N])
-                else:
-                    b = b_desc.load([pid_n * BLOCK_N, kb * BLOCK_K]).T
-                if SUM_A:   # each K block by one tile of the row block, in turn
-                    if kb % col_blocks == pid_n:
-                        a_column_sums(A, stride_am, stride_ak, pid_m * BLOCK_M, M, kb * BLOCK_K, K, A_SUMS,
-                                      pid_m, kb * BLOCK_K, K, BLOCK_M, BLOCK_K)
+            for kb in range(kb_first, kb_end):
+                a, b = k_block_operands(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, kb * BLOCK_K,
+                                        kb * BLOCK_K, BLOCK_M, BLOCK_N, BLOCK_K, A_K_CONTIGUOUS,
+                                        B_N_CONTIGUOUS)
                 acc = tl.dot(a, b, acc)
-        epilogue_tile += NUM_SMS
-        pid_m, pid_n = tile_coords(epilogue_tile, row_blocks, col_blocks, GROUP_M)
-        # The epilogue sees EPILOGUE_SPLIT column slices of the tile, one after the other, so its
-        # temporaries (loads, RNG state) need a half or a quarter of the registers. In the last
-        # tile of a ragged N a slice can lie wholly past N: the epilogue's masks then store
-        # nothing (no `if` here: Triton's loop flattening cannot take one).
-        if EPILOGUE_SPLIT == 1:
-            epilogue(acc, pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N)
-        else:
-            left, right = column_halves(acc, BLOCK_M, BLOCK_N)
-            if EPILOGUE_SPLIT == 2:
-                epilogue(left, pid_m, 2 * pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 2)
-                epilogue(right, pid_m, 2 * pid_n + 1, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 2)
+            if kb_first > 0:   # the end of a tile begun by an earlier run
+                tl.store(slot + offs, acc)
+                tl.debug_barrier()   # every thread's part stored before the flag says so
+                tl.atomic_xchg(READY + run, 1, sem="release")
             else:
-                q0, q1 = column_halves(left, BLOCK_M, BLOCK_N // 2)
-                q2, q3 = column_halves(right, BLOCK_M, BLOCK_N // 2)
-                epilogue(q0, pid_m, 4 * pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
-                epilogue(q1, pid_m, 4 * pid_n + 1, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
-                epilogue(q2, pid_m, 4 * pid_n + 2, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
-                epilogue(q3, pid_m, 4 * pid_n + 3, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N // 4)
+                later, kb_done = run + 1, kb_end
+                while kb_done < k_blocks:
+                    while tl.atomic_add(READY + later, 0, sem="acquire") == 0:
+                        pass
+                    acc += tl.load(PARTIALS + later * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
+                    tl.atomic_xchg(READY + later, 0, sem="relaxed")
+                    kb_done = tl.minimum(k_blocks, ((later + 1) * total) // NUM_SMS - tile_id * k_blocks)
+                    later += 1
+                tile_epilogue(acc, pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N, EPILOGUE_SPLIT)
+            it += kb_end - kb_first
+    else:
+        # The epilogue recomputes its tile's coordinates from its own counter, so the flattened
+        # loop carries no dependency from the K loop's tile index into the epilogue.
+        epilogue_tile = tl.program_id(0) - NUM_SMS
+        for tile_id in tl.range(tl.program_id(0), row_blocks * col_blocks, NUM_SMS, flatten=FLATTEN):
+            pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
+            if A_PIECES > 1:
+                acc = pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, col_blocks, M, K,
+                                     (A, A1, A2, A3), stride_am, stride_ak, A_SUMS, BLOCK_M, BLOCK_N, BLOCK_K,
+                                     A_PIECES, A_CONCAT_K, A_K_CONTIGUOUS, B_N_CONTIGUOUS, SUM_A)
+            else:
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for kb in range(k_blocks):
+                    a, b = k_block_operands(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, kb * BLOCK_K,
+                                            kb * BLOCK_K, BLOCK_M, BLOCK_N, BLOCK_K, A_K_CONTIGUOUS,
+                                            B_N_CONTIGUOUS)
+                    if SUM_A:   # each K block by one tile of the row block, in turn
+                        if kb % col_blocks == pid_n:
+                            a_column_sums(A, stride_am, stride_ak, pid_m * BLOCK_M, M, kb * BLOCK_K, K,
+                                          A_SUMS, pid_m, kb * BLOCK_K, K, BLOCK_M, BLOCK_K)
+                    acc = tl.dot(a, b, acc)
+            epilogue_tile += NUM_SMS
+            pid_m, pid_n = tile_coords(epilogue_tile, row_blocks, col_blocks, GROUP_M)
+            tile_epilogue(acc, pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N, EPILOGUE_SPLIT)
 '''
 
 PINGPONG = '''

@@ -29,6 +29,8 @@ class Config:
     group_m: int = 8
     split_epilogue: int = 1        # hopper: run the epilogue on 1, 2 or 4 column slices
     flatten: bool = True           # hopper: flatten the tile loop with the K loop
+    stream_k: bool = False         # hopper: cut all tiles' K blocks into one equal run per SM
+                                   # (few tiles, long K); one A tensor, no `a_col_sums`
     pingpong: bool = False         # hopper: the warp-specialized ping-pong kernel (Gluon), in
                                    # which num_stages is the depth of its shared-memory ring
     stage_tiles: bool = True       # ping-pong: tile operands come by TMA into shared memory
@@ -48,7 +50,7 @@ class Config:
             return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, num_warps=self.num_warps)
         if variant == "hopper":
             meta.update(EPILOGUE_SPLIT=self.split_epilogue, FLATTEN=self.flatten,
-                        EPILOGUE_N=self.epilogue_block_n)
+                        EPILOGUE_N=self.epilogue_block_n, STREAM_K=self.stream_k)
         if variant == "pingpong":
             # two MMA warpgroups of 4 warps and a 1-warp loader share 168 registers a thread
             # on average: the loader gives all but 40 of its share to the MMA warpgroups

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Left by the forty-second session for the next one: the first GPU run of stream-K (an opt-in
+# Config(stream_k=True) of the Triton kernel; interpreter-tested and compiled for sm_90 here,
+# never run on a GPU). If a launch hangs (a run waiting on a partial that never comes), the
+# timeouts below end it: then read the READY flags' protocol in mainloops.HOPPER first.
+#   run(command="bash benchmarks/results/session42/next_session.sh", timeout_s=600)
+# Then: if stream-K beats cuBLAS at the weight gradients (+ its splitKreduce), route
+# ops.common.weight_grad to it where tiles are few and K long, and let the heuristic take it
+# for such launches (ln_dw at GPT-2's c_attn); time GPT-2 against compile+graph.
+export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
+out=${OUT:-/tmp}
+timeout 150 python -m pytest -q -x -rf -p no:cacheprovider tests/gpu/test_triton_gpu.py -k stream_k \
+    > "$out/stream_k_tests.log" 2>&1
+echo "stream-K tests rc=$?"; grep -E "^FAILED|passed|failed" "$out/stream_k_tests.log" | cut -c1-250 | head
+timeout 200 python benchmarks/results/session42/stream_k_probe.py > "$out/stream_k_probe.log" 2>&1
+echo "probe rc=$?"; tail -25 "$out/stream_k_probe.log"
+timeout 230 python -m pytest -q -n 12 -p no:cacheprovider tests/gpu/test_triton_gpu.py tests/gpu/test_ops_linear.py \
+    tests/gpu/test_ops_norms.py tests/gpu/test_nn_gpt.py > "$out/gpu_tests.log" 2>&1
+echo "tests rc=$?"; tail -2 "$out/gpu_tests.log"
