@@ -165,11 +165,13 @@ def test_stream_k_accumulates_into_transposed_operands():
     assert rel(out, start.double() + dy.T.double() @ x.double()) < 2e-3
 
 
-def test_stream_k_takes_one_a_tensor_without_column_sums():
+def test_stream_k_takes_one_a_tensor_without_column_sums_or_limits():
     prog = coda.compile("EPILOGUE { output = input; }")
     a, w = torch.randn(64, 96, dtype=torch.float16), torch.randn(32, 96, dtype=torch.float16)
     config = Config(64, 32, 64, 4, 3, stream_k=True)
     with pytest.raises(coda.CodaError, match="stream-K"):
         hopper_run(prog, a, w.T, config, a_col_sums=True)
+    with pytest.raises(coda.CodaError, match="stream-K"):
+        hopper_run(prog, a, w.T, config, k_limit=torch.tensor([64]))
     with pytest.raises(coda.CodaError, match="stream-K"):
         hopper_run(prog, coda.Concat([a[:, :64], a[:, 64:]], 1), w.T, config)

@@ -226,8 +226,12 @@ class Plan:
         tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
         # stream-K: one program an SM, each taking an equal run of all tiles' K blocks
         self.stream_k = kernel.variant == "hopper" and config.stream_k
-        if self.stream_k and (len(launch.a_pieces) > 1 or self.a_col_sums is not None):
-            raise LaunchError("a stream-K configuration takes one A tensor and no a_col_sums")
+        # (under m_limit / k_limit the kernel's K blocks, fewer than planned, could leave a run
+        # empty, whose flag a tile's first run would wait for in vain)
+        if self.stream_k and (len(launch.a_pieces) > 1 or self.a_col_sums is not None
+                              or launch.m_limit is not None or launch.k_limit is not None):
+            raise LaunchError("a stream-K configuration takes one A tensor, and no a_col_sums, "
+                              "m_limit or k_limit")
         if persistent:
             runs = tiles * max(1, math.ceil(launch.k / config.block_k)) if self.stream_k else tiles
             self.grid = (min(runs, _num_sms(a.device)),)
