@@ -9,12 +9,12 @@
 # for such launches (ln_dw at GPT-2's c_attn); time GPT-2 against compile+graph.
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
 out=${OUT:-/tmp}
-timeout 150 python -m pytest -q -x -rf -p no:cacheprovider tests/gpu/test_triton_gpu.py -k stream_k \
+timeout 120 python -m pytest -q -x -rf -p no:cacheprovider tests/gpu/test_triton_gpu.py -k stream_k \
     > "$out/stream_k_tests.log" 2>&1
 echo "stream-K tests rc=$?"; grep -E "^FAILED|passed|failed" "$out/stream_k_tests.log" | cut -c1-250 | head
 timeout 200 python benchmarks/results/session42/stream_k_probe.py > "$out/stream_k_probe.log" 2>&1
 echo "probe rc=$?"; tail -25 "$out/stream_k_probe.log"
-timeout 230 python -m pytest -q -n 12 -p no:cacheprovider tests/gpu/test_triton_gpu.py tests/gpu/test_ops_linear.py \
+timeout 140 python -m pytest -q -n 12 -p no:cacheprovider tests/gpu/test_triton_gpu.py tests/gpu/test_ops_linear.py \
     tests/gpu/test_ops_norms.py tests/gpu/test_nn_gpt.py > "$out/gpu_tests.log" 2>&1
 echo "tests rc=$?"; tail -2 "$out/gpu_tests.log"
 # The Triton kernel's loops now share k_block_operands and tile_epilogue with stream-K (ptxas:
