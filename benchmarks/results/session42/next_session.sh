@@ -4,9 +4,11 @@
 # never run on a GPU). If a launch hangs (a run waiting on a partial that never comes), the
 # timeouts below end it: then read the READY flags' protocol in mainloops.HOPPER first.
 #   run(command="bash benchmarks/results/session42/next_session.sh", timeout_s=600)
-# Then: if stream-K beats cuBLAS at the weight gradients (+ its splitKreduce), route
-# ops.common.weight_grad to it where tiles are few and K long, and let the heuristic take it
-# for such launches (ln_dw at GPT-2's c_attn); time GPT-2 against compile+graph.
+# Then: if stream-K beats cuBLAS at the weight gradients (+ its splitKreduce), apply
+# stream_k_default.patch (the heuristic takes stream-K for fewer 128x128 tiles than SMs at
+# K >= 4096, which gives ln_1's dW and ln_dw to it, and ops.common.weight_grad sends such
+# GEMMs to CODA instead of cuBLAS; fill in its FILL IN lines with the probe's numbers, pick the
+# faster tile of the two), run the GPU suite and time GPT-2 against compile+graph.
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
 out=${OUT:-/tmp}
 timeout 120 python -m pytest -q -x -rf -p no:cacheprovider tests/gpu/test_triton_gpu.py -k stream_k \
