@@ -165,6 +165,23 @@ def test_stream_k_accumulates_into_transposed_operands():
     assert rel(out, start.double() + dy.T.double() @ x.double()) < 2e-3
 
 
+def test_stream_k_layer_norm_weight_gradient():
+    """LayerNorm's folded weight gradient (`ln_dw`: dyᵀ @ xhat with the norm's gains and two
+    column sums in its epilogue), GPT-2's c_attn launch in small, in stream-K."""
+    from coda.ops.norms import LN_DW
+
+    t, n_out, n_in = 640, 128, 64   # 2 tiles of 10 K blocks in 3 runs of 6-7
+    torch.manual_seed(6)
+    half = dict(dtype=torch.float16)
+    dy, xhat = torch.randn(t, n_out, **half), torch.randn(t, n_in, **half) / t**0.5
+    operands = dict(g=torch.randn(n_in, **half), beta=torch.randn(n_in, **half),
+                    db=torch.randn(n_out, **half), w=torch.randn(n_out, n_in, **half))
+    got = hopper_run(LN_DW, dy.T, xhat, Config(64, 64, 64, 4, 3, stream_k=True), **operands)[1]()
+    exact = evaluate(LN_DW.bind(dy.T.double(), xhat.double(), **{k: v.double() for k, v in operands.items()}))
+    for key in exact:
+        assert rel(got[key], exact[key]) < 2e-3, key
+
+
 def test_stream_k_takes_one_a_tensor_without_column_sums_or_limits():
     prog = coda.compile("EPILOGUE { output = input; }")
     a, w = torch.randn(64, 96, dtype=torch.float16), torch.randn(32, 96, dtype=torch.float16)
