@@ -225,7 +225,8 @@ class Plan:
         self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": math.ceil(m / config.block_m)}
         tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
         # stream-K: one program an SM, each taking an equal run of all tiles' K blocks
-        self.stream_k = kernel.variant == "hopper" and config.stream_k
+        self.takes_stream_k = kernel.variant == "hopper"
+        self.stream_k = self.takes_stream_k and config.stream_k
         # (under m_limit / k_limit the kernel's K blocks, fewer than planned, could leave a run
         # empty, whose flag a tile's first run would wait for in vain)
         if self.stream_k and (len(launch.a_pieces) > 1 or self.a_col_sums is not None
@@ -284,11 +285,11 @@ class Plan:
         device = a.device
         partials = self._partials(device)
         a_sums = a if self.a_col_sums is None else partials[A_COL_SUMS][0]
-        stream_k = (*partials[STREAM_K_PARTIALS],) if self.stream_k else (a, a)
+        # the Triton Hopper kernel's stream-K slots and flags (A itself where it runs no stream-K)
+        stream_k = (partials[STREAM_K_PARTIALS] if self.stream_k else (a, a)) if self.takes_stream_k else ()
         args = [a, *(() if b is None else (b,)), *self.sizes, *pieces[1:],
                 *(a,) * (MAX_PIECES - len(pieces)), *self.cuts, m_limit,
-                *(() if b is None else (k_limit, a_sums)),
-                *(stream_k if self.kernel.variant == "hopper" else ()), seed]
+                *(() if b is None else (k_limit, a_sums)), *stream_k, seed]
         for name, kind, default in self.operands:
             value = values.get(name)
             if value is None:
