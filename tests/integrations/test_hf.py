@@ -210,6 +210,27 @@ def test_blocks_hand_their_row_sums_to_the_next_norm(monkeypatch, build):
     assert counts == ({"ln_stats": 1} if build == "gpt2" else {"rms_stats": 1})
 
 
+def test_gpt2_norms_hand_their_dx_column_sums_back(monkeypatch):
+    """Triton backend (the interpreter, float32): each LayerNorm's one-pass backward sums the
+    columns of the dx it writes, and the op before it on the residual stream (the MLP's fc2
+    after ln_1 of the next block or ln_f, the out projection after ln_2) takes them as its bias
+    gradient: four in two blocks, and every gradient still matches."""
+    import importlib
+
+    from coda.ops import common, norms
+    taken = []   # whether each op that asked found sums
+
+    def recording(t, _known=common.known_column_sums):
+        found = _known(t)
+        taken.append(found is not None)
+        return found
+
+    for module in (importlib.import_module("coda.ops.linear"), norms):   # coda.ops.linear: a function
+        monkeypatch.setattr(module, "known_column_sums", recording)
+    assert_causal_lm_matches(tiny_gpt2(torch.float32), 2e-5)
+    assert taken == [True] * 4
+
+
 @pytest.mark.parametrize("build", ["gpt2", "llama"])
 def test_a_block_output_changed_in_place_drops_its_row_sums(build):
     """A hook that scales the first block's output in place: the next norm must sum the new

@@ -134,7 +134,9 @@ def test_one_pass_backward_float32(shape, choice, needs):
     """coda.nn.layer_norm_grad (the Triton backend's backward) in the interpreter, against float64
     autograd: row blocks that leave a partial block, more programs than row blocks (9 rows in
     20 programs), no rows at all, and each subset of the gradients it may be asked for; with
-    dx, also the norm's output (`beta=`: what layer_norm_linear's weight gradient reads)."""
+    dx, also the norm's output (`beta=`: what layer_norm_linear's weight gradient reads) and
+    dx's column sums (`sum_dx=True`: a bias gradient further back), which are those of the dx
+    it stored; widths that are not a power of two, where dx past N is not zero in the kernel."""
     one_pass = importlib.import_module("coda.nn.layer_norm_grad")
     x, g, beta = inputs(shape, seed=4)
     gen = torch.Generator().manual_seed(5)
@@ -145,12 +147,14 @@ def test_one_pass_backward_float32(shape, choice, needs):
     got = one_pass.launch(dy.float(), x.float(), g.float(), shift.float(), d.sum(1).float(),
                           (d * d).sum(1).float(), 1.0 / shape[1], 1e-5, dres.float() if need_x else None,
                           need_x, (torch.float32, torch.float32) if need_g else None, choice,
-                          beta=beta.float() if need_x else None)
+                          beta=beta.float() if need_x else None, sum_dx=True)
     xr, gr, br = (t.clone().requires_grad_() for t in (x, g, beta))
     normed = ref_layer_norm(xr, gr, br)
     normed.backward(dy)
-    want = (xr.grad + dres, gr.grad, br.grad, normed.detach())
-    for have, expect, needed in zip(got, want, (need_x, need_g, need_beta, need_x), strict=True):
+    want = (xr.grad + dres, gr.grad, br.grad, normed.detach(), (xr.grad + dres).sum(0))
+    if need_x and shape[0]:   # the sums of the values stored, to float32's rounding of a sum
+        torch.testing.assert_close(got[4].double(), got[0].double().sum(0), rtol=1e-6, atol=1e-5)
+    for have, expect, needed in zip(got, want, (need_x, need_g, need_beta, need_x, need_x), strict=True):
         if not needed:
             assert have is None
         elif shape[0] == 0:

@@ -1,16 +1,23 @@
 """coda.ops.common: the plain GEMM and the weight gradient, also accumulated into a buffer; the
 column sums of a Concat; layer_norm_linear's output in column blocks (`split=`), whose gradients
-the backward reads in place (a Concat), against float64 autograd of the unsplit formula."""
+the backward reads in place (a Concat), against float64 autograd of the unsplit formula; column
+sums noted by a norm's backward and taken as the bias gradients of the ops before it (a GPT-2
+block's chain), and the notes' guards."""
 
 from __future__ import annotations
+
+import importlib
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import coda
-from coda.ops.common import column_sum, matmul, weight_grad
-from coda.ops.norms import layer_norm_linear
+from coda.nn.layer_norm import layer_norm
+from coda.ops import common, norms
+from coda.ops.common import column_sum, known_column_sums, matmul, note_column_sums, weight_grad
+from coda.ops.linear import mlp
+from coda.ops.norms import layer_norm_linear, out_proj_residual
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -106,3 +113,61 @@ def test_split_errors(split, message):
     x, g, beta, w = torch.randn(4, 12), torch.ones(12), torch.zeros(12), torch.randn(16, 12)
     with pytest.raises(coda.LaunchError, match=message):
         layer_norm_linear(x, g, beta, w, split=split)
+
+
+def test_norms_give_their_dx_column_sums_to_the_ops_before_them(monkeypatch):
+    """A GPT-2 block's chain in the interpreter (float32, the Triton kernels): out projection +
+    residual -> LayerNorm (passed through) -> MLP + residual -> the next block's LayerNorm-folded
+    q/k/v. Each norm's one-pass backward sums the columns of the dx it writes; the MLP's fc2 and
+    the out projection take their bias gradients from those sums (no column sums in their GEMMs),
+    and every gradient is float64 autograd's of the unfused formula."""
+    c, m = 32, 40
+    shapes = [(m, c), (c, c), (c,), (m, c), (c,), (c,), (4 * c, c), (4 * c,), (c, 4 * c), (c,), (c,), (c,),
+              (3 * c, c), (3 * c,)]
+    tensors = _weights(7, shapes)
+    for i in (1, 6, 8, 12):   # weights at 1/sqrt(fan-in): activations of order one throughout
+        tensors[i] = tensors[i] / tensors[i].shape[1] ** 0.5
+    upstream = [torch.randn(m, 3 * c, generator=torch.Generator().manual_seed(8), dtype=torch.float64)]
+    taken = []   # what the ops before the norms got from known_column_sums
+
+    def spy(t):
+        taken.append(common.known_column_sums(t))
+        return taken[-1]
+
+    for module in (importlib.import_module("coda.ops.linear"), norms):   # coda.ops.linear: a function
+        monkeypatch.setattr(module, "known_column_sums", spy)
+
+    def fused(a, w_o, b_o, res, g2, beta2, w1, b1, w2, b2, g1, beta1, wq, bq):
+        h, ss, s = out_proj_residual(a, w_o, res, bias=b_o, stats="layer")
+        xn, h = layer_norm(h, g2, beta2, rowsum=s, sumsq=ss, passthrough=True)
+        y, ss, s = mlp(xn, w1, b1, w2, b2, "gelu", residual=h, stats="layer")
+        q, y = layer_norm_linear(y, g1, beta1, wq, bq, rowsum=s, sumsq=ss, passthrough=True)
+        return [q + y.repeat(1, 3)]
+
+    def eager(a, w_o, b_o, res, g2, beta2, w1, b1, w2, b2, g1, beta1, wq, bq):
+        h = res + F.linear(a, w_o, b_o)
+        y = h + F.linear(F.gelu(F.linear(F.layer_norm(h, (c,), g2, beta2, 1e-5), w1, b1), approximate="tanh"),
+                         w2, b2)
+        return [F.linear(F.layer_norm(y, (c,), g1, beta1, 1e-5), wq, bq) + y.repeat(1, 3)]
+
+    outs, grads = _grads_of(lambda *t: fused(*(u.float() for u in t)), tensors, upstream)
+    want_outs, want = _grads_of(eager, tensors, upstream)
+    for got, exact in zip([*outs, *grads], [*want_outs, *want], strict=True):
+        torch.testing.assert_close(got.double(), exact, rtol=1e-4, atol=2e-4 * exact.abs().max().item())
+    assert len(taken) == 2 and all(t is not None for t in taken)   # fc2's db and the out projection's
+
+
+def test_a_noted_sum_is_read_once_by_the_tensor_it_was_noted_for():
+    """A note answers only for the tensor it names (not a view of it), once, and not after an
+    in-place change; only the last NOTES_KEPT notes are kept."""
+    grads = [torch.randn(6, 4) for _ in range(4)]
+    for g in grads[:2]:
+        note_column_sums(g, g.sum(0))
+    assert known_column_sums(grads[0].view(6, 4)) is None
+    torch.testing.assert_close(known_column_sums(grads[0]), grads[0].sum(0))
+    assert known_column_sums(grads[0]) is None   # read once
+    grads[1].add_(1.0)
+    assert known_column_sums(grads[1]) is None   # changed in place since
+    for g in grads:
+        note_column_sums(g, g.sum(0))
+    assert [known_column_sums(g) is not None for g in grads] == [False] * (4 - common.NOTES_KEPT) + [True] * 2

@@ -16,7 +16,10 @@ parameters' gradients dg = Σ_m dy xhat and dβ = Σ_m dy as [ROWS, BLOCK_N] flo
 summed over the rows once at its end into its partials; `sum_partials` adds the programs'
 partials in index order, so the result does not depend on scheduling. Against the two map
 programs (row sums, then dx: dy and x read twice, row and column partials finished by a third
-kernel) this reads dy and x once.
+kernel) this reads dy and x once. With `sum_dx` a program keeps a third accumulator, the column
+sums of dx as stored: the bias gradient of the layer that receives dx as its output's gradient
+(the GEMM before the norm on a residual stream: GPT-2's fc2 and out projection, BERT's), whose
+backward then need not sum its columns again (coda.ops.common.known_column_sums).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M,
                         stride_dres, stride_dx, stride_xn, stride_shift, inv_n, eps,
                         ROWS: tl.constexpr, BLOCK_N: tl.constexpr, HAS_DRES: tl.constexpr,
                         NEED_DX: tl.constexpr, NEED_PARAMS: tl.constexpr, SAVE_XN: tl.constexpr,
-                        STAGES: tl.constexpr):
+                        SUM_DX: tl.constexpr, STAGES: tl.constexpr):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
@@ -45,6 +48,7 @@ def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M,
         beta = tl.load(BETA + cols, mask=col_in, other=0.0).to(tl.float32)
     dg = tl.zeros([ROWS, BLOCK_N], tl.float32)
     dbeta = tl.zeros([ROWS, BLOCK_N], tl.float32)
+    dx_sums = tl.zeros([ROWS, BLOCK_N], tl.float32)
     for block in tl.range(pid, tl.cdiv(M, ROWS), programs, num_stages=STAGES):
         rows = block * ROWS + tl.arange(0, ROWS)
         row_in = rows < M
@@ -65,36 +69,46 @@ def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M,
             if HAS_DRES:
                 dx += tl.load(DRES + rows[:, None] * stride_dres + cols[None, :], mask=inside,
                               other=0.0).to(tl.float32)
-            tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx.to(DX.dtype.element_ty), mask=inside)
+            dx = dx.to(DX.dtype.element_ty)
+            tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=inside)
+            if SUM_DX:   # the values as stored (past N dx is not zero: -rstd a / n)
+                dx_sums += tl.where(inside, dx.to(tl.float32), 0.0)
         if SAVE_XN:
             xn = xhat * g[None, :] + beta[None, :]
             tl.store(XN + rows[:, None] * stride_xn + cols[None, :], xn.to(XN.dtype.element_ty), mask=inside)
         if NEED_PARAMS:
             dg += dy * xhat
             dbeta += dy
-    if NEED_PARAMS:   # partials [2, programs, N]: dg's, then dβ's
+    if NEED_PARAMS:   # partials [2 or 3, programs, N]: dg's, dβ's, then dx's column sums
         tl.store(PARTIALS + pid * N + cols, tl.sum(dg, axis=0), mask=col_in)
         tl.store(PARTIALS + (programs + pid) * N + cols, tl.sum(dbeta, axis=0), mask=col_in)
+    if SUM_DX:
+        tl.store(PARTIALS + (2 * programs + pid) * N + cols, tl.sum(dx_sums, axis=0), mask=col_in)
 
 
 @triton.jit
-def sum_partials(PARTIALS, DG, DBETA, N, parts, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    """dg and dβ from the [2, parts, N] partials, read as [parts, 2N] columns: program i sums
+def sum_partials(PARTIALS, DG, DBETA, DX_SUMS, N, parts, FIRST: tl.constexpr, VECTORS: tl.constexpr,
+                 BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dg, dβ and dx's column sums from the [VECTORS, parts, N] partials, read as [parts,
+    VECTORS N] columns from vector FIRST on (2 where only dx's sums were kept): program i sums
     BLOCK_C of those columns over every partial, BLOCK_P partials a step in index order. Narrow
     column blocks over many programs, each loading all of its partials at once: the sum is a
     few MB read by programs that wait on memory, so it is their number that makes it fast."""
-    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    which = cols // N        # 0: dg, 1: dβ
+    cols = FIRST * N + tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    which = cols // N        # 0: dg, 1: dβ, 2: dx's column sums
     col = cols % N
-    col_in = cols < 2 * N
+    col_in = cols < VECTORS * N
     total = tl.zeros([BLOCK_C], tl.float32)
     for p0 in range(0, parts, BLOCK_P):
         p = p0 + tl.arange(0, BLOCK_P)
         at = (which * parts * N + col)[None, :] + p[:, None] * N
         total += tl.sum(tl.load(PARTIALS + at, mask=(p < parts)[:, None] & col_in[None, :], other=0.0),
                         axis=0)
-    tl.store(DG + col, total.to(DG.dtype.element_ty), mask=col_in & (which == 0))
-    tl.store(DBETA + col, total.to(DBETA.dtype.element_ty), mask=col_in & (which == 1))
+    if FIRST == 0:
+        tl.store(DG + col, total.to(DG.dtype.element_ty), mask=col_in & (which == 0))
+        tl.store(DBETA + col, total.to(DBETA.dtype.element_ty), mask=col_in & (which == 1))
+    if VECTORS == 3:
+        tl.store(DX_SUMS + col, total, mask=col_in & (which == 2))
 
 
 @functools.cache
@@ -123,25 +137,29 @@ def unit_columns(t: torch.Tensor) -> torch.Tensor:
 def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, shift: torch.Tensor, s: torch.Tensor,
            ss: torch.Tensor, inv_n: float, eps: float, dres: torch.Tensor | None, need_dx: bool,
            param_dtypes: tuple[torch.dtype, torch.dtype] | None,
-           choice: tuple[int, int, int, int] | None = None, beta: torch.Tensor | None = None
-           ) -> tuple[torch.Tensor | None, ...]:
-    """(dx, dg, dβ, xn) of LayerNorm over the rows of x [M, N], from dy [M, N] and the row sums
-    (shift, s, ss: coda.ops.norms's LN_ROW), plus dres [M, N] in dx when given; dx only with
-    `need_dx`, dg and dβ (in `param_dtypes`) only when those are given, the norm's output xn =
-    xhat ⊙ g + β (in x's dtype) only with `beta`. `choice` overrides `config`."""
+           choice: tuple[int, int, int, int] | None = None, beta: torch.Tensor | None = None,
+           sum_dx: bool = False) -> tuple[torch.Tensor | None, ...]:
+    """(dx, dg, dβ, xn, dx_sums) of LayerNorm over the rows of x [M, N], from dy [M, N] and the
+    row sums (shift, s, ss: coda.ops.norms's LN_ROW), plus dres [M, N] in dx when given; dx only
+    with `need_dx`, dg and dβ (in `param_dtypes`) only when those are given, the norm's output
+    xn = xhat ⊙ g + β (in x's dtype) only with `beta`, dx's float32 column sums only with
+    `sum_dx` (and dx). `choice` overrides `config`."""
     m, n = x.shape
+    sum_dx = sum_dx and need_dx
     dy, x = unit_columns(dy), unit_columns(x)
     dres = unit_columns(dres) if dres is not None else None
     dx = torch.empty((m, n), device=x.device, dtype=dy.dtype) if need_dx else None
     xn = torch.empty((m, n), device=x.device, dtype=x.dtype) if beta is not None else None
-    # sum_partials writes every value of dg and dβ: zero-filled only where no row runs
+    # sum_partials writes every value of dg, dβ and dx's sums: zero-filled only where no row runs
     fill = torch.zeros if m == 0 else torch.empty
     dg, dbeta = ((fill(n, device=x.device, dtype=dtype) for dtype in param_dtypes)
                  if param_dtypes else (None, None))
+    dx_sums = fill(n, device=x.device, dtype=torch.float32) if sum_dx else None
     if m == 0:
-        return dx, dg, dbeta, xn
+        return dx, dg, dbeta, xn, dx_sums
     rows, warps, programs, stages = choice or config(m, n, x.device)
-    partials = torch.empty((2, programs, n), device=x.device, dtype=torch.float32) if param_dtypes else None
+    vectors = 3 if sum_dx else 2 if param_dtypes else 0
+    partials = torch.empty((vectors, programs, n), device=x.device, dtype=torch.float32) if vectors else None
     unused = dy   # stands in for the pointers a launch does not use
     launch_cached(layer_norm_backward, (programs,), [
         dy, x, unused if dres is None else dres, unused if dx is None else dx, g,
@@ -150,11 +168,15 @@ def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, shift: torch.Tens
         0 if dres is None else dres.stride(0), 0 if dx is None else dx.stride(0),
         0 if xn is None else xn.stride(0), shift.stride(0), float(inv_n), float(eps)],
         dict(ROWS=rows, BLOCK_N=triton.next_power_of_2(n), HAS_DRES=dres is not None, NEED_DX=need_dx,
-             NEED_PARAMS=param_dtypes is not None, SAVE_XN=xn is not None, STAGES=stages,
+             NEED_PARAMS=param_dtypes is not None, SAVE_XN=xn is not None, SUM_DX=sum_dx, STAGES=stages,
              num_warps=warps), x.device)
-    if param_dtypes:
+    if vectors:
+        first = 0 if param_dtypes else 2
         block_p = min(1024, triton.next_power_of_2(programs))
         block_c = max(8, 8192 // block_p)
-        launch_cached(sum_partials, (triton.cdiv(2 * n, block_c),), [partials, dg, dbeta, n, programs],
-                      dict(BLOCK_P=block_p, BLOCK_C=block_c, num_warps=8), x.device)
-    return dx, dg, dbeta, xn
+        launch_cached(sum_partials, (triton.cdiv((vectors - first) * n, block_c),),
+                      [partials, dg if param_dtypes else partials, dbeta if param_dtypes else partials,
+                       partials if dx_sums is None else dx_sums, n, programs],
+                      dict(FIRST=first, VECTORS=vectors, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=8),
+                      x.device)
+    return dx, dg, dbeta, xn, dx_sums

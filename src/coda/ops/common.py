@@ -52,6 +52,34 @@ def column_sum(t: torch.Tensor | Concat, dtype: torch.dtype | None = None) -> to
     return SUMS.map(t, outputs=["cols"], dtypes=stored(cols=dtype))["cols"]
 
 
+# -- column sums a gradient's producer formed while it wrote the gradient -------------------------
+#: (gradient, its version then, its float32 column sums), newest last; see `note_column_sums`
+_NOTED_SUMS: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+#: Notes kept: a producer's note is read by the next op back, so two cover it; an unread one
+#: holds its gradient only until two newer notes push it out.
+NOTES_KEPT = 2
+
+
+def note_column_sums(grad: torch.Tensor, sums: torch.Tensor) -> None:
+    """Record that `sums` ([N], float32) are the column sums of `grad` ([..., N]), summed by the
+    kernel that wrote it (LayerNorm's one-pass backward, `sum_dx=True`). The op whose output
+    `grad` is the gradient of then takes its bias gradient from them (`known_column_sums`)
+    instead of summing `grad` again in its GEMM or a map. The note holds `grad`, so autograd never
+    adds another gradient into it in place, and its version: any in-place change voids it."""
+    _NOTED_SUMS.append((grad, grad._version, sums))
+    del _NOTED_SUMS[:-NOTES_KEPT]
+
+
+def known_column_sums(grad: torch.Tensor) -> torch.Tensor | None:
+    """The column sums noted for this very tensor (not a view or a copy of it), unchanged since,
+    or None. A note is read once: it is dropped here."""
+    for i, (noted, version, sums) in enumerate(_NOTED_SUMS):
+        if noted is grad:
+            del _NOTED_SUMS[i]
+            return sums if grad._version == version else None
+    return None
+
+
 # -- a GEMM's output returned in column blocks (`split=`): q, k and v of one q/k/v projection --
 def check_split(op: str, split: Sequence[int] | None, n: int) -> tuple[int, ...] | None:
     """`split=`: None, or positive column widths that add up to the output's N."""
@@ -103,12 +131,15 @@ def input_grad(dpre: torch.Tensor, w: torch.Tensor, dres: torch.Tensor | None = 
     return ADD_PARTIAL(dpre, w, partial=as_rows(dres)[0])["output"]
 
 
-def input_and_bias_grad(dpre: torch.Tensor, w: torch.Tensor, need_x: bool, bias_dtype: torch.dtype | None
-                        ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def input_and_bias_grad(dpre: torch.Tensor, w: torch.Tensor, need_x: bool, bias_dtype: torch.dtype | None,
+                        sums: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(dx, db) of a linear layer from dpre, the gradient at its bias: dx = dpre @ w (None unless
     `need_x`) and db = the column sums of dpre stored in `bias_dtype` (None when that is None).
     With both wanted, one CODA GEMM sums dpre's columns from the tiles its K loop loads
-    (`a_col_sums=True`), where a separate map would read dpre once more."""
+    (`a_col_sums=True`), where a separate map would read dpre once more; given `sums` (dpre's
+    column sums, `known_column_sums`) db is those and dx cuBLAS's GEMM."""
+    if sums is not None:
+        return matmul(dpre, w) if need_x else None, None if bias_dtype is None else sums.to(bias_dtype)
     if need_x and bias_dtype is not None:
         outs = PLAIN(dpre, w, a_col_sums=True, dtypes=stored(a_col_sums=bias_dtype))
         return outs["output"], outs["a_col_sums"]

@@ -56,6 +56,7 @@ from .common import (
     column_sum,
     input_and_bias_grad,
     input_grad,
+    known_column_sums,
     present,
     stored,
     weight_grad,
@@ -157,9 +158,10 @@ class LinearFunction(torch.autograd.Function):
         x, w, slope = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         bias_dtype = ctx.bias_dtype if need_b else None
-        if ctx.activation is None and ctx.p == 0.0:   # dy is dpre
+        if ctx.activation is None and ctx.p == 0.0:   # dy is dpre (a norm after it may have summed it)
             dpre = as_rows(dy)[0]
-            dx, db = input_and_bias_grad(dpre, w, need_x, bias_dtype)
+            dx, db = input_and_bias_grad(dpre, w, need_x, bias_dtype,
+                                         known_column_sums(dy) if bias_dtype is not None else None)
         else:
             dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, slope,
                                              bias_dtype)
@@ -212,10 +214,13 @@ class MLPFunction(torch.autograd.Function):
         b1_dtype, b2_dtype = (dtype if need else None
                               for dtype, need in zip(ctx.bias_dtypes, (need_b1, need_b2), strict=True))
         dh_gemm = need_x or need_w1 or need_b1
-        # without dropout dy' is dy, whose column sums (db2) dh's GEMM takes from its K loop
-        sum_in_gemm = dh_gemm and ctx.p == 0.0 and b2_dtype is not None
+        # without dropout dy' is dy, whose column sums (db2) the norm after this MLP may have
+        # formed; else dh's GEMM takes them from its K loop
+        known = known_column_sums(dy) if ctx.p == 0.0 and b2_dtype is not None else None
+        sum_in_gemm = dh_gemm and ctx.p == 0.0 and b2_dtype is not None and known is None
         dy2, db2 = grad_at_preactivation(as_rows(dy)[0], None, ctx.p, ctx.seed, None,
-                                         None if sum_in_gemm else b2_dtype)
+                                         None if sum_in_gemm or known is not None else b2_dtype)
+        db2 = known.to(b2_dtype) if known is not None else db2
         dw2 = weight_grad(dy2, h, like=w2) if need_w2 else None
         dx = dw1 = db1 = None
         if dh_gemm:

@@ -87,7 +87,9 @@ from .common import (
     column_sum,
     input_and_bias_grad,
     joined_grad,
+    known_column_sums,
     matmul,
+    note_column_sums,
     present,
     split_columns,
     stored,
@@ -305,8 +307,8 @@ class LayerNormLinearFunction(torch.autograd.Function):
         if need_x and layer_norm_one_pass(dy, rows):
             dx, dg, dbeta, dw, db = layer_norm_linear_grads(dy, rows, g, beta, w, row, dres,
                                                             (need_g, need_beta, need_w, need_b),
-                                                            ctx.bias_dtype)
-            return dx.reshape(x.shape), dg, dbeta, dw, db, None, None, None, None, None
+                                                            ctx.bias_dtype, x.shape)
+            return dx, dg, dbeta, dw, db, None, None, None, None, None
         dx = dg = dbeta = dw = db = None
         # the bias gradient (float32 while LN_DW reads it, else the bias's dtype): the column
         # sums of dy, which dxhat's GEMM takes from its K loop when it runs
@@ -343,20 +345,24 @@ def layer_norm_one_pass(t: torch.Tensor | Concat, rows: torch.Tensor) -> bool:
 
 def layer_norm_linear_grads(dy: torch.Tensor | Concat, rows: torch.Tensor, g: torch.Tensor,
                             beta: torch.Tensor, w: torch.Tensor, row: dict, dres: torch.Tensor | None,
-                            needs: tuple[bool, bool, bool, bool], bias_dtype: torch.dtype | None
-                            ) -> tuple[torch.Tensor | None, ...]:
-    """(dx, dg, dbeta, dw, db) of layer_norm_linear where dx is wanted, in the one-pass form
-    (module docstring), each of the others None unless `needs` (g, beta, w, bias) asks for it.
+                            needs: tuple[bool, bool, bool, bool], bias_dtype: torch.dtype | None,
+                            x_shape: torch.Size) -> tuple[torch.Tensor | None, ...]:
+    """(dx, dg, dbeta, dw, db) of layer_norm_linear where dx (of shape `x_shape`) is wanted, in
+    the one-pass form (module docstring), each of the others None unless `needs` (g, beta, w,
+    bias) asks for it; dx's column sums are noted for the op that produced x (a residual
+    stream's last GEMM takes them as its bias gradient: common.known_column_sums).
     dy: [M, N] rows, or a Concat of column blocks (`split=`); row: LN_ROW's operands."""
     from ..nn import layer_norm_grad  # Triton, imported on first use
 
     need_g, need_beta, need_w, need_b = needs
     outs = PLAIN(dy, w, a_col_sums=need_b, dtypes=stored(a_col_sums=bias_dtype if need_b else None))
     params = (g.dtype, beta.dtype) if need_g or need_beta else None
-    dx, dg, dbeta, xn = layer_norm_grad.launch(outs["output"], rows, g, **row,
-                                               dres=None if dres is None else as_rows(dres)[0],
-                                               need_dx=True, param_dtypes=params,
-                                               beta=beta if need_w else None)
+    dx, dg, dbeta, xn, dx_sums = layer_norm_grad.launch(outs["output"], rows, g, **row,
+                                                        dres=None if dres is None else as_rows(dres)[0],
+                                                        need_dx=True, param_dtypes=params,
+                                                        beta=beta if need_w else None, sum_dx=True)
+    dx = dx.reshape(x_shape)
+    note_column_sums(dx, dx_sums)
     dw = PLAIN(dy.T, xn, out=weight_grad_out(w), dtypes=stored(output=w.dtype))["output"] if need_w else None
     return dx, dg if need_g else None, dbeta if need_beta else None, dw, outs.get("a_col_sums")
 
@@ -394,8 +400,9 @@ class OutProjResidualFunction(torch.autograd.Function):
                                     dtypes=stored(db=bias_dtype))
             dpre, db = outs["output"], outs.get("db")
             dx = matmul(dpre, w) if need_x else None
-        else:   # dpre is dy
-            dx, db = input_and_bias_grad(dpre, w, need_x, bias_dtype if need_b else None)
+        else:   # dpre is dy, whose column sums the norm after this op may have formed
+            dx, db = input_and_bias_grad(dpre, w, need_x, bias_dtype if need_b else None,
+                                         known_column_sums(dy) if need_b else None)
         dx = None if dx is None else dx.reshape(x.shape)
         dw = weight_grad(dpre, as_rows(x)[0], like=w).to(w.dtype) if need_w else None
         dresidual = dy.to(residual_dtype) if need_r else None
