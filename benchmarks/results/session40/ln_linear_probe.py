@@ -133,7 +133,8 @@ def op_timing() -> None:
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=50))
 
 
-def step_timing() -> None:
+def step_timing(after=None) -> None:
+    """`after(steps)`, when given, runs last on the captured steps (the 43rd session's probe)."""
     device, dtype = torch.device("cuda"), torch.bfloat16
     batch, seq = train.SHAPES["gpt2"]
     steps = {}
@@ -172,6 +173,8 @@ def step_timing() -> None:
           ", ".join(f"{n} {statistics.median(v) / 1e3:.1f}k" for n, v in rates.items()) +
           f"; {first} / {second} round by round: median {statistics.median(per_round):.4f} "
           f"({min(per_round):.4f}-{max(per_round):.4f})", flush=True)
+    if after is not None:
+        after(steps)
 
 
 if __name__ == "__main__":
