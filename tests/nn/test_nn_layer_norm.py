@@ -147,7 +147,7 @@ def test_one_pass_backward_float32(shape, choice, needs):
     got = one_pass.launch(dy.float(), x.float(), g.float(), shift.float(), d.sum(1).float(),
                           (d * d).sum(1).float(), 1.0 / shape[1], 1e-5, dres.float() if need_x else None,
                           need_x, (torch.float32, torch.float32) if need_g else None, choice,
-                          beta=beta.float() if need_x else None, sum_dx=True)
+                          beta=beta.float() if need_x else None, sum_dx=torch.float32)
     xr, gr, br = (t.clone().requires_grad_() for t in (x, g, beta))
     normed = ref_layer_norm(xr, gr, br)
     normed.backward(dy)

@@ -130,8 +130,8 @@ def test_norms_give_their_dx_column_sums_to_the_ops_before_them(monkeypatch):
     upstream = [torch.randn(m, 3 * c, generator=torch.Generator().manual_seed(8), dtype=torch.float64)]
     taken = []   # what the ops before the norms got from known_column_sums
 
-    def spy(t):
-        taken.append(common.known_column_sums(t))
+    def spy(t, dtype):
+        taken.append(common.known_column_sums(t, dtype))
         return taken[-1]
 
     for module in (importlib.import_module("coda.ops.linear"), norms):   # coda.ops.linear: a function
@@ -158,16 +158,20 @@ def test_norms_give_their_dx_column_sums_to_the_ops_before_them(monkeypatch):
 
 
 def test_a_noted_sum_is_read_once_by_the_tensor_it_was_noted_for():
-    """A note answers only for the tensor it names (not a view of it), once, and not after an
-    in-place change; only the last NOTES_KEPT notes are kept."""
+    """A note answers only for the tensor it names (not a view of it), once, in its own dtype
+    only, and not after an in-place change; only the last NOTES_KEPT notes are kept."""
+    f32 = torch.float32
     grads = [torch.randn(6, 4) for _ in range(4)]
-    for g in grads[:2]:
+    for g in grads[:3]:
         note_column_sums(g, g.sum(0))
-    assert known_column_sums(grads[0].view(6, 4)) is None
-    torch.testing.assert_close(known_column_sums(grads[0]), grads[0].sum(0))
-    assert known_column_sums(grads[0]) is None   # read once
-    grads[1].add_(1.0)
-    assert known_column_sums(grads[1]) is None   # changed in place since
+    assert known_column_sums(grads[1].view(6, 4), f32) is None
+    torch.testing.assert_close(known_column_sums(grads[1], f32), grads[1].sum(0))
+    assert known_column_sums(grads[1], f32) is None   # read once
+    assert known_column_sums(grads[2], torch.float64) is None   # a bias of another dtype sums again
+    note_column_sums(grads[0], grads[0].sum(0))
+    grads[0].add_(1.0)
+    assert known_column_sums(grads[0], f32) is None   # changed in place since
     for g in grads:
         note_column_sums(g, g.sum(0))
-    assert [known_column_sums(g) is not None for g in grads] == [False] * (4 - common.NOTES_KEPT) + [True] * 2
+    kept = [known_column_sums(g, f32) is not None for g in grads]
+    assert kept == [False] * (4 - common.NOTES_KEPT) + [True] * common.NOTES_KEPT

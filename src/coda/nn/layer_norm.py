@@ -86,7 +86,7 @@ class LayerNormFunction(torch.autograd.Function):
             params = (g.dtype, ctx.beta_dtype) if need_g or need_beta else None
             dx, dg, dbeta, _, dx_sums = layer_norm_grad.launch(
                 dy, rows, g, **row, dres=as_rows(dres)[0] if dres is not None else None, need_dx=need_x,
-                param_dtypes=params, sum_dx=need_x)
+                param_dtypes=params, sum_dx=g.dtype)
             if need_x:   # for the op that produced x: its bias gradient (common.known_column_sums)
                 dx = dx.reshape(x.shape)
                 note_column_sums(dx, dx_sums)

@@ -108,7 +108,7 @@ def sum_partials(PARTIALS, DG, DBETA, DX_SUMS, N, parts, FIRST: tl.constexpr, VE
         tl.store(DG + col, total.to(DG.dtype.element_ty), mask=col_in & (which == 0))
         tl.store(DBETA + col, total.to(DBETA.dtype.element_ty), mask=col_in & (which == 1))
     if VECTORS == 3:
-        tl.store(DX_SUMS + col, total, mask=col_in & (which == 2))
+        tl.store(DX_SUMS + col, total.to(DX_SUMS.dtype.element_ty), mask=col_in & (which == 2))
 
 
 @functools.cache
@@ -138,14 +138,14 @@ def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, shift: torch.Tens
            ss: torch.Tensor, inv_n: float, eps: float, dres: torch.Tensor | None, need_dx: bool,
            param_dtypes: tuple[torch.dtype, torch.dtype] | None,
            choice: tuple[int, int, int, int] | None = None, beta: torch.Tensor | None = None,
-           sum_dx: bool = False) -> tuple[torch.Tensor | None, ...]:
+           sum_dx: torch.dtype | None = None) -> tuple[torch.Tensor | None, ...]:
     """(dx, dg, dβ, xn, dx_sums) of LayerNorm over the rows of x [M, N], from dy [M, N] and the
     row sums (shift, s, ss: coda.ops.norms's LN_ROW), plus dres [M, N] in dx when given; dx only
     with `need_dx`, dg and dβ (in `param_dtypes`) only when those are given, the norm's output
-    xn = xhat ⊙ g + β (in x's dtype) only with `beta`, dx's float32 column sums only with
-    `sum_dx` (and dx). `choice` overrides `config`."""
+    xn = xhat ⊙ g + β (in x's dtype) only with `beta`, dx's column sums (summed in float32)
+    stored in the dtype `sum_dx` only when that is given (and dx). `choice` overrides `config`."""
     m, n = x.shape
-    sum_dx = sum_dx and need_dx
+    sum_dx = sum_dx if need_dx else None
     dy, x = unit_columns(dy), unit_columns(x)
     dres = unit_columns(dres) if dres is not None else None
     dx = torch.empty((m, n), device=x.device, dtype=dy.dtype) if need_dx else None
@@ -154,7 +154,7 @@ def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, shift: torch.Tens
     fill = torch.zeros if m == 0 else torch.empty
     dg, dbeta = ((fill(n, device=x.device, dtype=dtype) for dtype in param_dtypes)
                  if param_dtypes else (None, None))
-    dx_sums = fill(n, device=x.device, dtype=torch.float32) if sum_dx else None
+    dx_sums = fill(n, device=x.device, dtype=sum_dx) if sum_dx else None
     if m == 0:
         return dx, dg, dbeta, xn, dx_sums
     rows, warps, programs, stages = choice or config(m, n, x.device)
@@ -168,8 +168,8 @@ def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, shift: torch.Tens
         0 if dres is None else dres.stride(0), 0 if dx is None else dx.stride(0),
         0 if xn is None else xn.stride(0), shift.stride(0), float(inv_n), float(eps)],
         dict(ROWS=rows, BLOCK_N=triton.next_power_of_2(n), HAS_DRES=dres is not None, NEED_DX=need_dx,
-             NEED_PARAMS=param_dtypes is not None, SAVE_XN=xn is not None, SUM_DX=sum_dx, STAGES=stages,
-             num_warps=warps), x.device)
+             NEED_PARAMS=param_dtypes is not None, SAVE_XN=xn is not None, SUM_DX=sum_dx is not None,
+             STAGES=stages, num_warps=warps), x.device)
     if vectors:
         first = 0 if param_dtypes else 2
         block_p = min(1024, triton.next_power_of_2(programs))

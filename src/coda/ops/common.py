@@ -61,22 +61,24 @@ NOTES_KEPT = 2
 
 
 def note_column_sums(grad: torch.Tensor, sums: torch.Tensor) -> None:
-    """Record that `sums` ([N], float32) are the column sums of `grad` ([..., N]), summed by the
-    kernel that wrote it (LayerNorm's one-pass backward, `sum_dx=True`). The op whose output
-    `grad` is the gradient of then takes its bias gradient from them (`known_column_sums`)
-    instead of summing `grad` again in its GEMM or a map. The note holds `grad`, so autograd never
-    adds another gradient into it in place, and its version: any in-place change voids it."""
+    """Record that `sums` ([N]) are the column sums of `grad` ([..., N]), summed by the kernel
+    that wrote it (LayerNorm's one-pass backward, `sum_dx=`, in the norm's parameter dtype: a
+    model's biases have it). The op whose output `grad` is the gradient of then takes its bias
+    gradient from them (`known_column_sums`) instead of summing `grad` again in its GEMM or a
+    map. The note holds `grad`, so autograd never adds another gradient into it in place, and
+    its version: any in-place change voids it."""
     _NOTED_SUMS.append((grad, grad._version, sums))
     del _NOTED_SUMS[:-NOTES_KEPT]
 
 
-def known_column_sums(grad: torch.Tensor) -> torch.Tensor | None:
-    """The column sums noted for this very tensor (not a view or a copy of it), unchanged since,
-    or None. A note is read once: it is dropped here."""
+def known_column_sums(grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """The column sums noted for this very tensor (not a view or a copy of it), unchanged since
+    and stored in `dtype` (the bias gradient's: no cast, and never from a narrower dtype), or
+    None. A note is read once: it is dropped here."""
     for i, (noted, version, sums) in enumerate(_NOTED_SUMS):
         if noted is grad:
             del _NOTED_SUMS[i]
-            return sums if grad._version == version else None
+            return sums if grad._version == version and sums.dtype == dtype else None
     return None
 
 
@@ -137,9 +139,9 @@ def input_and_bias_grad(dpre: torch.Tensor, w: torch.Tensor, need_x: bool, bias_
     `need_x`) and db = the column sums of dpre stored in `bias_dtype` (None when that is None).
     With both wanted, one CODA GEMM sums dpre's columns from the tiles its K loop loads
     (`a_col_sums=True`), where a separate map would read dpre once more; given `sums` (dpre's
-    column sums, `known_column_sums`) db is those and dx cuBLAS's GEMM."""
+    column sums in `bias_dtype`, `known_column_sums`) db is those and dx cuBLAS's GEMM."""
     if sums is not None:
-        return matmul(dpre, w) if need_x else None, None if bias_dtype is None else sums.to(bias_dtype)
+        return matmul(dpre, w) if need_x else None, sums
     if need_x and bias_dtype is not None:
         outs = PLAIN(dpre, w, a_col_sums=True, dtypes=stored(a_col_sums=bias_dtype))
         return outs["output"], outs["a_col_sums"]

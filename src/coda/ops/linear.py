@@ -160,8 +160,8 @@ class LinearFunction(torch.autograd.Function):
         bias_dtype = ctx.bias_dtype if need_b else None
         if ctx.activation is None and ctx.p == 0.0:   # dy is dpre (a norm after it may have summed it)
             dpre = as_rows(dy)[0]
-            dx, db = input_and_bias_grad(dpre, w, need_x, bias_dtype,
-                                         known_column_sums(dy) if bias_dtype is not None else None)
+            known = known_column_sums(dy, bias_dtype) if bias_dtype is not None else None
+            dx, db = input_and_bias_grad(dpre, w, need_x, bias_dtype, known)
         else:
             dpre, db = grad_at_preactivation(as_rows(dy)[0], ctx.activation, ctx.p, ctx.seed, slope,
                                              bias_dtype)
@@ -216,11 +216,11 @@ class MLPFunction(torch.autograd.Function):
         dh_gemm = need_x or need_w1 or need_b1
         # without dropout dy' is dy, whose column sums (db2) the norm after this MLP may have
         # formed; else dh's GEMM takes them from its K loop
-        known = known_column_sums(dy) if ctx.p == 0.0 and b2_dtype is not None else None
+        known = known_column_sums(dy, b2_dtype) if ctx.p == 0.0 and b2_dtype is not None else None
         sum_in_gemm = dh_gemm and ctx.p == 0.0 and b2_dtype is not None and known is None
         dy2, db2 = grad_at_preactivation(as_rows(dy)[0], None, ctx.p, ctx.seed, None,
                                          None if sum_in_gemm or known is not None else b2_dtype)
-        db2 = known.to(b2_dtype) if known is not None else db2
+        db2 = known if known is not None else db2
         dw2 = weight_grad(dy2, h, like=w2) if need_w2 else None
         dx = dw1 = db1 = None
         if dh_gemm:

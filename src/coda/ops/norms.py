@@ -360,7 +360,7 @@ def layer_norm_linear_grads(dy: torch.Tensor | Concat, rows: torch.Tensor, g: to
     dx, dg, dbeta, xn, dx_sums = layer_norm_grad.launch(outs["output"], rows, g, **row,
                                                         dres=None if dres is None else as_rows(dres)[0],
                                                         need_dx=True, param_dtypes=params,
-                                                        beta=beta if need_w else None, sum_dx=True)
+                                                        beta=beta if need_w else None, sum_dx=g.dtype)
     dx = dx.reshape(x_shape)
     note_column_sums(dx, dx_sums)
     dw = PLAIN(dy.T, xn, out=weight_grad_out(w), dtypes=stored(output=w.dtype))["output"] if need_w else None
@@ -402,7 +402,7 @@ class OutProjResidualFunction(torch.autograd.Function):
             dx = matmul(dpre, w) if need_x else None
         else:   # dpre is dy, whose column sums the norm after this op may have formed
             dx, db = input_and_bias_grad(dpre, w, need_x, bias_dtype if need_b else None,
-                                         known_column_sums(dy) if need_b else None)
+                                         known_column_sums(dy, bias_dtype) if need_b else None)
         dx = None if dx is None else dx.reshape(x.shape)
         dw = weight_grad(dpre, as_rows(x)[0], like=w).to(w.dtype) if need_w else None
         dresidual = dy.to(residual_dtype) if need_r else None
