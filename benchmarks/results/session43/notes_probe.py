@@ -25,8 +25,8 @@ from coda.ops import norms  # noqa: E402
 def no_notes():
     """Inside: the ops before the norms find no noted sums."""
     linear = importlib.import_module("coda.ops.linear")   # coda.ops.linear is also a function
-    with probe.patched(linear, "known_column_sums", lambda t: None), \
-            probe.patched(norms, "known_column_sums", lambda t: None):
+    with probe.patched(linear, "known_column_sums", lambda t, dtype: None), \
+            probe.patched(norms, "known_column_sums", lambda t, dtype: None):
         yield
 
 
