@@ -10,6 +10,7 @@ dropout seeds drawn inside the graph; `torch.library.opcheck` on every custom op
 from __future__ import annotations
 
 import copy
+import importlib
 
 import pytest
 import torch
@@ -267,6 +268,34 @@ def test_norm_chain(dtype):
     shapes = [(2, 4, 8), (8, 8), (2, 4, 8), (8,), (8,), (8, 8), (8, 8)]
     assert_compiles(fn, *[(torch.randn(shape, dtype=dtype) / 2 + 0.5 * (len(shape) == 1)).requires_grad_()
                           for shape in shapes])
+
+
+def test_norms_note_column_sums_only_outside_custom_ops(monkeypatch):
+    """LayerNorm's one-pass backward (float32, the interpreter) notes dx's column sums for the
+    out projection before it when autograd runs it, and not inside the custom ops of a compiled
+    graph (which may reuse a buffer under the same tensor object); both give eager PyTorch's
+    unfused outputs and gradients (float32, to a few ulps of their sums)."""
+    layer_norm_module = importlib.import_module("coda.nn.layer_norm")   # coda.nn.layer_norm: a function
+    notes = []
+    original = layer_norm_module.note_column_sums
+    monkeypatch.setattr(layer_norm_module, "note_column_sums", lambda *a: notes.append(1) or original(*a))
+
+    def fn(x, w_o, r, b, g, beta):
+        h, ss, s = ops.out_proj_residual(x, w_o, r, bias=b, stats="layer")
+        return layer_norm(h, g, beta, 1e-5, rowsum=s, sumsq=ss)
+
+    def unfused(x, w_o, r, b, g, beta):
+        return torch.nn.functional.layer_norm(r + x @ w_o.T + b, (8,), g, beta, 1e-5)
+
+    torch.manual_seed(0)
+    args = [torch.randn(shape).requires_grad_() for shape in ((2, 4, 8), (8, 8), (2, 4, 8), (8,), (8,), (8,))]
+    want = run(unfused, [a.detach().clone().requires_grad_() for a in args])   # eager float32
+    for counted, fused in ((1, fn), (0, torch.compile(fn, backend="aot_eager", fullgraph=True))):
+        notes.clear()
+        got = run(fused, args)
+        assert len(notes) == counted
+        for a, b in zip([*got[0], *got[1]], [*want[0], *want[1]], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
 # a block, seeds, the default backend -------------------------------------------------------------

@@ -31,7 +31,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..ops import checks
-from ..ops.common import as_rows, note_column_sums
+from ..ops.common import as_rows, note_column_sums, notes_from
 from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS, layer_norm_one_pass, residual_grad, row_shift
 
 XHAT = "xhat = (xin - mean) * rstd;"
@@ -84,11 +84,12 @@ class LayerNormFunction(torch.autograd.Function):
             from . import layer_norm_grad  # Triton, imported on first use
 
             params = (g.dtype, ctx.beta_dtype) if need_g or need_beta else None
+            note = need_x and notes_from(ctx)   # for the op that produced x: its bias gradient
             dx, dg, dbeta, _, dx_sums = layer_norm_grad.launch(
                 dy, rows, g, **row, dres=as_rows(dres)[0] if dres is not None else None, need_dx=need_x,
-                param_dtypes=params, sum_dx=g.dtype)
-            if need_x:   # for the op that produced x: its bias gradient (common.known_column_sums)
-                dx = dx.reshape(x.shape)
+                param_dtypes=params, sum_dx=g.dtype if note else None)
+            dx = dx.reshape(x.shape) if need_x else None
+            if note:
                 note_column_sums(dx, dx_sums)
             return dx, dg if need_g else None, dbeta if need_beta else None, None, None, None, None
         wanted = ["a", "b"] * need_x + ["dg"] * need_g + ["dbeta"] * need_beta

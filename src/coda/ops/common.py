@@ -60,6 +60,13 @@ _NOTED_SUMS: list[tuple[torch.Tensor, int, torch.Tensor]] = []
 NOTES_KEPT = 2
 
 
+def notes_from(ctx: object) -> bool:
+    """Whether a backward with this `ctx` may note column sums: only when autograd itself runs
+    it. Inside torch.compile's custom ops (a stand-in ctx) the graph may hand a buffer on under
+    the same tensor object with other values, which no version counts."""
+    return isinstance(ctx, torch.autograd.function.FunctionCtx)
+
+
 def note_column_sums(grad: torch.Tensor, sums: torch.Tensor) -> None:
     """Record that `sums` ([N]) are the column sums of `grad` ([..., N]), summed by the kernel
     that wrote it (LayerNorm's one-pass backward, `sum_dx=`, in the norm's parameter dtype: a

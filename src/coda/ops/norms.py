@@ -90,6 +90,7 @@ from .common import (
     known_column_sums,
     matmul,
     note_column_sums,
+    notes_from,
     present,
     split_columns,
     stored,
@@ -307,7 +308,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
         if need_x and layer_norm_one_pass(dy, rows):
             dx, dg, dbeta, dw, db = layer_norm_linear_grads(dy, rows, g, beta, w, row, dres,
                                                             (need_g, need_beta, need_w, need_b),
-                                                            ctx.bias_dtype, x.shape)
+                                                            ctx.bias_dtype, x.shape, notes_from(ctx))
             return dx, dg, dbeta, dw, db, None, None, None, None, None
         dx = dg = dbeta = dw = db = None
         # the bias gradient (float32 while LN_DW reads it, else the bias's dtype): the column
@@ -346,11 +347,11 @@ def layer_norm_one_pass(t: torch.Tensor | Concat, rows: torch.Tensor) -> bool:
 def layer_norm_linear_grads(dy: torch.Tensor | Concat, rows: torch.Tensor, g: torch.Tensor,
                             beta: torch.Tensor, w: torch.Tensor, row: dict, dres: torch.Tensor | None,
                             needs: tuple[bool, bool, bool, bool], bias_dtype: torch.dtype | None,
-                            x_shape: torch.Size) -> tuple[torch.Tensor | None, ...]:
+                            x_shape: torch.Size, note: bool) -> tuple[torch.Tensor | None, ...]:
     """(dx, dg, dbeta, dw, db) of layer_norm_linear where dx (of shape `x_shape`) is wanted, in
     the one-pass form (module docstring), each of the others None unless `needs` (g, beta, w,
-    bias) asks for it; dx's column sums are noted for the op that produced x (a residual
-    stream's last GEMM takes them as its bias gradient: common.known_column_sums).
+    bias) asks for it; with `note`, dx's column sums are noted for the op that produced x (a
+    residual stream's last GEMM takes them as its bias gradient: common.known_column_sums).
     dy: [M, N] rows, or a Concat of column blocks (`split=`); row: LN_ROW's operands."""
     from ..nn import layer_norm_grad  # Triton, imported on first use
 
@@ -360,9 +361,11 @@ def layer_norm_linear_grads(dy: torch.Tensor | Concat, rows: torch.Tensor, g: to
     dx, dg, dbeta, xn, dx_sums = layer_norm_grad.launch(outs["output"], rows, g, **row,
                                                         dres=None if dres is None else as_rows(dres)[0],
                                                         need_dx=True, param_dtypes=params,
-                                                        beta=beta if need_w else None, sum_dx=g.dtype)
+                                                        beta=beta if need_w else None,
+                                                        sum_dx=g.dtype if note else None)
     dx = dx.reshape(x_shape)
-    note_column_sums(dx, dx_sums)
+    if note:
+        note_column_sums(dx, dx_sums)
     dw = PLAIN(dy.T, xn, out=weight_grad_out(w), dtypes=stored(output=w.dtype))["output"] if need_w else None
     return dx, dg if need_g else None, dbeta if need_beta else None, dw, outs.get("a_col_sums")
 
