@@ -9,6 +9,6 @@ echo "timings rc=$?"; grep -E "µs|K=" "$out/stream_k_l2.log"
 for label in "K=16384 heuristic" "K=16384 stream-K"; do
   timeout 45 ncu --clock-control none -k regex:coda_gemm --launch-skip 2 --launch-count 1 \
       --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \
-      python benchmarks/results/session43/stream_k_l2.py one "$label" > "$out/ncu_${label// /_}.log" 2>&1
-  echo "ncu $label rc=$?"; grep -E "dram__bytes|hit_rate|duration" "$out/ncu_${label// /_}.log"
+      python benchmarks/results/session43/stream_k_l2.py one "$label" > "$out/ncu_${label//[ =]/_}.log" 2>&1
+  echo "ncu $label rc=$?"; grep -E "dram__bytes|hit_rate|duration" "$out/ncu_${label//[ =]/_}.log"
 done
