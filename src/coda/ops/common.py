@@ -53,7 +53,7 @@ def column_sum(t: torch.Tensor | Concat, dtype: torch.dtype | None = None) -> to
 
 
 # -- column sums a gradient's producer formed while it wrote the gradient -------------------------
-#: (gradient, its version then, its float32 column sums), newest last; see `note_column_sums`
+#: (gradient, its version then, its column sums), newest last; see `note_column_sums`
 _NOTED_SUMS: list[tuple[torch.Tensor, int, torch.Tensor]] = []
 #: Notes kept: a producer's note is read by the next op back, so two cover it; an unread one
 #: holds its gradient only until two newer notes push it out.

@@ -23,8 +23,9 @@ mlp(x, w1, b1, w2, b2, activation, dropout_p, residual, stats):
             y, [ss, s]    = forward_program  GEMM h @ w2.T; epilogue: + b2, dropout, + residual,
                             and with stats the next norm's row sums ss = Σ y², s = Σ y
   backward  dy', db2      = backward_program.map(dy): dropout(dy, p), db2 = col_sum(dy')
-                            (without dropout dy' = dy, and dh's GEMM below sums its columns
-                            from its K loop: db2, `a_col_sums=True`)
+                            (without dropout dy' = dy: db2 is the column sums a LayerNorm after
+                            the MLP noted for dy (common.known_column_sums), else dh's GEMM
+                            below sums its columns from its K loop, `a_col_sums=True`)
             dw2           = dy'.T @ h     (weight_grad; h is the saved fc1 output)
             dpre, db1     = backward_program  GEMM dy' @ w2; epilogue: * slope, db1 = col_sum
             dx, dw1       = dpre @ w1, dpre.T @ x

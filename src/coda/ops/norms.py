@@ -35,7 +35,9 @@ layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq):
             dln           = PLAIN  GEMM dy @ w; db = Σ_rows dy from its K loop (`a_col_sums=True`)
             dx, dg, dbeta, xn = coda.nn.layer_norm_grad: one pass over whole rows, a and b
                             complete in the program, dx = rstd (dxhat − (a + xhat b) / n),
-                            dg = Σ_m dln xhat, dbeta = Σ_m dln, xn = xhat g + beta (the norm's output)
+                            dg = Σ_m dln xhat, dbeta = Σ_m dln, xn = xhat g + beta (the norm's output),
+                            and dx's column sums, noted for the op that produced x (its bias
+                            gradient: common.known_column_sums)
             dw            = PLAIN  GEMM dy.T @ xn
     elsewhere (the reference backend, wider rows; LN_XHAT.map(x) for xhat without dx):
             dxhat, a, b   = LN_DXHAT  GEMM dy @ w; epilogue: * g, a = row_sum(dxhat),
@@ -52,8 +54,10 @@ out_proj_residual(x, w, residual, bias, dropout_p, seed, stats):
   forward   y, [ss, s]    = linear.forward_program  GEMM x @ w.T; epilogue: + bias, dropout, + residual,
                             ss = row_sum(output * output), s = row_sum(output)
   backward  dpre, db      = DROPOUT_GRAD.map(dy): dropout(dy, p), db = col_sum   (with dropout;
-                            without, dpre = dy and dx's GEMM, CODA's, sums dy's columns
-                            from its K loop: db, `a_col_sums=True`)
+                            without, dpre = dy: db is the column sums a LayerNorm after the
+                            op noted for dy (common.known_column_sums, dx then cuBLAS's GEMM),
+                            else dx's GEMM, CODA's, sums dy's columns from its K loop,
+                            `a_col_sums=True`)
             dx, dw        = dpre @ w, dpre.T @ x;   dresidual = dy
   ss and s are statistics, not differentiated: the consumer's backward differentiates through
   its own rstd(x) (see above), so out_proj_residual -> rms_norm_linear(sumsq=ss) is exact.
