@@ -175,3 +175,34 @@ def test_a_noted_sum_is_read_once_by_the_tensor_it_was_noted_for():
         note_column_sums(g, g.sum(0))
     kept = [known_column_sums(g, f32) is not None for g in grads]
     assert kept == [False] * (4 - common.NOTES_KEPT) + [True] * common.NOTES_KEPT
+
+
+def test_a_gradient_that_autograd_adds_to_takes_no_note(monkeypatch):
+    """The out projection's output read by the norm and once more: autograd adds the two
+    gradients, so the out projection gets another tensor than the one the norm's backward wrote
+    (and noted), finds no sums and sums its own (interpreter, float32); its gradients are
+    float64 autograd's of the unfused formula."""
+    taken = []
+
+    def spy(t, dtype):
+        taken.append(common.known_column_sums(t, dtype))
+        return taken[-1]
+
+    monkeypatch.setattr(norms, "known_column_sums", spy)
+    c = 16
+    tensors = _weights(9, [(2, 5, c), (c, c), (2, 5, c), (c,), (c,), (c,)])
+
+    def fused(a, w, r, b, g, beta):
+        h, ss, s = out_proj_residual(*(t.float() for t in (a, w, r, b)), stats="layer")
+        return [layer_norm(h, g.float(), beta.float(), rowsum=s, sumsq=ss) + h * 2.0]
+
+    def eager(a, w, r, b, g, beta):
+        h = r + F.linear(a, w, b)
+        return [F.layer_norm(h, (c,), g, beta, 1e-5) + h * 2.0]
+
+    upstream = [torch.randn(2, 5, c, generator=torch.Generator().manual_seed(10), dtype=torch.float64)]
+    outs, grads = _grads_of(fused, tensors, upstream)
+    want_outs, want = _grads_of(eager, tensors, upstream)
+    for got, exact in zip([*outs, *grads], [*want_outs, *want], strict=True):
+        torch.testing.assert_close(got.double(), exact, rtol=1e-4, atol=1e-4 * exact.abs().max().item())
+    assert taken == [None]
