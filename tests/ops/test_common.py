@@ -115,6 +115,20 @@ def test_split_errors(split, message):
         layer_norm_linear(x, g, beta, w, split=split)
 
 
+def _taken_sums(monkeypatch) -> list:
+    """What each op before a norm (coda.ops.linear's, coda.ops.norms') gets from
+    known_column_sums while the test runs, in order: the sums, or None."""
+    taken = []
+
+    def spy(t, dtype):
+        taken.append(common.known_column_sums(t, dtype))
+        return taken[-1]
+
+    for module in (importlib.import_module("coda.ops.linear"), norms):   # coda.ops.linear: a function
+        monkeypatch.setattr(module, "known_column_sums", spy)
+    return taken
+
+
 def test_norms_give_their_dx_column_sums_to_the_ops_before_them(monkeypatch):
     """A GPT-2 block's chain in the interpreter (float32, the Triton kernels): out projection +
     residual -> LayerNorm (passed through) -> MLP + residual -> the next block's LayerNorm-folded
@@ -128,14 +142,7 @@ def test_norms_give_their_dx_column_sums_to_the_ops_before_them(monkeypatch):
     for i in (1, 6, 8, 12):   # weights at 1/sqrt(fan-in): activations of order one throughout
         tensors[i] = tensors[i] / tensors[i].shape[1] ** 0.5
     upstream = [torch.randn(m, 3 * c, generator=torch.Generator().manual_seed(8), dtype=torch.float64)]
-    taken = []   # what the ops before the norms got from known_column_sums
-
-    def spy(t, dtype):
-        taken.append(common.known_column_sums(t, dtype))
-        return taken[-1]
-
-    for module in (importlib.import_module("coda.ops.linear"), norms):   # coda.ops.linear: a function
-        monkeypatch.setattr(module, "known_column_sums", spy)
+    taken = _taken_sums(monkeypatch)
 
     def fused(a, w_o, b_o, res, g2, beta2, w1, b1, w2, b2, g1, beta1, wq, bq):
         h, ss, s = out_proj_residual(a, w_o, res, bias=b_o, stats="layer")
@@ -182,13 +189,7 @@ def test_a_gradient_that_autograd_adds_to_takes_no_note(monkeypatch):
     gradients, so the out projection gets another tensor than the one the norm's backward wrote
     (and noted), finds no sums and sums its own (interpreter, float32); its gradients are
     float64 autograd's of the unfused formula."""
-    taken = []
-
-    def spy(t, dtype):
-        taken.append(common.known_column_sums(t, dtype))
-        return taken[-1]
-
-    monkeypatch.setattr(norms, "known_column_sums", spy)
+    taken = _taken_sums(monkeypatch)
     c = 16
     tensors = _weights(9, [(2, 5, c), (c, c), (2, 5, c), (c,), (c,), (c,)])
 
