@@ -4,7 +4,7 @@
                                coda+compile,eager+graph,compile+graph,coda+graph]
                                [--steps 20] [--rounds 1] [--warmup 5] [--profile eager,coda]
                                [--curve gpt2|llama|bert|none] [--curve-steps 200] [--timeout 300]
-                               [--json benchmarks/results/train.json] [--smoke]
+                               [--tree NAME=PATH ...] [--json benchmarks/results/train.json] [--smoke]
 
 A training step is forward, backward and `torch.optim.AdamW(fused=True)` on a randomly initialized model
 whose weights are bfloat16 (no float32 master copy), attention through SDPA, the same batch at every step
@@ -71,6 +71,13 @@ epilogue shape (8 configurations each, cached in ~/.cache/coda and reused by cod
 and later runs), and the runs go one at a time: several minutes more. Split the run with --models to
 stay under a time limit.
 
+`--tree NAME=PATH` (repeatable) adds, for every CODA mode in --modes, a run of that mode with CODA
+imported from PATH (a directory holding a `coda` package: a copy of src/ with a patch applied),
+labelled `mode@NAME` (`coda+graph@rows`): it warms up beside the other runs of its model and
+takes its rounds in turn with them, so that a change to CODA is timed against main and the peer
+in one benchmark, round by round (`paired_ratios`), instead of in two runs on two machine
+states. A child records the directory its `coda` came from (`coda_from`).
+
 `--smoke` runs on the CPU in float32 with tiny models of the same three families (2 layers, hidden 64,
 vocab 512, batch 2 x 32): modes eager and coda, 1 warm-up and 2 timed steps, a 5-step curve, the JSON
 and the PNG in a temporary directory unless --json is given (the PNG then goes next to the JSON). CODA
@@ -86,6 +93,7 @@ import datetime
 import functools
 import importlib.metadata
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -353,16 +361,18 @@ def curve_losses(name: str, mode: str, steps: int, data: torch.Tensor, device: t
 def child(spec: str, args: argparse.Namespace) -> None:
     """Run one (model, mode), or the curve (mode "curve"), and print its result line."""
     name, mode = spec.split(":")
+    base = mode.split("@")[0]   # mode@tree: the mode, with CODA from that tree (--tree)
     device = torch.device("cpu" if args.smoke else "cuda")
     dtype = torch.float32 if args.smoke else torch.bfloat16
-    result: dict = dict(model=name, mode=mode, device=device_name(device), error=None)
+    result: dict = dict(model=name, mode=mode, device=device_name(device), error=None,
+                        coda_from=str(Path(coda.__file__).parent))
     # Under Dynamo transformers 5.17 gives SDPA a full causal mask even without padding (LLaMA's
     # attention then took 27.1 instead of 10.2 ms a step): the compiled modes run where a missing
     # mask means none, as the graph modes capture (these batches have no padding)
     try:
-        with unpadded_batches() if compiles(mode) else contextlib.nullcontext():
+        with unpadded_batches() if compiles(base) else contextlib.nullcontext():
             result.update(curve(name, args, device, dtype) if mode == "curve" else
-                          measure(name, mode, args, device, dtype))
+                          measure(name, base, args, device, dtype))
     except Exception as err:  # torch.OutOfMemoryError included: the row says what went wrong
         traceback.print_exc()
         result["error"] = f"{type(err).__name__}: {err}"[:1000]
@@ -380,13 +390,17 @@ def device_name(device: torch.device) -> str:
 def start(spec: str, args: argparse.Namespace, wait_turn: bool = False) -> side_by_side.Child:
     """`spec` ("model:mode", or "model:curve") in a subprocess (benchmarks/side_by_side.py). With
     `wait_turn` the child warms up and then waits: the children of one model warm up side by
-    side, and their timed steps run one at a time on an otherwise idle GPU and host."""
+    side, and their timed steps run one at a time on an otherwise idle GPU and host. A mode
+    `mode@NAME` imports CODA from the --tree NAME (first in its PYTHONPATH)."""
     command = [sys.executable, __file__, "--child", spec, "--steps", str(args.steps),
                "--rounds", str(args.rounds), "--warmup", str(args.warmup),
                "--profile", ",".join(args.profile) or "none",
                "--curve-steps", str(args.curve_steps)]
+    tree = args.trees.get(spec.partition("@")[2])
+    path = os.pathsep.join(p for p in (tree, os.environ.get("PYTHONPATH")) if p)
+    env = {"PYTHONPATH": path} if tree else None
     return side_by_side.Child(command + ["--smoke"] * args.smoke + ["--wait-turn"] * wait_turn,
-                              args.timeout)
+                              args.timeout, env=env)
 
 
 def take_turn(spec: str, child: side_by_side.Child) -> dict:
@@ -410,7 +424,7 @@ def ratios(rows: list[dict]) -> dict:
         if not baselines:
             continue
         best = max(baselines, key=baselines.get)
-        out[name] = {"baseline": best, **{m: rate[m] / baselines[best] for m in MODES
+        out[name] = {"baseline": best, **{m: rate[m] / baselines[best] for m in rate
                                           if m.startswith("coda") and rate.get(m)}}
     return out
 
@@ -511,6 +525,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=300, help="seconds per child process")
     parser.add_argument("--json", type=Path, default=None,
                         help="default benchmarks/results/train.json; --smoke: a temporary directory")
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
+                        help="also run each CODA mode with CODA imported from PATH, as mode@NAME")
     parser.add_argument("--smoke", action="store_true", help="tiny models on the CPU, for CI")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # "model:mode": run it, print one line
     parser.add_argument("--wait-turn", action="store_true", help=argparse.SUPPRESS)  # see start
@@ -526,6 +542,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.steps = args.steps if args.steps is not None else 2 if args.smoke else 20
     args.warmup = args.warmup if args.warmup is not None else 1 if args.smoke else 5
     args.curve_steps = args.curve_steps if args.curve_steps is not None else 5 if args.smoke else 200
+    args.trees = {}
+    for tree in args.tree:
+        name, _, path = tree.partition("=")
+        if not name or any(c in name for c in ",:@+") or not (Path(path) / "coda" / "__init__.py").is_file():
+            parser.error(f"--tree {tree}: give NAME=PATH, a name without , : @ + and a directory "
+                         "holding a coda package (a copy of src/)")
+        args.trees[name] = str(Path(path).resolve())
     if args.steps < 1 or args.rounds < 1 or args.warmup < 0 or args.curve_steps < 1:
         parser.error("--steps, --rounds and --curve-steps must be positive, --warmup not negative")
     if args.json is None:
@@ -555,8 +578,11 @@ def main(argv: list[str] | None = None) -> int:
     curve_child = start(f"{args.curve}:curve", args) if args.curve != "none" else None
     # CODA's autotuning times kernels: it must not share the GPU with other warm-ups
     together = not side_by_side.autotuning()
+    # each CODA mode once more for every --tree, with CODA from that tree
+    modes = args.modes + [f"{mode}@{tree}" for tree in args.trees for mode in args.modes
+                          if mode.startswith("coda")]
     for names in args.groups:
-        runs = [f"{name}:{mode}" for name in names for mode in args.modes
+        runs = [f"{name}:{mode}" for name in names for mode in modes
                 if mode != "liger" or name in LIGER_MODELS]
         group = {spec: start(spec, args, wait_turn=True) for spec in runs if together}
         if curve_child is not None:
@@ -566,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds - 1):   # every round but the last, the group's runs in turn
             for run in group.values():
                 run.take_round()
-        for name, mode in ((name, mode) for name in names for mode in args.modes):
+        for name, mode in ((name, mode) for name in names for mode in modes):
             spec = f"{name}:{mode}"
             if spec not in runs:
                 row = dict(model=name, mode=mode, error=None,

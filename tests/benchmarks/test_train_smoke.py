@@ -137,3 +137,27 @@ def test_paired_ratios_use_the_peer_fastest_by_median(bench):
     assert paired["baseline"] == "compile+graph"
     assert paired["rounds"] == pytest.approx([5.5 / 4.4, 5.0 / 4.6, 5.4 / 4.5])
     assert paired["median"] == pytest.approx(5.4 / 4.5)
+
+
+def test_a_tree_runs_each_coda_mode_with_its_coda(tmp_path):
+    """--tree NAME=PATH: every CODA mode once more, as mode@NAME, importing coda from PATH (here a
+    copy of src/coda), timed beside the others; its losses are main's, as the code is."""
+    import shutil
+
+    tree = tmp_path / "tree"
+    shutil.copytree(SCRIPT.parents[1] / "src" / "coda", tree / "coda")
+    rows = run_smoke(tmp_path / "train.json", "0", "--models", "bert", "--curve", "none",
+                     "--tree", f"copy={tree}")["rows"]
+    assert [r["mode"] for r in rows] == ["eager", "coda", "coda@copy"]
+    by_mode = {r["mode"]: r for r in rows}
+    assert all(r["error"] is None for r in rows), rows
+    assert Path(by_mode["coda@copy"]["coda_from"]) == tree / "coda"
+    assert Path(by_mode["coda"]["coda_from"]) == SCRIPT.parents[1] / "src" / "coda"
+    assert by_mode["coda@copy"]["losses"] == by_mode["coda"]["losses"]
+
+
+@pytest.mark.parametrize("tree", ["nopath", "a@b=src", "x=/nonexistent"])
+def test_a_bad_tree_is_refused(tree):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--tree", tree],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--tree" in done.stderr, done.stderr
