@@ -17,6 +17,7 @@ from .dsl.parser import parse
 from .dsl.tracer import FUNCTIONS, trace
 from .errors import CodaError, DslError, LaunchError
 from .runtime.binding import Concat
+from .runtime.partials import RowPartials
 from .runtime.program import Program
 
 __version__ = "0.1.0"
@@ -53,8 +54,8 @@ _TOO_DEEP = ("the program nests expressions too deeply for the compiler (hundred
              "split long expressions into several statements")
 
 
-__all__ = ["CodaError", "Concat", "DslError", "LaunchError", "Program", "col", "compile", "epilogue",
-           "head", "row", "scalar", "tile", *FUNCTIONS]
+__all__ = ["CodaError", "Concat", "DslError", "LaunchError", "Program", "RowPartials", "col", "compile",
+           "epilogue", "head", "row", "scalar", "tile", *FUNCTIONS]
 
 
 def __getattr__(name: str) -> object:

@@ -62,7 +62,11 @@ SPILLS_MEASURED = {"ce_forward_exp_rounded": 24,
                    "a_sums_concat_k_ln_dxhat": 212,
                    # stream-K in 128x256 tiles: a run's partial added to a whole 128x256 float32
                    # accumulator (128 registers a thread) at the 255-register limit
-                   "stream_k_128x256": 172}
+                   "stream_k_128x256": 172,
+                   # ln_1's folded GEMM adding the parts of s and ss as it loads them (a loop
+                   # over the parts; unrolled, the loads in flight spilled 1464): 0 with s and ss
+                   # given finished
+                   "partials_ln_linear": 64}
 #: Shared memory of an H100/H200 block (bytes): a default that needs more cannot launch.
 SHARED_LIMIT = 232448
 
@@ -121,6 +125,7 @@ def compile_all() -> dict[str, dict]:
                                                                                  built.source)))
     results |= compile_concats(kernel_module, tuning.heuristic("hopper", m, n, k))
     results |= compile_stream_k(kernel_module)
+    results |= compile_partials(kernel_module)
     return results
 
 
@@ -160,6 +165,37 @@ def compile_concats(kernel_module, config) -> dict[str, dict]:
                 kernel_module, built, config if variant == "pingpong" else
                 kernel_module.tuning.heuristic("hopper", m, 4 * c, 4096), launch) | dict(
                 staged=sorted(set(re.findall(r"(op_\w+)_desc = ", built.source))))
+    return results
+
+
+def compile_partials(kernel_module) -> dict[str, dict]:
+    """Row sums left as partials and read as them (`unfinished=`, `coda.RowPartials`), as GPT-2's
+    blocks pass a norm's statistics: the out projection writing its row sums unfinished (no
+    finishing kernel), and ln_1's folded GEMM adding the six parts of each row's sums as it
+    loads them, in both Hopper kernels at GPT-2's shapes."""
+    import torch
+
+    import coda
+    from coda.ops.linear import forward_program
+    from coda.ops.norms import LN_LINEAR
+
+    bf16, m, c = torch.bfloat16, 16384, 768
+    parts = {name: coda.RowPartials(torch.empty(6, m)) for name in ("s", "ss")}
+    launches = {
+        "partials_ln_linear": (LN_LINEAR[True].bind(
+            torch.empty(m, c, dtype=bf16), torch.empty(3 * c, c, dtype=bf16).T,
+            shift=torch.empty(m, dtype=bf16), **parts, inv_n=1 / c, eps=1e-5, u=torch.empty(3 * c),
+            cv=torch.empty(3 * c), bias=torch.empty(3 * c, dtype=bf16)), 3 * c),
+        "unfinished_out_proj": (forward_program(None, True, False, True, False, True).bind(
+            torch.empty(m, c, dtype=bf16), torch.empty(c, c, dtype=bf16).T, bias=torch.empty(c, dtype=bf16),
+            residual=torch.empty(m, c, dtype=bf16), unfinished=["s", "ss"]), c)}
+    results = {}
+    for name, (launch, n) in launches.items():
+        for variant in ("pingpong", "hopper"):
+            built = launch.program.triton._build(kernel_module._signature(launch, variant), variant)
+            config = kernel_module.tuning.heuristic("hopper", m, n, c, pingpong=variant == "pingpong")
+            results[f"{name}/{variant}"] = compile_sm90(kernel_module, built, config, launch) | dict(
+                finish=built.finish is not None, summed_parts=built.source.count("for part in range(1, "))
     return results
 
 
@@ -270,8 +306,20 @@ def test_hopper_kernels_compile_for_sm90():
                             | {f"a_sums_{a}/{v}" for a in ("concat_k_ln_dxhat", "concat_k_plain", "plain",
                                                            "transposed")
                                for v in ("pingpong", "hopper")}
-                            | {"stream_k_128x128/hopper", "stream_k_128x256/hopper"})
+                            | {"stream_k_128x128/hopper", "stream_k_128x256/hopper"}
+                            | {f"{p}/{v}" for p in ("partials_ln_linear", "unfinished_out_proj")
+                               for v in ("pingpong", "hopper")})
     for key, found in results.items():
+        if key.startswith(("partials", "unfinished")):
+            assert found["wgmma"] > 0 and found["tma"] > 0, key
+            assert found["warp_specialized"] == key.endswith("pingpong"), key
+            spills = SPILLS_MEASURED.get(key.split("/")[0], SPILL_LIMIT)
+            assert found["spilled"] <= spills and found["shared"] <= SHARED_LIMIT, (key, found)
+            # the folded GEMM adds s's and ss's parts where it loads them; the out projection
+            # finishes nothing (its only reductions are left unfinished)
+            assert (found["summed_parts"], found["finish"]) == ((2, False) if key.startswith("partials")
+                                                                else (0, False)), (key, found)
+            continue
         if key.startswith("stream_k"):   # a weight gradient's GEMM in the Triton kernel
             assert found["wgmma"] > 0 and found["tma"] > 0 and not found["warp_specialized"], key
             spills = SPILLS_MEASURED.get(key.split("/")[0], SPILL_LIMIT)

@@ -67,6 +67,8 @@ class Signature:
                                              # and width), which the epilogue has read by then
     wide: frozenset[str] = frozenset()  # ping-pong: outputs (`out_y`) stored from registers in
                                         # 16-byte pieces instead of through TMA
+    partials: frozenset[str] = frozenset()    # row operands given as RowPartials (summed on load)
+    unfinished: frozenset[str] = frozenset()  # row sums left as partials (no finishing kernel)
 
 
 def kernel_params(program: Program, sig: Signature) -> list[str]:
@@ -76,6 +78,8 @@ def kernel_params(program: Program, sig: Signature) -> list[str]:
         base = f"op_{name}"
         if kind == "scalar":
             params.append(f"{base}_ptr" if name in sig.scalar_tensors else base)
+        elif name in sig.partials:   # [P, M]: its strides along M and between parts, and P
+            params += [f"{base}_ptr", f"{base}_s0", f"{base}_sp", f"{base}_parts"]
         else:
             params += {"tile": [f"{base}_ptr", f"{base}_s0", f"{base}_s1"],
                        "row": [f"{base}_ptr", f"{base}_s0"],
@@ -321,7 +325,7 @@ class _Emitter:
         if op == "const":
             return self.full(repr(float(node.arg)), width)
         if op == "operand":
-            return self.load_operand(node.arg, width)
+            return self.load_operand(node.arg, width, self.names[node])
         if op == "prior":
             return self.load_tile("out_output", width)
         if op == "unpack":
@@ -361,14 +365,23 @@ class _Emitter:
             bits = f"gl.convert_layout({bits}, {x}.type.layout)"
         return f"{bits} >= cm.keep_threshold({p})"
 
-    def load_operand(self, name: str, width: str) -> str:
+    def load_operand(self, name: str, width: str, v: str) -> str:
         kind, base, d = self.kinds[name], f"op_{name}", _DOMAIN[width]
         if kind == "scalar":
             value = f"tl.load({base}_ptr)" if name in self.sig.scalar_tensors else base
             return f"{self.full('0.0', width)} + {value}"
         if kind == "row":
-            return (f"tl.load({base}_ptr + {d.rows} * {base}_s0, mask={d.mask_rows}, "
-                    f"other=0.0).to(tl.float32)[:, None]")
+            def load(part: str = "") -> str:
+                return (f"tl.load({base}_ptr + {part}{d.rows} * {base}_s0, mask={d.mask_rows}, "
+                        f"other=0.0).to(tl.float32)")
+            if name not in self.sig.partials:
+                return f"{load()}[:, None]"
+            # RowPartials: the row's parts added in index order, in a loop (unrolled, all the
+            # loads in flight at once spilled 1.4 KB a thread in the ping-pong kernel)
+            self.emit(f"{v}_sum = {load()}")
+            self.emit(f"for part in range(1, {base}_parts):")
+            self.emit(f"    {v}_sum += {load(f'part * {base}_sp + ')}")
+            return f"{v}_sum[:, None]"
         if kind == "col":
             return (f"tl.load({base}_ptr + {d.cols} * {base}_s0, mask={d.mask_cols}, "
                     f"other=0.0).to(tl.float32)[None, :]")

@@ -40,8 +40,10 @@ def merge_tile(parts: int) -> tuple[int, int]:
 
 
 def _written(program: Program, sig: Signature) -> list:
-    """The reduction outputs a launch of `sig` writes, in the program's order."""
-    return [o for o in program.ir.outputs if o.reduction is not None and o.name in sig.outputs]
+    """The reduction outputs a launch of `sig` writes and finishes (not those it leaves as
+    partials, `sig.unfinished`), in the program's order."""
+    return [o for o in program.ir.outputs if o.reduction is not None and o.name in sig.outputs
+            and o.name not in sig.unfinished]
 
 
 #: `a_col_sums=True`'s sums, merged as a column sum of K columns: [row blocks, K] partials

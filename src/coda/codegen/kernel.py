@@ -27,6 +27,7 @@ from ..errors import LaunchError
 from ..ir import format_epilogue
 from ..passes.widths import DOUBLE
 from ..runtime.binding import A_COL_SUMS, MAX_PIECES, Concat, Launch
+from ..runtime.partials import RowPartials
 from ..runtime.program import Program, interpreter_enabled
 from . import tuning
 from .epilogue import (
@@ -258,7 +259,10 @@ class Plan:
         self.launcher = None
         self.compiled = None   # Triton's CompiledKernel after the first run (n_regs, n_spills, asm)
         reductions = [spec for spec in launch.outputs if spec.reduction is not None]
-        axes = {spec.reduction[:3] for spec in reductions if spec is not self.a_col_sums}
+        # row sums left as partials (`unfinished=`): each launch's own buffer, returned unfinished
+        self.unfinished = launch.unfinished
+        axes = {spec.reduction[:3] for spec in reductions
+                if spec is not self.a_col_sums and spec.name not in self.unfinished}
         if self.a_col_sums is not None:
             axes.add("a")
         self.finisher = _Finisher(kernel.finish, m, n, launch.k, self.partial_rows, axes,
@@ -266,7 +270,8 @@ class Plan:
         # float32 partials of each reduction: [tiles along the reduced axis, its length], two
         # (max and sum) for a log-sum-exp
         self.partial_shapes = {spec.name: [(self.partial_rows[spec.reduction[:3]], spec.shape[0])]
-                               * (2 if spec.reduction == "row_logsumexp" else 1) for spec in reductions}
+                               * (2 if spec.reduction == "row_logsumexp" else 1) for spec in reductions
+                               if spec.name not in self.unfinished}
         partial_bytes = 4 * sum(r * c for shapes in self.partial_shapes.values() for r, c in shapes)
         if self.stream_k:   # a run's float32 partial tile and its flag (codegen/mainloops.py)
             self.partial_shapes[STREAM_K_PARTIALS] = [(self.grid[0], config.block_m * config.block_n)]
@@ -300,6 +305,8 @@ class Plan:
                 args += (value, *value.stride())
             elif kind == "head":
                 args += (value, *value.stride(), value.shape[1])
+            elif isinstance(value, RowPartials):   # a row's parts, added as they are loaded
+                args += (value.parts, value.parts.stride(1), value.parts.stride(0), value.parts.shape[0])
             else:   # a row or a column: its one stride
                 args += (value, value.stride()[0])
         outputs, finish_args = {}, []
@@ -308,6 +315,11 @@ class Plan:
                 tensor = out if spec.name == "output" and out is not None else torch.empty(
                     spec.shape, dtype=spec.dtype, device=device)
                 args += (tensor, *tensor.stride())
+            elif spec.name in self.unfinished:   # fresh: the caller keeps them
+                parts = torch.empty((self.partial_rows["row"], self.sizes[0]), dtype=torch.float32,
+                                    device=device)
+                args.append(parts)
+                tensor = RowPartials(parts)
             else:
                 tensor = torch.empty(spec.shape, dtype=spec.dtype, device=device)
                 args += partials[spec.name]
@@ -476,8 +488,10 @@ def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
                     else spec.shape[-1] * spec.dtype.itemsize % 16 == 0):
                 (tma if variant == "hopper" or stage_outputs else wide).add(f"out_{spec.name}")
     written = tuple(spec.name for spec in launch.outputs)
+    partials = frozenset(name for name, value in launch.values.items() if isinstance(value, RowPartials))
     return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma),
-                     _reuse(launch, tma) if variant == "pingpong" else (), frozenset(wide))
+                     _reuse(launch, tma) if variant == "pingpong" else (), frozenset(wide), partials,
+                     launch.unfinished)
 
 
 def _reuse(launch: Launch, tma: set[str]) -> tuple[tuple[str, str], ...]:

@@ -12,6 +12,7 @@ import torch
 
 from ..errors import DslError, LaunchError
 from ..ir import Epilogue
+from ..runtime.partials import RowPartials
 from .widths import Widths, columns
 
 
@@ -29,7 +30,10 @@ def infer_kinds(epi: Epilogue, domains: Widths, m: int, n: int, values: dict) ->
         seen = domains.operands.get(name, frozenset({"full"}))
         width = min(seen)
         kind = param.kind or _kind_from_shape(name, value, m, n, width)
-        if kind != "scalar" and not isinstance(value, torch.Tensor):
+        if isinstance(value, RowPartials) and kind != "row":
+            raise LaunchError(f"operand {name!r} (kind {kind}): a RowPartials is a row operand's "
+                              f"sums, not a {kind}")
+        if kind != "scalar" and not isinstance(value, (torch.Tensor, RowPartials)):
             raise LaunchError(f"operand {name!r}: expected a tensor of shape "
                               f"{expected_shape(kind, m, n, width)} (kind {kind}), got "
                               f"{type(value).__name__}")
@@ -45,6 +49,8 @@ def infer_kinds(epi: Epilogue, domains: Widths, m: int, n: int, values: dict) ->
 
 
 def _describe(value) -> str:
+    if isinstance(value, RowPartials):
+        return f"RowPartials of shape {list(value.parts.shape)}"
     if isinstance(value, torch.Tensor):
         return f"tensor of shape {list(value.shape)}"
     return type(value).__name__
@@ -54,6 +60,8 @@ def _fits(kind: str, value, m: int, n: int, width: str) -> bool:
     if kind == "scalar":
         return (isinstance(value, numbers.Real) and not isinstance(value, bool)) or (
             isinstance(value, torch.Tensor) and value.dim() == 0)
+    if isinstance(value, RowPartials):
+        return kind == "row" and tuple(value.shape) == (m,)
     if not isinstance(value, torch.Tensor):
         return False
     cols = columns(width, n)

@@ -16,6 +16,7 @@ import torch
 from ..errors import LaunchError
 from ..passes import infer_kinds
 from ..passes.widths import columns
+from .partials import RowPartials
 from .rng import seed_word
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ class Launch:
     concat: Concat | None
     m_limit: torch.Tensor | None = None
     k_limit: torch.Tensor | None = None
+    unfinished: frozenset[str] = frozenset()   # row sums returned as RowPartials
 
     @property
     def a_pieces(self) -> tuple[torch.Tensor, ...]:
@@ -129,7 +131,8 @@ A_COL_SUMS = "a_col_sums"
 
 
 def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, seed=None,
-         outputs=None, dtypes=None, m_limit=None, k_limit=None, a_col_sums=False) -> Launch:
+         outputs=None, dtypes=None, m_limit=None, k_limit=None, a_col_sums=False,
+         unfinished=None) -> Launch:
     """Validate a launch of `program` and resolve operand kinds and output shapes.
 
     With `b` None the launch is a map: `input` is `a` itself ([M, N], a tensor or a Concat), no
@@ -141,7 +144,8 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     min(M, m_limit) (min(K, k_limit)), read on the device (no synchronization; `check_limit`).
     `a_col_sums` adds the output "a_col_sums" [K]: the sums of A's columns over its M rows (a
     bias gradient, where A is the output gradient of a biased layer), taken in the GEMM's K loop
-    from the tiles it loads anyway (float32, or what `dtypes=` names)."""
+    from the tiles it loads anyway (float32, or what `dtypes=` names). `unfinished` names row
+    sums (`row_sum` outputs) to return as `RowPartials`, their tiles' partials not added up."""
     concat = a if isinstance(a, Concat) else None
     if b is None:
         if not concat:
@@ -200,7 +204,28 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     check_limit("k_limit", k_limit, a.device)
     if k_limit is not None and b is None:
         raise LaunchError("k_limit= bounds a GEMM's K: a map has none")
-    return Launch(program, a, b, m, n, k, kinds, values, selected, out, seed, concat, m_limit, k_limit)
+    return Launch(program, a, b, m, n, k, kinds, values, selected, out, seed, concat, m_limit, k_limit,
+                  _unfinished(unfinished, selected, dtypes))
+
+
+def _unfinished(names, selected: tuple[OutputSpec, ...], dtypes) -> frozenset[str]:
+    """The outputs `unfinished=` names: row sums the launch writes, stored as float32 partials
+    (so not in `dtypes=`)."""
+    if names is None:
+        return frozenset()
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise LaunchError(f"unfinished= takes a list of output names, got {names!r}")
+    specs = {s.name: s for s in selected}
+    for name in names:
+        spec = specs.get(name)
+        if spec is None or spec.reduction != "row_sum":
+            sums = ", ".join(s.name for s in selected if s.reduction == "row_sum") or "none"
+            raise LaunchError(f"unfinished=: {name!r} is not a row sum this launch writes; its "
+                              f"row sums: {sums}")
+        if dtypes and name in dtypes:
+            raise LaunchError(f"unfinished=: {name!r} comes back as float32 partials; it takes no "
+                              f"dtype in dtypes=")
+    return frozenset(names)
 
 
 def check_limit(name: str, limit, device: torch.device) -> None:
@@ -305,7 +330,7 @@ def _operand_values(epi, operands: dict, device: torch.device) -> dict[str, obje
             kind = f" (kind {param.kind})" if param.kind else ""
             raise LaunchError(f"missing operand {name!r}{kind}: pass it by keyword, "
                               f"`prog(a, b, {name}=...)`")
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, (torch.Tensor, RowPartials)):
             if value.device != device:
                 raise LaunchError(f"operand {name!r} is on {value.device} but A is on {device}")
             if value.dtype not in FLOAT_DTYPES:

@@ -11,6 +11,7 @@ from ..ir import Epilogue, format_epilogue
 from ..passes import optimize, widths
 from ..passes.widths import COLUMNS
 from .binding import Concat, Launch, bind, check_per_call, probability_operands
+from .partials import RowPartials
 from .reference import run_reference
 from .rng import seed_word
 
@@ -19,11 +20,14 @@ BACKENDS = ("auto", "triton", "reference")
 
 def _meta(x) -> tuple | type:
     """What a launch plan depends on: a tensor's layout (and 16-byte alignment, on which Triton
-    specializes pointers), a Concat's pieces' and axis, or a non-tensor's type."""
+    specializes pointers), a Concat's pieces' and axis, RowPartials' partials, or a non-tensor's
+    type."""
     if isinstance(x, torch.Tensor):
         return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0)
     if isinstance(x, Concat):
         return (x.dim, *map(_meta, x.pieces))
+    if isinstance(x, RowPartials):
+        return (RowPartials, _meta(x.parts))
     return type(x)
 
 
@@ -75,30 +79,34 @@ class Program:
                  seed: int | None = None, outputs: list[str] | None = None,
                  dtypes: dict[str, torch.dtype] | None = None, m_limit: torch.Tensor | None = None,
                  k_limit: torch.Tensor | None = None, a_col_sums: bool = False,
-                 **operands) -> dict[str, torch.Tensor]:
+                 unfinished: list[str] | None = None, **operands) -> dict[str, torch.Tensor]:
         """Run `A @ B` and the epilogue; returns {output name: tensor}. `outputs` selects
         which outputs to produce (default all): a cross-entropy can keep its row reductions
         and never write the logits. `dtypes` names the dtype an output is stored in.
         `m_limit` / `k_limit` (one-element integer tensors on the device) run the launch as if
         M / K were at most their value: the rows past it are neither computed nor written.
         `a_col_sums=True` adds "a_col_sums" [K], the sums of A's columns, taken from the tiles
-        the K loop loads (the bias gradient of the layer whose output gradient A is)."""
+        the K loop loads (the bias gradient of the layer whose output gradient A is).
+        `unfinished` names row sums to return as `coda.RowPartials` (their tiles' partials, no
+        finishing kernel), for a program that takes them as a row operand and adds them as it
+        reads them (a norm's statistics)."""
         return self._launch(a, b, backend, out, out_dtype, seed, outputs, dtypes, operands,
-                            (m_limit, k_limit), a_col_sums)
+                            (m_limit, k_limit), a_col_sums, unfinished)
 
     def map(self, x: torch.Tensor, /, *, backend: str = "auto", out: torch.Tensor | None = None,
             out_dtype: torch.dtype | None = None, seed: int | None = None,
             outputs: list[str] | None = None, dtypes: dict[str, torch.dtype] | None = None,
-            m_limit: torch.Tensor | None = None, **operands) -> dict[str, torch.Tensor]:
+            m_limit: torch.Tensor | None = None, unfinished: list[str] | None = None,
+            **operands) -> dict[str, torch.Tensor]:
         """Run the epilogue on an existing [M, N] tensor (`input` = x), without a GEMM: for the
         element-wise and reduction steps whose input no GEMM produces (a norm's statistics of a
-        model input, an activation's derivative applied to an incoming gradient). `m_limit` as
-        for a GEMM."""
+        model input, an activation's derivative applied to an incoming gradient). `m_limit` and
+        `unfinished` as for a GEMM."""
         return self._launch(x, None, backend, out, out_dtype, seed, outputs, dtypes, operands,
-                            (m_limit, None))
+                            (m_limit, None), unfinished=unfinished)
 
     def _launch(self, a, b, backend, out, out_dtype, seed, outputs, dtypes, operands, limits,
-                a_col_sums=False) -> dict[str, torch.Tensor]:
+                a_col_sums=False, unfinished=None) -> dict[str, torch.Tensor]:
         key = None
         first = a.pieces[0] if isinstance(a, Concat) else a
         if backend != "reference" and isinstance(first, torch.Tensor) and (
@@ -107,7 +115,8 @@ class Program:
             # that was validated before, so only the values outside this key are checked.
             key = (backend, _meta(a), _meta(b), _meta(out), out_dtype, seed is None,
                    outputs if outputs is None else tuple(outputs),
-                   None if dtypes is None else repr(dtypes), *map(_meta, limits), a_col_sums, *operands,
+                   None if dtypes is None else repr(dtypes), *map(_meta, limits), a_col_sums,
+                   unfinished if unfinished is None else tuple(unfinished), *operands,
                    *map(_meta, operands.values()))
             plan = self._plans.get(key)
             if plan is not None:
@@ -116,7 +125,7 @@ class Program:
                 return plan.run(a, b, operands, out, seed_word(seed), limits)
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
                       outputs=outputs, dtypes=dtypes, m_limit=limits[0], k_limit=limits[1],
-                      a_col_sums=a_col_sums)
+                      a_col_sums=a_col_sums, unfinished=unfinished)
         if self._pick_backend(backend, launch.a) == "reference":
             return run_reference(launch)
         plan, outputs = self.triton.start(launch)
@@ -131,7 +140,8 @@ class Program:
     def bind(self, a: torch.Tensor, b: torch.Tensor | None, /, **kwargs) -> Launch:
         """Validate a launch without running it (what `__call__` does first)."""
         options = {k: kwargs.pop(k) for k in ("out", "out_dtype", "seed", "outputs", "dtypes",
-                                              "m_limit", "k_limit", "a_col_sums") if k in kwargs}
+                                              "m_limit", "k_limit", "a_col_sums", "unfinished")
+                   if k in kwargs}
         return bind(self, a, b, kwargs, **options)
 
     @property
