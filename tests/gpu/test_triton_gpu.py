@@ -192,6 +192,40 @@ def test_reductions_stored_in_bfloat16_are_the_float32_sums_rounded_once():
         assert torch.equal(narrow[key], wide[key].to(torch.bfloat16)), key
 
 
+@pytest.mark.parametrize("mainloop", ["default", "pingpong"])
+@pytest.mark.parametrize("shape", [(4096, 768, 768), (1000, 1030, 520)])
+def test_unfinished_row_sums_read_as_row_partials(mainloop, shape):
+    """A launch's row sums left as its tiles' parts (`unfinished=`, coda.RowPartials) add up to
+    the finished sums; a GEMM (either Hopper kernel) and a map reading them as row operands give
+    what they give with the finished sums, to the float32 rounding of the two ways of adding
+    (the finishing kernel adds a row's parts as a tree, the readers in index order)."""
+    m, n, k = shape
+    stats = coda.compile("EPILOGUE(residual: tile) { output = input + residual;"
+                         " ss = row_sum(output * output); s = row_sum(output); }")
+    norm = coda.compile("EPILOGUE(s: row, ss: row, inv_n: scalar) { mu = s * inv_n;"
+                        " output = (input - mu) * rsqrt(ss * inv_n - mu * mu + 1e-5); }")
+    g = torch.Generator(device="cuda").manual_seed(6)
+    a, w, res = (torch.randn(*s, device="cuda", generator=g).to(torch.bfloat16)
+                 for s in ((m, k), (n, k), (m, n)))
+    config = MAINLOOPS[mainloop]
+
+    def run(*args, **kw):
+        return stats(*args, **kw) if config is None else stats.triton.launch(stats.bind(*args, **kw), config)
+    finished = run(a, w.T, residual=res)
+    parts = run(a, w.T, residual=res, unfinished=["ss", "s"])
+    assert torch.equal(parts["output"], finished["output"])
+    for key in ("ss", "s"):
+        assert isinstance(parts[key], coda.RowPartials) and parts[key].parts.shape[0] > 1
+        torch.testing.assert_close(parts[key].total(), finished[key], rtol=1e-5, atol=1e-3)
+    b = torch.randn(k, 640, device="cuda", generator=g).to(torch.bfloat16)
+    for reader in (lambda **sums: norm(a, b, inv_n=1 / n, **sums), lambda **sums: norm.map(
+            finished["output"], inv_n=1 / n, **sums)):
+        got = reader(s=parts["s"], ss=parts["ss"])["output"].float()
+        want = reader(s=finished["s"], ss=finished["ss"])["output"].float()
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)   # a bf16 ulp where they round apart
+        assert (got != want).float().mean() < 0.01
+
+
 def test_kept_partials_on_two_streams_at_once():
     """A plan's reductions keep one set of partial buffers per stream: launches on two streams
     at once, each with its own input, each finish their own sums."""

@@ -1,20 +1,17 @@
 """LayerNorm's one-pass backward with each row on one warp (rows_on_warps.patch: rows as tuples
 of [ROWS, 256] chunks) against main's kernel (rows padded to 1024 columns across four warps,
 `coda.nn.layer_norm_grad`), in one process; the patched module is loaded from --variant (a copy
-of src/ with the patch applied: next_session.sh makes it):
+of src/ with the patch applied: next_session.sh makes it).
 
-1. GPT-2's shapes (16384 x 768, dres, dg and dβ, dx's column sums; with and without the norm's
-   output xn as ln_1 and ln_2 run it) and wider rows: every choice (ROWS, warps, programs,
-   STAGES) of a grid, 10 launches a CUDA graph (the partials' sum included), rounds in
-   alternating order, medians; each result against float64 autograd.
-2. GPT-2's training step with the patched kernel (the fastest choice of 1. at 768 columns as its
-   config()) and with main's, two models from one initialization, replayed in
-   alternating rounds (the fortieth session's ln_linear_probe.step_timing), then the kernels
-   that differ in one profiled replay of each.
-Run: python benchmarks/results/session44/ln_backward_probe.py --variant PATH [--no-step]"""
+GPT-2's shapes (16384 x 768, dres, dg and dβ, dx's column sums; with and without the norm's
+output xn, as ln_1 and ln_2 run it) and wider rows: every choice (ROWS, warps, programs, STAGES)
+of a grid, 10 launches a CUDA graph (the partials' sum included), rounds in alternating order,
+medians; each result against float64 autograd. The last line, "best: ROWS,warps,programs per
+SM,STAGES", is the fastest choice at 768 columns (summed over both forms), for the patch's
+config() (call2.sh takes it as LN_CONFIG).
+Run: python benchmarks/results/session44/ln_backward_probe.py --variant PATH"""
 
 import argparse
-import contextlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -22,9 +19,8 @@ from pathlib import Path
 import torch
 
 here = Path(__file__).resolve().parent
-sys.path[:0] = [str(here.parent / "session40"), str(here.parent / "session43"), str(here.parents[1])]
+sys.path[:0] = [str(here.parent / "session40"), str(here.parents[1])]
 import ln_linear_probe as probe  # noqa: E402
-import notes_probe  # noqa: E402
 
 from coda.nn import layer_norm_grad  # noqa: E402
 
@@ -102,25 +98,9 @@ def sweep(rows) -> tuple:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--variant", required=True, help="the patched layer_norm_grad.py")
-    parser.add_argument("--no-step", action="store_true")
-    args = parser.parse_args()
-    rows = load_variant(args.variant)
-    choice = sweep(rows)
-    if args.no_step:
-        return
-    default_config = rows.config
-
-    def config(m, n, device, _default=default_config):
-        return (choice[0], choice[1], min(-(-m // choice[0]), choice[2]), choice[3]) if n <= 1024 \
-            else _default(m, n, device)
-
-    @contextlib.contextmanager
-    def rows_form():
-        with probe.patched(rows, "config", config), probe.patched(layer_norm_grad, "launch", rows.launch):
-            yield
-
-    probe.FORMS = {"rows on warps": rows_form, "main": contextlib.nullcontext}
-    probe.step_timing(after=notes_probe.profiled)
+    choice = sweep(load_variant(parser.parse_args().variant))
+    print("best: " + ",".join(map(str, (choice[0], choice[1], choice[2] // torch.cuda.get_device_properties(0)
+                                        .multi_processor_count, choice[3]))), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
-# Left by the forty-fourth session (no device machine was lent to it) for the next one.
+# Left by the forty-fourth session (no device machine was lent to it) for the next one: call 1.
 #   run(command="bash benchmarks/results/session44/next_session.sh", timeout_s=600)
-# 1. The whole GPU suite on main (pending since the 43rd session: its last change, notes_from's
-#    dtype and custom-op guards, ran on the CPU only).
-# 2. LayerNorm's one-pass backward with each row on one warp (rows_on_warps.patch, applied to a
-#    copy of src/ in /tmp/rows) against main's kernel: a sweep of its choices at GPT-2's shape
-#    and main's default at wider rows, errors against float64, then GPT-2's step A/B in one
-#    process (ln_backward_probe.py). Main's kernel: 37.6 µs at 16384 x 768 with dres (37th
-#    session), about 3.1 TB/s where a copy moves 4.3.
-# Then, if the patch wins: git apply it, put the probe's fastest choice in its config() (FILL IN
-# line), run the norms' / GPT / HF GPU tests and GPT-2 and BERT against compile+graph (call 2 in
-# benchmarks/results/session44/README.md).
+# 1. The whole GPU suite on main (its last full run was before the 43rd session's notes_from
+#    change; main now also has coda.RowPartials / unfinished=, whose GPU test is new).
+# 2. LayerNorm's one-pass backward with each row on one warp (rows_on_warps.patch) against
+#    main's: the sweep of its choices at GPT-2's shape, main's default at wider rows, errors
+#    against float64 (ln_backward_probe.py; main's kernel: 37.6 µs at 16384 x 768 with dres in
+#    the 37th session, about 3.1 TB/s where a copy moves 4.3). Its last line, "best: ...", is
+#    LN_CONFIG for call 2.
+# 3. The GPU tests of the norms and of the GPT-2 / HF models on /tmp/partials (both patches).
+# Then call 2 (call2.sh, README.md): GPT-2 and BERT, main and both trees against compile+graph.
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
 out=${OUT:-/tmp}
-here=$PWD
-timeout 280 python -m pytest -q -n 12 -p no:cacheprovider -rf tests/gpu tests/integrations/test_compile_gpu.py \
+timeout 260 python -m pytest -q -n 12 -p no:cacheprovider -rf tests/gpu tests/integrations/test_compile_gpu.py \
     > "$out/gpu_tests.log" 2>&1
-echo "gpu tests rc=$?"; grep -E "^FAILED|passed|failed" "$out/gpu_tests.log" | cut -c1-250 | head -20
-rm -rf /tmp/rows && mkdir /tmp/rows && cp -r src tests /tmp/rows/ \
-    && (cd /tmp/rows && git apply "$here/benchmarks/results/session44/rows_on_warps.patch") && echo "patch applied"
-timeout 290 python benchmarks/results/session44/ln_backward_probe.py --variant /tmp/rows/src/coda/nn/layer_norm_grad.py \
+echo "gpu tests (main) rc=$?"; grep -E "^FAILED|passed|failed" "$out/gpu_tests.log" | cut -c1-250 | head -20
+bash benchmarks/results/session44/trees.sh > "$out/trees.log" 2>&1; echo "trees rc=$?"; cat "$out/trees.log"
+timeout 170 python benchmarks/results/session44/ln_backward_probe.py --variant /tmp/rows/src/coda/nn/layer_norm_grad.py \
     > "$out/ln_backward_probe.log" 2>&1
-echo "probe rc=$?"; grep -v Warning "$out/ln_backward_probe.log" | grep -E "x768|fastest|rows  |main  |GPT-2|total|failed" | head -60
+echo "probe rc=$?"; grep -v Warning "$out/ln_backward_probe.log" | grep -E "x[0-9]+ xn|  main|  rows  None|  rows  \(4, 4, 2, 3\)|fastest|best|failed" | head -40
+(cd /tmp/partials && PYTHONPATH=/tmp/partials/src timeout 130 python -m pytest -q -n 12 -p no:cacheprovider -rf \
+    tests/gpu/test_ops_norms.py tests/gpu/test_nn_gpt.py tests/gpu/test_hf_gpu.py tests/gpu/test_concat_gpu.py) \
+    > "$out/gpu_tests_partials.log" 2>&1
+echo "gpu tests (partials tree) rc=$?"; grep -E "^FAILED|passed|failed" "$out/gpu_tests_partials.log" | cut -c1-250 | head
