@@ -1,6 +1,6 @@
 """coda.RowPartials: row sums a launch leaves unfinished (`unfinished=`: its tiles' partials, no
-finishing kernel) and a program that takes them as a row operand, adding each row's parts as it
-loads them.
+finishing kernel) and a program that takes them as a row or column operand, adding each value's
+parts as it loads them.
 
 Through the Triton interpreter (the real portable and map kernels, whose 32-column tiles give
 a width of 100 four parts) and the reference backend, in float32 against float64 formulas: the
@@ -88,6 +88,22 @@ def test_parts_given_by_hand_in_any_number():
     assert close(got, want["output"].double(), 1e-5)
 
 
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+def test_a_column_operand_reads_row_partials(backend):
+    """The row sums of one launch as another's column operand (LayerNorm's weight fold: u and cv,
+    row sums of the folded weight, are the folded GEMM's column vectors): the parts of each
+    column's value added as the epilogue loads them."""
+    g = torch.Generator().manual_seed(7)
+    w, a, b = (torch.randn(*shape, generator=g) for shape in ((100, 64), (70, 48), (48, 100)))
+    sums = coda.compile("EPILOGUE { output = input; u = row_sum(input); }")
+    u = sums.map(w, backend=backend, outputs=["u"], unfinished=["u"])["u"]
+    assert u.shape == (100,) and u.parts.shape[0] == (1 if backend == "reference" else 2)
+    for _ in range(2):
+        got = STATS(a, b, backend=backend, bias=u, outputs=["output", "c"])
+        y = a.double() @ b.double() + w.double().sum(1)
+        assert close(got["output"], y) and close(got["c"], y.sum(0))
+
+
 def test_unfinished_launch_runs_no_finishing_kernel(monkeypatch):
     """With every reduction of a launch left unfinished no finishing kernel runs; with some,
     the finishing kernel merges only the others."""
@@ -124,7 +140,9 @@ def test_row_partials_under_a_row_limit():
     (lambda a, b, bias: STATS(a, b, bias=bias, unfinished="ss"), "list of output names"),
     (lambda a, b, bias: STATS(a, b, bias=bias, unfinished=["ss"], dtypes={"ss": torch.float16}),
      "takes no dtype"),
-    (lambda a, b, bias: STATS(a, b, bias=coda.RowPartials(torch.ones(2, 100))), "not a col"),
+    (lambda a, b, bias: NORM.map(a, s=torch.ones(70), ss=torch.ones(70),
+                                 inv_n=coda.RowPartials(torch.ones(2, 70))), "not a scalar"),
+    (lambda a, b, bias: STATS(a, b, bias=coda.RowPartials(torch.ones(2, 99))), "expected shape [100]"),
     (lambda a, b, bias: NORM.map(a, s=coda.RowPartials(torch.ones(2, 69)), ss=torch.ones(70), inv_n=1.0),
      "expected shape [70]"),
     (lambda a, b, bias: coda.RowPartials(torch.ones(70)), "[P, M] tensor"),

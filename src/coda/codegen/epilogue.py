@@ -67,7 +67,7 @@ class Signature:
                                              # and width), which the epilogue has read by then
     wide: frozenset[str] = frozenset()  # ping-pong: outputs (`out_y`) stored from registers in
                                         # 16-byte pieces instead of through TMA
-    partials: frozenset[str] = frozenset()    # row operands given as RowPartials (summed on load)
+    partials: frozenset[str] = frozenset()    # vector operands given as RowPartials (summed on load)
     unfinished: frozenset[str] = frozenset()  # row sums left as partials (no finishing kernel)
 
 
@@ -370,21 +370,21 @@ class _Emitter:
         if kind == "scalar":
             value = f"tl.load({base}_ptr)" if name in self.sig.scalar_tensors else base
             return f"{self.full('0.0', width)} + {value}"
-        if kind == "row":
+        if kind in ("row", "col"):
+            index, mask, axis = (d.rows, d.mask_rows, "[:, None]") if kind == "row" else (
+                d.cols, d.mask_cols, "[None, :]")
+
             def load(part: str = "") -> str:
-                return (f"tl.load({base}_ptr + {part}{d.rows} * {base}_s0, mask={d.mask_rows}, "
+                return (f"tl.load({base}_ptr + {part}{index} * {base}_s0, mask={mask}, "
                         f"other=0.0).to(tl.float32)")
             if name not in self.sig.partials:
-                return f"{load()}[:, None]"
-            # RowPartials: the row's parts added in index order, in a loop (unrolled, all the
+                return f"{load()}{axis}"
+            # RowPartials: each value's parts added in index order, in a loop (unrolled, all the
             # loads in flight at once spilled 1.4 KB a thread in the ping-pong kernel)
             self.emit(f"{v}_sum = {load()}")
             self.emit(f"for part in range(1, {base}_parts):")
             self.emit(f"    {v}_sum += {load(f'part * {base}_sp + ')}")
-            return f"{v}_sum[:, None]"
-        if kind == "col":
-            return (f"tl.load({base}_ptr + {d.cols} * {base}_s0, mask={d.mask_cols}, "
-                    f"other=0.0).to(tl.float32)[None, :]")
+            return f"{v}_sum{axis}"
         return self.load_tile(base, width)
 
     def load_tile(self, base: str, width: str) -> str:

@@ -30,9 +30,9 @@ def infer_kinds(epi: Epilogue, domains: Widths, m: int, n: int, values: dict) ->
         seen = domains.operands.get(name, frozenset({"full"}))
         width = min(seen)
         kind = param.kind or _kind_from_shape(name, value, m, n, width)
-        if isinstance(value, RowPartials) and kind != "row":
-            raise LaunchError(f"operand {name!r} (kind {kind}): a RowPartials is a row operand's "
-                              f"sums, not a {kind}")
+        if isinstance(value, RowPartials) and kind not in ("row", "col"):
+            raise LaunchError(f"operand {name!r} (kind {kind}): a RowPartials is a row or column "
+                              f"operand's sums, not a {kind}")
         if kind != "scalar" and not isinstance(value, (torch.Tensor, RowPartials)):
             raise LaunchError(f"operand {name!r}: expected a tensor of shape "
                               f"{expected_shape(kind, m, n, width)} (kind {kind}), got "
@@ -61,7 +61,7 @@ def _fits(kind: str, value, m: int, n: int, width: str) -> bool:
         return (isinstance(value, numbers.Real) and not isinstance(value, bool)) or (
             isinstance(value, torch.Tensor) and value.dim() == 0)
     if isinstance(value, RowPartials):
-        return kind == "row" and tuple(value.shape) == (m,)
+        return tuple(value.shape) == {"row": (m,), "col": (columns(width, n),)}.get(kind)
     if not isinstance(value, torch.Tensor):
         return False
     cols = columns(width, n)
