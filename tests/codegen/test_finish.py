@@ -137,3 +137,27 @@ def test_reductions_stored_in_another_dtype_are_the_float32_result_rounded_once(
     assert torch.equal(half["s"], wide["s"].to(torch.float16))
     assert torch.equal(half["cs"], wide["cs"].to(torch.float16))
     assert torch.equal(half["lse"], wide["lse"])
+
+
+@pytest.mark.parametrize(("outputs", "finishes"), [(["s", "top"], False), (["s", "top", "cs"], True),
+                                                  (["s", "lse"], True)])
+def test_row_reductions_one_tile_wide_need_no_finishing_kernel(outputs, finishes, monkeypatch):
+    """Where one column tile holds a whole row (here 24 columns, the interpreter's tiles 32 wide)
+    its partial of a row sum or maximum is the result: the kernel writes it in place and no
+    finishing kernel runs, unless the launch has reductions that need one (column sums, a
+    log-sum-exp's two partials); under an m_limit, the rows before it are right."""
+    from coda.codegen import kernel
+
+    calls = []
+    finisher = kernel._Finisher.__call__
+    monkeypatch.setattr(kernel._Finisher, "__call__", lambda self, buffers, device:
+                        calls.append(1) or finisher(self, buffers, device))
+    x = torch.randn(70, 24, generator=torch.Generator().manual_seed(4)) * 5
+    want = reference(x)
+    for _ in range(2):
+        out = ALL.map(x, outputs=outputs)
+        for key in outputs:
+            torch.testing.assert_close(out[key].double(), want[key], rtol=1e-5, atol=1e-4, msg=key)
+    assert bool(calls) == finishes
+    limited = ALL.map(x, outputs=["s"], m_limit=torch.tensor([33]))["s"]
+    torch.testing.assert_close(limited[:33].double(), want["s"][:33], rtol=1e-5, atol=1e-4)

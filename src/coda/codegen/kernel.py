@@ -261,8 +261,15 @@ class Plan:
         reductions = [spec for spec in launch.outputs if spec.reduction is not None]
         # row sums left as partials (`unfinished=`): each launch's own buffer, returned unfinished
         self.unfinished = launch.unfinished
-        axes = {spec.reduction[:3] for spec in reductions
-                if spec is not self.a_col_sums and spec.name not in self.unfinished}
+        finished = [spec for spec in reductions
+                    if spec is not self.a_col_sums and spec.name not in self.unfinished]
+        # every finished reduction a float32 row sum or maximum that one column tile (or epilogue
+        # slice) holds whole: that tile's partial is the result, written where it goes, and no
+        # finishing kernel runs
+        self.direct = (self.partial_rows["row"] == 1 and self.a_col_sums is None and bool(finished)
+                       and all(spec.reduction in ("row_sum", "row_max") and spec.dtype == torch.float32
+                               for spec in finished))
+        axes = set() if self.direct else {spec.reduction[:3] for spec in finished}
         if self.a_col_sums is not None:
             axes.add("a")
         self.finisher = _Finisher(kernel.finish, m, n, launch.k, self.partial_rows, axes,
@@ -271,7 +278,7 @@ class Plan:
         # (max and sum) for a log-sum-exp
         self.partial_shapes = {spec.name: [(self.partial_rows[spec.reduction[:3]], spec.shape[0])]
                                * (2 if spec.reduction == "row_logsumexp" else 1) for spec in reductions
-                               if spec.name not in self.unfinished}
+                               if spec.name not in self.unfinished and not self.direct}
         partial_bytes = 4 * sum(r * c for shapes in self.partial_shapes.values() for r, c in shapes)
         if self.stream_k:   # a run's float32 partial tile and its flag (codegen/mainloops.py)
             self.partial_shapes[STREAM_K_PARTIALS] = [(self.grid[0], config.block_m * config.block_n)]
@@ -320,6 +327,9 @@ class Plan:
                                     device=device)
                 args.append(parts)
                 tensor = RowPartials(parts)
+            elif self.direct:   # its one partial is the result
+                tensor = torch.empty(spec.shape, dtype=spec.dtype, device=device)
+                args.append(tensor)
             else:
                 tensor = torch.empty(spec.shape, dtype=spec.dtype, device=device)
                 args += partials[spec.name]
