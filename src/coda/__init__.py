@@ -17,7 +17,7 @@ from .dsl.parser import parse
 from .dsl.tracer import FUNCTIONS, trace
 from .errors import CodaError, DslError, LaunchError
 from .runtime.binding import Concat
-from .runtime.partials import RowPartials
+from .runtime.partials import Partials
 from .runtime.program import Program
 
 __version__ = "0.1.0"
@@ -54,7 +54,7 @@ _TOO_DEEP = ("the program nests expressions too deeply for the compiler (hundred
              "split long expressions into several statements")
 
 
-__all__ = ["CodaError", "Concat", "DslError", "LaunchError", "Program", "RowPartials", "col", "compile",
+__all__ = ["CodaError", "Concat", "DslError", "LaunchError", "Program", "Partials", "col", "compile",
            "epilogue", "head", "row", "scalar", "tile", *FUNCTIONS]
 
 

@@ -169,7 +169,7 @@ def compile_concats(kernel_module, config) -> dict[str, dict]:
 
 
 def compile_partials(kernel_module) -> dict[str, dict]:
-    """Row sums left as partials and read as them (`unfinished=`, `coda.RowPartials`), as GPT-2's
+    """Row sums left as partials and read as them (`unfinished=`, `coda.Partials`), as GPT-2's
     blocks pass a norm's statistics: the out projection writing its row sums unfinished (no
     finishing kernel), and ln_1's folded GEMM adding the six parts of each row's sums as it
     loads them, in both Hopper kernels at GPT-2's shapes."""
@@ -180,7 +180,7 @@ def compile_partials(kernel_module) -> dict[str, dict]:
     from coda.ops.norms import LN_LINEAR
 
     bf16, m, c = torch.bfloat16, 16384, 768
-    parts = {name: coda.RowPartials(torch.empty(6, m)) for name in ("s", "ss")}
+    parts = {name: coda.Partials(torch.empty(6, m)) for name in ("s", "ss")}
     launches = {
         "partials_ln_linear": (LN_LINEAR[True].bind(
             torch.empty(m, c, dtype=bf16), torch.empty(3 * c, c, dtype=bf16).T,

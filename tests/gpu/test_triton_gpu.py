@@ -195,7 +195,7 @@ def test_reductions_stored_in_bfloat16_are_the_float32_sums_rounded_once():
 @pytest.mark.parametrize("mainloop", ["default", "pingpong"])
 @pytest.mark.parametrize("shape", [(4096, 768, 768), (1000, 1030, 520)])
 def test_unfinished_row_sums_read_as_row_partials(mainloop, shape):
-    """A launch's row sums left as its tiles' parts (`unfinished=`, coda.RowPartials) add up to
+    """A launch's row sums left as its tiles' parts (`unfinished=`, coda.Partials) add up to
     the finished sums; a GEMM (either Hopper kernel) and a map reading them as row operands give
     what they give with the finished sums, to the float32 rounding of the two ways of adding
     (the finishing kernel adds a row's parts as a tree, the readers in index order)."""
@@ -215,7 +215,7 @@ def test_unfinished_row_sums_read_as_row_partials(mainloop, shape):
     parts = run(a, w.T, residual=res, unfinished=["ss", "s"])
     assert torch.equal(parts["output"], finished["output"])
     for key in ("ss", "s"):
-        assert isinstance(parts[key], coda.RowPartials) and parts[key].parts.shape[0] > 1
+        assert isinstance(parts[key], coda.Partials) and parts[key].parts.shape[0] > 1
         torch.testing.assert_close(parts[key].total(), finished[key], rtol=1e-5, atol=1e-3)
     b = torch.randn(k, 640, device="cuda", generator=g).to(torch.bfloat16)
     for reader in (lambda **sums: norm(a, b, inv_n=1 / n, **sums), lambda **sums: norm.map(

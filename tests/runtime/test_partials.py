@@ -1,4 +1,4 @@
-"""coda.RowPartials: row sums a launch leaves unfinished (`unfinished=`: its tiles' partials, no
+"""coda.Partials: row sums a launch leaves unfinished (`unfinished=`: its tiles' partials, no
 finishing kernel) and a program that takes them as a row or column operand, adding each value's
 parts as it loads them.
 
@@ -44,7 +44,7 @@ def test_unfinished_row_sums_add_up(backend, parts):
         outs = STATS(a, b, backend=backend, bias=bias, unfinished=["ss", "s"])
         for name, want in (("ss", (y * y).sum(1)), ("s", y.sum(1))):
             got = outs[name]
-            assert isinstance(got, coda.RowPartials) and got.parts.shape == (parts, 70)
+            assert isinstance(got, coda.Partials) and got.parts.shape == (parts, 70)
             assert got.shape == (70,) and got.parts.dtype == torch.float32
             assert close(got.total(), want), name
         assert close(outs["c"], y.sum(0)) and close(outs["output"], y)
@@ -72,7 +72,7 @@ def test_a_program_reads_row_partials(backend):
 
 
 def test_parts_given_by_hand_in_any_number():
-    """RowPartials made by hand: one part, three, eight (the count is an argument of one
+    """Partials made by hand: one part, three, eight (the count is an argument of one
     kernel), a [P, M] view with strides (1, 3); each as the summed vector would give."""
     g = torch.Generator().manual_seed(5)
     x = torch.randn(40, 64, generator=g)
@@ -80,10 +80,10 @@ def test_parts_given_by_hand_in_any_number():
         s = torch.randn(parts, 40, generator=g)
         ss = torch.rand(parts, 40, generator=g) * 50 + 50 * parts
         want = NORM.map(x, backend="reference", s=s.sum(0), ss=ss.sum(0), inv_n=1 / 64)["output"]
-        got = NORM.map(x, s=coda.RowPartials(s), ss=coda.RowPartials(ss), inv_n=1 / 64)["output"]
+        got = NORM.map(x, s=coda.Partials(s), ss=coda.Partials(ss), inv_n=1 / 64)["output"]
         assert close(got, want.double(), 1e-5), parts
     wide = torch.randn(40, 3, generator=g).T   # [3, 40] with stride (1, 3)
-    got = NORM.map(x, s=coda.RowPartials(wide), ss=coda.RowPartials(wide * 0 + 200), inv_n=1 / 64)["output"]
+    got = NORM.map(x, s=coda.Partials(wide), ss=coda.Partials(wide * 0 + 200), inv_n=1 / 64)["output"]
     want = NORM.map(x, backend="reference", s=wide.sum(0), ss=torch.full((40,), 600.0), inv_n=1 / 64)
     assert close(got, want["output"].double(), 1e-5)
 
@@ -102,6 +102,29 @@ def test_a_column_operand_reads_row_partials(backend):
         got = STATS(a, b, backend=backend, bias=u, outputs=["output", "c"])
         y = a.double() @ b.double() + w.double().sum(1)
         assert close(got["output"], y) and close(got["c"], y.sum(0))
+
+
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+def test_unfinished_column_sums_of_a(backend, monkeypatch):
+    """`a_col_sums=True, unfinished=["a_col_sums"]`: A's column sums as Partials over the row
+    blocks (3 of 32 rows for 70 under the interpreter), no finishing kernel for them; the
+    launch's other reductions still finished, right."""
+    calls = []
+    finisher = kernel_module._Finisher.__call__
+    monkeypatch.setattr(kernel_module._Finisher, "__call__", lambda self, buffers, device:
+                        calls.append(len(buffers)) or finisher(self, buffers, device))
+    a, b, bias = inputs(seed=3)
+    y = a.double() @ b.double() + bias.double()
+    for outputs, finished in ((["output"], []), (["output", "c"], [3])):
+        calls.clear()
+        outs = STATS(a, b, backend=backend, bias=bias, outputs=outputs, a_col_sums=True,
+                     unfinished=["a_col_sums"])
+        sums = outs["a_col_sums"]
+        assert isinstance(sums, coda.Partials) and sums.parts.shape == ((3 if backend == "triton" else 1), 48)
+        assert close(sums.total(), a.double().sum(0)) and close(outs["output"], y)
+        assert calls == (finished if backend == "triton" else [])
+        if "c" in outputs:
+            assert close(outs["c"], y.sum(0))
 
 
 def test_unfinished_launch_runs_no_finishing_kernel(monkeypatch):
@@ -141,13 +164,15 @@ def test_row_partials_under_a_row_limit():
     (lambda a, b, bias: STATS(a, b, bias=bias, unfinished=["ss"], dtypes={"ss": torch.float16}),
      "takes no dtype"),
     (lambda a, b, bias: NORM.map(a, s=torch.ones(70), ss=torch.ones(70),
-                                 inv_n=coda.RowPartials(torch.ones(2, 70))), "not a scalar"),
-    (lambda a, b, bias: STATS(a, b, bias=coda.RowPartials(torch.ones(2, 99))), "expected shape [100]"),
-    (lambda a, b, bias: NORM.map(a, s=coda.RowPartials(torch.ones(2, 69)), ss=torch.ones(70), inv_n=1.0),
+                                 inv_n=coda.Partials(torch.ones(2, 70))), "not a scalar"),
+    (lambda a, b, bias: STATS(a, b, bias=coda.Partials(torch.ones(2, 99))), "expected shape [100]"),
+    (lambda a, b, bias: NORM.map(a, s=coda.Partials(torch.ones(2, 69)), ss=torch.ones(70), inv_n=1.0),
      "expected shape [70]"),
-    (lambda a, b, bias: coda.RowPartials(torch.ones(70)), "[P, M] tensor"),
-    (lambda a, b, bias: coda.RowPartials(torch.ones(0, 70)), "[P, M] tensor"),
-    (lambda a, b, bias: coda.RowPartials(torch.ones(2, 70, dtype=torch.int32)), "floating-point"),
+    (lambda a, b, bias: STATS(a, b, bias=bias, a_col_sums=True, unfinished=["a_col_sums"],
+                              m_limit=torch.tensor([3])), "under m_limit"),
+    (lambda a, b, bias: coda.Partials(torch.ones(70)), "[P, M] tensor"),
+    (lambda a, b, bias: coda.Partials(torch.ones(0, 70)), "[P, M] tensor"),
+    (lambda a, b, bias: coda.Partials(torch.ones(2, 70, dtype=torch.int32)), "floating-point"),
 ])
 def test_bad_partials_are_refused(call, message):
     a, b, bias = inputs()

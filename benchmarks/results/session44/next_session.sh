@@ -2,7 +2,7 @@
 # Left by the forty-fourth session (no device machine was lent to it) for the next one: call 1.
 #   run(command="bash benchmarks/results/session44/next_session.sh", timeout_s=600)
 # 1. The whole GPU suite on main (its last full run was before the 43rd session's notes_from
-#    change; main now also has coda.RowPartials / unfinished=, whose GPU test is new).
+#    change; main now also has coda.Partials / unfinished=, whose GPU test is new).
 # 2. LayerNorm's one-pass backward with each row on one warp (rows_on_warps.patch) against
 #    main's: the sweep of its choices at GPT-2's shape, main's default at wider rows, errors
 #    against float64 (ln_backward_probe.py; main's kernel: 37.6 µs at 16384 x 768 with dres in

@@ -2,7 +2,7 @@
 # Copies of this checkout with the forty-fourth session's patches applied, for train.py --tree and
 # the tests: /tmp/rows (rows_on_warps.patch: LayerNorm's one-pass backward with each row on one
 # warp) and /tmp/partials (that and partial_stats.patch: GPT-2's and BERT's norm statistics as
-# coda.RowPartials, no finishing kernels). LN_CONFIG="ROWS,warps,per_sm,STAGES" (the probe's
+# coda.Partials, no finishing kernels). LN_CONFIG="ROWS,warps,per_sm,STAGES" (the probe's
 # "best:" line) replaces the narrow rows' configuration in both.
 set -e
 patches=$PWD/benchmarks/results/session44

@@ -67,7 +67,7 @@ class Signature:
                                              # and width), which the epilogue has read by then
     wide: frozenset[str] = frozenset()  # ping-pong: outputs (`out_y`) stored from registers in
                                         # 16-byte pieces instead of through TMA
-    partials: frozenset[str] = frozenset()    # vector operands given as RowPartials (summed on load)
+    partials: frozenset[str] = frozenset()    # vector operands given as Partials (summed on load)
     unfinished: frozenset[str] = frozenset()  # row sums left as partials (no finishing kernel)
 
 
@@ -379,7 +379,7 @@ class _Emitter:
                         f"other=0.0).to(tl.float32)")
             if name not in self.sig.partials:
                 return f"{load()}{axis}"
-            # RowPartials: each value's parts added in index order, in a loop (unrolled, all the
+            # Partials: each value's parts added in index order, in a loop (unrolled, all the
             # loads in flight at once spilled 1.4 KB a thread in the ping-pong kernel)
             self.emit(f"{v}_sum = {load()}")
             self.emit(f"for part in range(1, {base}_parts):")

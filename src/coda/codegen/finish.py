@@ -50,12 +50,17 @@ def _written(program: Program, sig: Signature) -> list:
 A_SUMS = SimpleNamespace(name=A_COL_SUMS, reduction="col_sum")
 
 
+def _finishes_a_sums(sig: Signature) -> bool:
+    """Whether the launch sums A's columns and finishes them (not left as Partials)."""
+    return A_COL_SUMS in sig.outputs and A_COL_SUMS not in sig.unfinished
+
+
 def _params(program: Program, sig: Signature) -> list[str]:
     """The finishing kernel's buffer parameters, in the order the launcher passes them: each
     reduction's partials (two buffers for a log-sum-exp) and then its result; A's column sums
     last."""
     params = []
-    for out in _written(program, sig) + [A_SUMS] * (A_COL_SUMS in sig.outputs):
+    for out in _written(program, sig) + [A_SUMS] * _finishes_a_sums(sig):
         partials = ([f"red_{out.name}_max", f"red_{out.name}_sum"] if out.reduction == "row_logsumexp"
                     else [f"red_{out.name}_ptr"])
         params += [*partials, f"fin_{out.name}_ptr"]
@@ -68,7 +73,7 @@ def generate_finish(program: Program, sig: Signature) -> str:
     ROW_P partials of ROW_BLOCK rows a step for the row reductions, COL_P of COL_BLOCK columns for
     the column ones and A's column sums (`merge_tile`), "" when the launch writes no reduction."""
     by_axis = {axis: [o for o in _written(program, sig) if o.axis == axis] for axis in ("row", "col")}
-    a_sums = A_COL_SUMS in sig.outputs
+    a_sums = _finishes_a_sums(sig)
     if not any(by_axis.values()) and not a_sums:
         return ""
     lines = [line for axis, outs in by_axis.items() if outs for line in _merge(program, axis, outs)]

@@ -27,7 +27,7 @@ from ..errors import LaunchError
 from ..ir import format_epilogue
 from ..passes.widths import DOUBLE
 from ..runtime.binding import A_COL_SUMS, MAX_PIECES, Concat, Launch
-from ..runtime.partials import RowPartials
+from ..runtime.partials import Partials
 from ..runtime.program import Program, interpreter_enabled
 from . import tuning
 from .epilogue import (
@@ -270,7 +270,7 @@ class Plan:
                        and all(spec.reduction in ("row_sum", "row_max") and spec.dtype == torch.float32
                                for spec in finished))
         axes = set() if self.direct else {spec.reduction[:3] for spec in finished}
-        if self.a_col_sums is not None:
+        if self.a_col_sums is not None and A_COL_SUMS not in self.unfinished:
             axes.add("a")
         self.finisher = _Finisher(kernel.finish, m, n, launch.k, self.partial_rows, axes,
                                   self.limited[0], config.block_m) if axes else None
@@ -279,6 +279,8 @@ class Plan:
         self.partial_shapes = {spec.name: [(self.partial_rows[spec.reduction[:3]], spec.shape[0])]
                                * (2 if spec.reduction == "row_logsumexp" else 1) for spec in reductions
                                if spec.name not in self.unfinished and not self.direct}
+        # A's column sums left unfinished: [row blocks, K], fresh for each launch
+        self.a_col_sums_parts = (self.partial_rows["col"], launch.k)
         partial_bytes = 4 * sum(r * c for shapes in self.partial_shapes.values() for r, c in shapes)
         if self.stream_k:   # a run's float32 partial tile and its flag (codegen/mainloops.py)
             self.partial_shapes[STREAM_K_PARTIALS] = [(self.grid[0], config.block_m * config.block_n)]
@@ -296,7 +298,8 @@ class Plan:
         m_limit, k_limit = (a if limit is None else limit for limit in limits)
         device = a.device
         partials = self._partials(device)
-        a_sums = a if self.a_col_sums is None else partials[A_COL_SUMS][0]
+        a_sums = a if self.a_col_sums is None else partials[A_COL_SUMS][0] if A_COL_SUMS in partials else (
+            torch.empty(self.a_col_sums_parts, dtype=torch.float32, device=device))   # unfinished: fresh
         # the Triton Hopper kernel's stream-K slots and flags (A itself where it runs no stream-K)
         stream_k = (partials[STREAM_K_PARTIALS] if self.stream_k else (a, a)) if self.takes_stream_k else ()
         args = [a, *(() if b is None else (b,)), *self.sizes, *pieces[1:],
@@ -312,7 +315,7 @@ class Plan:
                 args += (value, *value.stride())
             elif kind == "head":
                 args += (value, *value.stride(), value.shape[1])
-            elif isinstance(value, RowPartials):   # a row's parts, added as they are loaded
+            elif isinstance(value, Partials):   # a row's parts, added as they are loaded
                 args += (value.parts, value.parts.stride(1), value.parts.stride(0), value.parts.shape[0])
             else:   # a row or a column: its one stride
                 args += (value, value.stride()[0])
@@ -326,7 +329,7 @@ class Plan:
                 parts = torch.empty((self.partial_rows["row"], self.sizes[0]), dtype=torch.float32,
                                     device=device)
                 args.append(parts)
-                tensor = RowPartials(parts)
+                tensor = Partials(parts)
             elif self.direct:   # its one partial is the result
                 tensor = torch.empty(spec.shape, dtype=spec.dtype, device=device)
                 args.append(tensor)
@@ -335,7 +338,9 @@ class Plan:
                 args += partials[spec.name]
                 finish_args += (*partials[spec.name], tensor)
             outputs[spec.name] = tensor
-        if self.a_col_sums is not None:   # finished last (codegen/finish.py)
+        if self.a_col_sums is not None and A_COL_SUMS in self.unfinished:
+            outputs[A_COL_SUMS] = Partials(a_sums)
+        elif self.a_col_sums is not None:   # finished last (codegen/finish.py)
             spec = self.a_col_sums
             outputs[spec.name] = torch.empty(spec.shape, dtype=spec.dtype, device=device)
             finish_args += (a_sums, outputs[spec.name])
@@ -498,7 +503,7 @@ def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
                     else spec.shape[-1] * spec.dtype.itemsize % 16 == 0):
                 (tma if variant == "hopper" or stage_outputs else wide).add(f"out_{spec.name}")
     written = tuple(spec.name for spec in launch.outputs)
-    partials = frozenset(name for name, value in launch.values.items() if isinstance(value, RowPartials))
+    partials = frozenset(name for name, value in launch.values.items() if isinstance(value, Partials))
     return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma),
                      _reuse(launch, tma) if variant == "pingpong" else (), frozenset(wide), partials,
                      launch.unfinished)

@@ -12,7 +12,7 @@ import torch
 
 from ..errors import DslError, LaunchError
 from ..ir import Epilogue
-from ..runtime.partials import RowPartials
+from ..runtime.partials import Partials
 from .widths import Widths, columns
 
 
@@ -30,10 +30,10 @@ def infer_kinds(epi: Epilogue, domains: Widths, m: int, n: int, values: dict) ->
         seen = domains.operands.get(name, frozenset({"full"}))
         width = min(seen)
         kind = param.kind or _kind_from_shape(name, value, m, n, width)
-        if isinstance(value, RowPartials) and kind not in ("row", "col"):
-            raise LaunchError(f"operand {name!r} (kind {kind}): a RowPartials is a row or column "
+        if isinstance(value, Partials) and kind not in ("row", "col"):
+            raise LaunchError(f"operand {name!r} (kind {kind}): a Partials is a row or column "
                               f"operand's sums, not a {kind}")
-        if kind != "scalar" and not isinstance(value, (torch.Tensor, RowPartials)):
+        if kind != "scalar" and not isinstance(value, (torch.Tensor, Partials)):
             raise LaunchError(f"operand {name!r}: expected a tensor of shape "
                               f"{expected_shape(kind, m, n, width)} (kind {kind}), got "
                               f"{type(value).__name__}")
@@ -49,8 +49,8 @@ def infer_kinds(epi: Epilogue, domains: Widths, m: int, n: int, values: dict) ->
 
 
 def _describe(value) -> str:
-    if isinstance(value, RowPartials):
-        return f"RowPartials of shape {list(value.parts.shape)}"
+    if isinstance(value, Partials):
+        return f"Partials of shape {list(value.parts.shape)}"
     if isinstance(value, torch.Tensor):
         return f"tensor of shape {list(value.shape)}"
     return type(value).__name__
@@ -60,7 +60,7 @@ def _fits(kind: str, value, m: int, n: int, width: str) -> bool:
     if kind == "scalar":
         return (isinstance(value, numbers.Real) and not isinstance(value, bool)) or (
             isinstance(value, torch.Tensor) and value.dim() == 0)
-    if isinstance(value, RowPartials):
+    if isinstance(value, Partials):
         return tuple(value.shape) == {"row": (m,), "col": (columns(width, n),)}.get(kind)
     if not isinstance(value, torch.Tensor):
         return False

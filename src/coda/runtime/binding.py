@@ -16,7 +16,7 @@ import torch
 from ..errors import LaunchError
 from ..passes import infer_kinds
 from ..passes.widths import columns
-from .partials import RowPartials
+from .partials import Partials
 from .rng import seed_word
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class Launch:
     concat: Concat | None
     m_limit: torch.Tensor | None = None
     k_limit: torch.Tensor | None = None
-    unfinished: frozenset[str] = frozenset()   # row sums returned as RowPartials
+    unfinished: frozenset[str] = frozenset()   # row sums returned as Partials
 
     @property
     def a_pieces(self) -> tuple[torch.Tensor, ...]:
@@ -145,7 +145,8 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     `a_col_sums` adds the output "a_col_sums" [K]: the sums of A's columns over its M rows (a
     bias gradient, where A is the output gradient of a biased layer), taken in the GEMM's K loop
     from the tiles it loads anyway (float32, or what `dtypes=` names). `unfinished` names row
-    sums (`row_sum` outputs) to return as `RowPartials`, their tiles' partials not added up."""
+    sums (`row_sum` outputs, or "a_col_sums") to return as `Partials`, their tiles' partials
+    not added up."""
     concat = a if isinstance(a, Concat) else None
     if b is None:
         if not concat:
@@ -205,12 +206,12 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     if k_limit is not None and b is None:
         raise LaunchError("k_limit= bounds a GEMM's K: a map has none")
     return Launch(program, a, b, m, n, k, kinds, values, selected, out, seed, concat, m_limit, k_limit,
-                  _unfinished(unfinished, selected, dtypes))
+                  _unfinished(unfinished, selected, dtypes, m_limit))
 
 
-def _unfinished(names, selected: tuple[OutputSpec, ...], dtypes) -> frozenset[str]:
-    """The outputs `unfinished=` names: row sums the launch writes, stored as float32 partials
-    (so not in `dtypes=`)."""
+def _unfinished(names, selected: tuple[OutputSpec, ...], dtypes, m_limit) -> frozenset[str]:
+    """The outputs `unfinished=` names: row sums the launch writes (or A's column sums), stored
+    as float32 partials (so not in `dtypes=`)."""
     if names is None:
         return frozenset()
     if isinstance(names, str) or not all(isinstance(n, str) for n in names):
@@ -218,10 +219,13 @@ def _unfinished(names, selected: tuple[OutputSpec, ...], dtypes) -> frozenset[st
     specs = {s.name: s for s in selected}
     for name in names:
         spec = specs.get(name)
-        if spec is None or spec.reduction != "row_sum":
-            sums = ", ".join(s.name for s in selected if s.reduction == "row_sum") or "none"
+        if spec is None or spec.reduction not in ("row_sum", "col_sum_a"):
+            sums = ", ".join(s.name for s in selected if s.reduction in ("row_sum", "col_sum_a")) or "none"
             raise LaunchError(f"unfinished=: {name!r} is not a row sum this launch writes; its "
                               f"row sums: {sums}")
+        if spec.reduction == "col_sum_a" and m_limit is not None:
+            raise LaunchError(f"unfinished=: {name!r} under m_limit= would add the parts of row "
+                              f"blocks past the limit, which are not written")
         if dtypes and name in dtypes:
             raise LaunchError(f"unfinished=: {name!r} comes back as float32 partials; it takes no "
                               f"dtype in dtypes=")
@@ -330,7 +334,7 @@ def _operand_values(epi, operands: dict, device: torch.device) -> dict[str, obje
             kind = f" (kind {param.kind})" if param.kind else ""
             raise LaunchError(f"missing operand {name!r}{kind}: pass it by keyword, "
                               f"`prog(a, b, {name}=...)`")
-        if isinstance(value, (torch.Tensor, RowPartials)):
+        if isinstance(value, (torch.Tensor, Partials)):
             if value.device != device:
                 raise LaunchError(f"operand {name!r} is on {value.device} but A is on {device}")
             if value.dtype not in FLOAT_DTYPES:

@@ -1,4 +1,4 @@
-"""`RowPartials`: row sums a launch left as its tiles' partials, for the kernels that read them."""
+"""`Partials`: sums a launch left as its tiles' partials, for the kernels that read them."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ from ..errors import LaunchError
 
 
 @dataclass(frozen=True)
-class RowPartials:
-    """Row sums not added up yet: `parts` [P, M] float32, whose sum over its first axis is the
-    [M] vector. A launch leaves its row sums so where asked (`unfinished=`): each tile's
-    partial, no finishing kernel. A program takes them as a row operand (the rows of a norm's
-    statistics), and every kernel that reads a row adds its P values as it loads it, in index
-    order: the sum is formed where it is read, in a few loads, instead of by a launch of its own.
+class Partials:
+    """A vector not added up yet: `parts` [P, M] float32, whose sum over its first axis is the
+    [M] vector. A launch leaves its row sums (and A's column sums) so where asked
+    (`unfinished=`): each tile's partial, no finishing kernel. A program takes them as a row or
+    column operand (the rows of a norm's statistics), and every kernel that reads a value adds
+    its P parts as it loads it, in index order: the sum is formed where it is read, in a few
+    loads, instead of by a launch of its own.
 
-        stats = prog(x, w, outputs=["output", "ss"], unfinished=["ss"])   # ss: RowPartials
+        stats = prog(x, w, outputs=["output", "ss"], unfinished=["ss"])   # ss: Partials
         y = norm(stats["output"], ss=stats["ss"])                          # adds them on load
     """
 
@@ -27,9 +28,9 @@ class RowPartials:
         parts = self.parts
         if not isinstance(parts, torch.Tensor) or parts.dim() != 2 or parts.shape[0] < 1:
             got = f"shape {list(parts.shape)}" if isinstance(parts, torch.Tensor) else type(parts).__name__
-            raise LaunchError(f"RowPartials takes a [P, M] tensor with P >= 1, got {got}")
+            raise LaunchError(f"Partials takes a [P, M] tensor with P >= 1, got {got}")
         if not parts.is_floating_point():
-            raise LaunchError(f"RowPartials: the partials have dtype {parts.dtype}; expected a "
+            raise LaunchError(f"Partials: the partials have dtype {parts.dtype}; expected a "
                               f"floating-point tensor")
 
     @property
@@ -44,9 +45,9 @@ class RowPartials:
     def dtype(self) -> torch.dtype:
         return self.parts.dtype
 
-    def rows(self, count: int) -> RowPartials:
-        """The partials of the first `count` rows."""
-        return RowPartials(self.parts[:, :count])
+    def rows(self, count: int) -> Partials:
+        """The parts of the first `count` values."""
+        return Partials(self.parts[:, :count])
 
     def total(self) -> torch.Tensor:
         """The [M] sums, added in index order as the kernels add them (PyTorch ops: for the

@@ -11,7 +11,7 @@ from ..ir import Epilogue, format_epilogue
 from ..passes import optimize, widths
 from ..passes.widths import COLUMNS
 from .binding import Concat, Launch, bind, check_per_call, probability_operands
-from .partials import RowPartials
+from .partials import Partials
 from .reference import run_reference
 from .rng import seed_word
 
@@ -20,14 +20,14 @@ BACKENDS = ("auto", "triton", "reference")
 
 def _meta(x) -> tuple | type:
     """What a launch plan depends on: a tensor's layout (and 16-byte alignment, on which Triton
-    specializes pointers), a Concat's pieces' and axis, RowPartials' partials, or a non-tensor's
+    specializes pointers), a Concat's pieces' and axis, Partials' partials, or a non-tensor's
     type."""
     if isinstance(x, torch.Tensor):
         return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0)
     if isinstance(x, Concat):
         return (x.dim, *map(_meta, x.pieces))
-    if isinstance(x, RowPartials):
-        return (RowPartials, _meta(x.parts))
+    if isinstance(x, Partials):
+        return (Partials, _meta(x.parts))
     return type(x)
 
 
@@ -87,7 +87,7 @@ class Program:
         M / K were at most their value: the rows past it are neither computed nor written.
         `a_col_sums=True` adds "a_col_sums" [K], the sums of A's columns, taken from the tiles
         the K loop loads (the bias gradient of the layer whose output gradient A is).
-        `unfinished` names row sums to return as `coda.RowPartials` (their tiles' partials, no
+        `unfinished` names row sums to return as `coda.Partials` (their tiles' partials, no
         finishing kernel), for a program that takes them as a row operand and adds them as it
         reads them (a norm's statistics)."""
         return self._launch(a, b, backend, out, out_dtype, seed, outputs, dtypes, operands,

@@ -14,12 +14,12 @@ from ..passes.widths import COLUMNS, columns
 from ..primitives import PRIMITIVES
 from . import rng
 from .binding import A_COL_SUMS, Launch
-from .partials import RowPartials
+from .partials import Partials
 
 
 def run_reference(launch: Launch) -> dict[str, torch.Tensor]:
     """Evaluate the bound program and write its outputs (into `out=` when given); with an
-    `m_limit` only their rows before it. An unfinished row sum comes back as RowPartials of
+    `m_limit` only their rows before it. An unfinished row sum comes back as Partials of
     one part: the sum itself."""
     outputs = launch.allocate_outputs()
     launch, rows = _limited(launch)
@@ -31,7 +31,7 @@ def run_reference(launch: Launch) -> dict[str, torch.Tensor]:
         tensor = outputs[spec.name]
         (tensor if (spec.reduction or "").startswith("col") else tensor[:rows]).copy_(results[spec.name])
     for name in launch.unfinished:
-        outputs[name] = RowPartials(outputs[name][None, :])
+        outputs[name] = Partials(outputs[name][None, :])
     return outputs
 
 
@@ -44,7 +44,7 @@ def _limited(launch: Launch) -> tuple[Launch, int]:
         return launch, m
     a = launch.whole_a()[:m, :k] if launch.b is not None else launch.whole_a()[:m]
     b = None if launch.b is None else launch.b[:k]
-    values = {name: (value.rows(m) if isinstance(value, RowPartials) else value[:m])
+    values = {name: (value.rows(m) if isinstance(value, Partials) else value[:m])
               if launch.kinds[name] in ("row", "tile") else value for name, value in launch.values.items()}
     outputs = tuple(dataclasses.replace(s, shape=(m, *s.shape[1:])) if s.reduction is None or
                     s.reduction.startswith("row") else s for s in launch.outputs)
@@ -101,7 +101,7 @@ def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[s
 def _broadcastable(value, kind: str, ct: torch.dtype) -> torch.Tensor:
     if kind == "scalar":
         return torch.as_tensor(value, dtype=ct)
-    value = (value.total() if isinstance(value, RowPartials) else value).to(ct)
+    value = (value.total() if isinstance(value, Partials) else value).to(ct)
     return {"row": lambda: value[:, None], "col": lambda: value[None, :]}.get(kind, lambda: value)()
 
 
