@@ -56,10 +56,10 @@ def errors(got, exact) -> list[float]:
 
 def sweep(rows) -> tuple:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    new_grid = ([(4, 4, p, s) for p in (1, 2, 3, 4) for s in (1, 2, 3)]
-                + [(8, 8, p, s) for p in (1, 2) for s in (2, 3)]
-                + [(2, 2, p, s) for p in (2, 4, 6) for s in (2, 3)]
-                + [(2, 4, p, s) for p in (2, 4) for s in (2, 3)])
+    # (ROWS, warps, programs per SM, STAGES): a row a warp in four, eight, two warps or one
+    # (about 230 registers a thread: two programs of four warps fit an SM), and two warps a row
+    new_grid = ([(4, 4, p, s) for p in (1, 2, 3) for s in (2, 3)] + [(8, 8, 1, s) for s in (2, 3)]
+                + [(2, 2, 4, s) for s in (2, 3)] + [(1, 1, 8, s) for s in (2, 3)] + [(2, 4, 2, 3)])
     best = {}
     for (m, n), save in [((16384, 768), False), ((16384, 768), True), ((16384, 1024), False),
                          ((8192, 2048), False), ((8192, 4096), False)]:
