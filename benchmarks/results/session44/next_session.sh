@@ -8,8 +8,8 @@
 #    against float64 (ln_backward_probe.py; main's kernel: 37.6 µs at 16384 x 768 with dres in
 #    the 37th session, about 3.1 TB/s where a copy moves 4.3). Its last line, "best: ...", is
 #    LN_CONFIG for call 2.
-# Then call 2 (call2.sh, README.md): the GPU tests of the norms and of the GPT-2 / HF models on
-# /tmp/partials (both patches), GPT-2 and BERT, main and both trees against compile+graph.
+# Then call 2 (call2.sh, README.md): the patched trees' GPU tests and GPT-2, main and the three
+# trees against compile+graph; call 3 (call3.sh): BERT the same way.
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
 out=${OUT:-/tmp}
 timeout 260 python -m pytest -q -n 12 -p no:cacheprovider -rf tests/gpu tests/integrations/test_compile_gpu.py \
