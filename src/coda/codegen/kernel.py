@@ -298,8 +298,12 @@ class Plan:
         m_limit, k_limit = (a if limit is None else limit for limit in limits)
         device = a.device
         partials = self._partials(device)
-        a_sums = a if self.a_col_sums is None else partials[A_COL_SUMS][0] if A_COL_SUMS in partials else (
-            torch.empty(self.a_col_sums_parts, dtype=torch.float32, device=device))   # unfinished: fresh
+        if self.a_col_sums is None:
+            a_sums = a   # stands in for the pointer
+        elif A_COL_SUMS in self.unfinished:   # returned as Partials: fresh for each launch
+            a_sums = torch.empty(self.a_col_sums_parts, dtype=torch.float32, device=device)
+        else:
+            a_sums = partials[A_COL_SUMS][0]
         # the Triton Hopper kernel's stream-K slots and flags (A itself where it runs no stream-K)
         stream_k = (partials[STREAM_K_PARTIALS] if self.stream_k else (a, a)) if self.takes_stream_k else ()
         args = [a, *(() if b is None else (b,)), *self.sizes, *pieces[1:],
