@@ -226,6 +226,29 @@ def test_unfinished_row_sums_read_as_row_partials(mainloop, shape):
         assert (got != want).float().mean() < 0.01
 
 
+@pytest.mark.parametrize("config", [Config(128, 128, 64, 8, 3, split_epilogue=1),
+                                    Config(128, 128, 64, 4, 3, split_epilogue=1, pingpong=True)])
+def test_row_sums_of_one_column_tile_are_written_in_place(config, monkeypatch):
+    """N = 96 in one 128-column tile, one epilogue slice (both Hopper kernels): the tile's
+    partials of a row sum and a row maximum are the results, written where they go with no
+    finishing kernel; against float64, within float32 rounding."""
+    from coda.codegen import kernel
+
+    calls = []
+    finisher = kernel._Finisher.__call__
+    monkeypatch.setattr(kernel._Finisher, "__call__", lambda self, buffers, device:
+                        calls.append(1) or finisher(self, buffers, device))
+    prog = coda.compile("EPILOGUE { output = input; s = row_sum(input); top = row_max(input); }")
+    g = torch.Generator(device="cuda").manual_seed(8)
+    a, w = (torch.randn(*shape, device="cuda", generator=g).to(torch.bfloat16)
+            for shape in ((3000, 512), (96, 512)))
+    outs = prog.triton.launch(prog.bind(a, w.T), config)
+    y = a.double() @ w.double().T
+    torch.testing.assert_close(outs["s"].double(), y.sum(1), rtol=1e-4, atol=1e-2)
+    torch.testing.assert_close(outs["top"].double(), y.amax(1), rtol=1e-4, atol=1e-2)
+    assert calls == []
+
+
 def test_kept_partials_on_two_streams_at_once():
     """A plan's reductions keep one set of partial buffers per stream: launches on two streams
     at once, each with its own input, each finish their own sums."""
