@@ -157,8 +157,8 @@ def test_row_partials_under_a_row_limit():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda a, b, bias: STATS(a, b, bias=bias, unfinished=["output"]), "not a row sum"),
-    (lambda a, b, bias: STATS(a, b, bias=bias, unfinished=["c"]), "its row sums: ss, s"),
+    (lambda a, b, bias: STATS(a, b, bias=bias, unfinished=["output"]), "is not a row sum"),
+    (lambda a, b, bias: STATS(a, b, bias=bias, unfinished=["c"]), "it writes: ss, s"),
     (lambda a, b, bias: STATS(a, b, bias=bias, unfinished=["ss"], outputs=["output"]), "not a row sum"),
     (lambda a, b, bias: STATS(a, b, bias=bias, unfinished="ss"), "list of output names"),
     (lambda a, b, bias: STATS(a, b, bias=bias, unfinished=["ss"], dtypes={"ss": torch.float16}),

@@ -105,7 +105,7 @@ class Launch:
     concat: Concat | None
     m_limit: torch.Tensor | None = None
     k_limit: torch.Tensor | None = None
-    unfinished: frozenset[str] = frozenset()   # row sums returned as Partials
+    unfinished: frozenset[str] = frozenset()   # sums returned as Partials
 
     @property
     def a_pieces(self) -> tuple[torch.Tensor, ...]:
@@ -221,8 +221,8 @@ def _unfinished(names, selected: tuple[OutputSpec, ...], dtypes, m_limit) -> fro
         spec = specs.get(name)
         if spec is None or spec.reduction not in ("row_sum", "col_sum_a"):
             sums = ", ".join(s.name for s in selected if s.reduction in ("row_sum", "col_sum_a")) or "none"
-            raise LaunchError(f"unfinished=: {name!r} is not a row sum this launch writes; its "
-                              f"row sums: {sums}")
+            raise LaunchError(f"unfinished=: {name!r} is not a row sum (or 'a_col_sums') that this "
+                              f"launch writes; it writes: {sums}")
         if spec.reduction == "col_sum_a" and m_limit is not None:
             raise LaunchError(f"unfinished=: {name!r} under m_limit= would add the parts of row "
                               f"blocks past the limit, which are not written")

@@ -87,9 +87,9 @@ class Program:
         M / K were at most their value: the rows past it are neither computed nor written.
         `a_col_sums=True` adds "a_col_sums" [K], the sums of A's columns, taken from the tiles
         the K loop loads (the bias gradient of the layer whose output gradient A is).
-        `unfinished` names row sums to return as `coda.Partials` (their tiles' partials, no
-        finishing kernel), for a program that takes them as a row operand and adds them as it
-        reads them (a norm's statistics)."""
+        `unfinished` names row sums (or "a_col_sums") to return as `coda.Partials` (their
+        tiles' partials, no finishing kernel), for a program that takes them as a row or column
+        operand and adds them as it reads them (a norm's statistics)."""
         return self._launch(a, b, backend, out, out_dtype, seed, outputs, dtypes, operands,
                             (m_limit, k_limit), a_col_sums, unfinished)
 
