@@ -156,6 +156,17 @@ def test_row_partials_under_a_row_limit():
     assert (got[37:] == 123.0).all()
 
 
+def test_unfinished_sums_of_nothing_are_zero():
+    """N = 0 (no column tile) or M = 0 (no row block): the unfinished sums are one part of zeros,
+    as the finished ones are zeros."""
+    s = STATS.map(torch.randn(5, 0), bias=torch.zeros(0), outputs=["s"], unfinished=["s"])["s"]
+    assert s.parts.shape == (1, 5) and not s.total().any()
+    a, b, _ = inputs()
+    sums = STATS(a[:0], b, bias=torch.zeros(100), outputs=["output"], a_col_sums=True,
+                 unfinished=["a_col_sums"])["a_col_sums"]
+    assert sums.parts.shape == (1, 48) and not sums.total().any()
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda a, b, bias: STATS(a, b, bias=bias, unfinished=["output"]), "is not a row sum"),
     (lambda a, b, bias: STATS(a, b, bias=bias, unfinished=["c"]), "it writes: ss, s"),

@@ -6,7 +6,7 @@
 # 2. LayerNorm's one-pass backward with each row on one warp (rows_on_warps.patch) against
 #    main's: the sweep of its choices at GPT-2's shape, main's default at wider rows, errors
 #    against float64 (ln_backward_probe.py; main's kernel: 37.6 µs at 16384 x 768 with dres in
-#    the 37th session, about 3.1 TB/s where a copy moves 4.3). Its last line, "best: ...", is
+#    the 37th session, about 2.7 TB/s where a copy moves 4.3). Its last line, "best: ...", is
 #    LN_CONFIG for call 2.
 # Then call 2 (call2.sh, README.md): the patched trees' GPU tests and GPT-2, main and the three
 # trees against compile+graph; call 3 (call3.sh): BERT the same way.

@@ -68,7 +68,7 @@ class Signature:
     wide: frozenset[str] = frozenset()  # ping-pong: outputs (`out_y`) stored from registers in
                                         # 16-byte pieces instead of through TMA
     partials: frozenset[str] = frozenset()    # vector operands given as Partials (summed on load)
-    unfinished: frozenset[str] = frozenset()  # row sums left as partials (no finishing kernel)
+    unfinished: frozenset[str] = frozenset()  # sums left as partials (no finishing kernel)
 
 
 def kernel_params(program: Program, sig: Signature) -> list[str]:

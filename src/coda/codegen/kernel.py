@@ -301,7 +301,7 @@ class Plan:
         if self.a_col_sums is None:
             a_sums = a   # stands in for the pointer
         elif A_COL_SUMS in self.unfinished:   # returned as Partials: fresh for each launch
-            a_sums = torch.empty(self.a_col_sums_parts, dtype=torch.float32, device=device)
+            a_sums = _fresh_parts(self.a_col_sums_parts, device)
         else:
             a_sums = partials[A_COL_SUMS][0]
         # the Triton Hopper kernel's stream-K slots and flags (A itself where it runs no stream-K)
@@ -330,8 +330,7 @@ class Plan:
                     spec.shape, dtype=spec.dtype, device=device)
                 args += (tensor, *tensor.stride())
             elif spec.name in self.unfinished:   # fresh: the caller keeps them
-                parts = torch.empty((self.partial_rows["row"], self.sizes[0]), dtype=torch.float32,
-                                    device=device)
+                parts = _fresh_parts((self.partial_rows["row"], self.sizes[0]), device)
                 args.append(parts)
                 tensor = Partials(parts)
             elif self.direct:   # its one partial is the result
@@ -383,6 +382,14 @@ class Plan:
         if self.stream_k:   # the runs' flags start lowered; the kernel lowers each one it reads
             partials[STREAM_K_PARTIALS].append(torch.zeros(self.grid[0], dtype=torch.int32, device=device))
         return partials
+
+
+def _fresh_parts(shape: tuple[int, int], device: torch.device) -> torch.Tensor:
+    """A launch's own [parts, length] buffer of unfinished sums; one part of zeros where no tile
+    runs along the summed axis (N or M is 0: the sums are 0, as finished ones would be)."""
+    if shape[0] == 0:
+        return torch.zeros((1, shape[1]), dtype=torch.float32, device=device)
+    return torch.empty(shape, dtype=torch.float32, device=device)
 
 
 class _Finisher:
