@@ -4,9 +4,11 @@
                                 [--gemm benchmarks/results/gemm.json ...]
 
 Writes micro_<size>.png (time of each op, fwd+bwd, per implementation, as a multiple of the
-cuBLAS time of its GEMMs) and train_throughput.png (tokens/s per model and mode); with --tables
-also prints the micro benchmark's markdown tables (µs per op, fwd+bwd, per size); with --gemm
-prints, per gemm.py result file, the GEMM + epilogue table against the Hopper fast-path targets.
+cuBLAS time of its GEMMs), train_throughput.png (tokens/s per model and mode) and
+train_breakdown.png (the GPU time of each step that results/train.json profiled, by kind of
+kernel); with --tables also prints the micro benchmark's markdown tables (µs per op, fwd+bwd,
+per size) and the step breakdown's; with --gemm prints, per gemm.py result file, the GEMM + epilogue table
+against the Hopper fast-path targets.
 """
 
 from __future__ import annotations
@@ -160,6 +162,50 @@ def train_table(results: Path) -> dict[tuple[str, str], float]:
             for run in runs for r in run["rows"] if r.get("tokens_per_s")}
 
 
+#: a profiled step's kinds of kernels (benchmarks/train.py's classes), as the report names them
+STEP_PARTS = {"gemm": "GEMM (cuBLAS)", "attention": "attention", "coda": "CODA kernels",
+              "optimizer": "optimizer", "other": "other"}
+
+
+def profiled_rows(path: Path) -> list[dict]:
+    """The rows of one train.py run that profiled a step (its --profile modes), by model."""
+    rows = [row for row in json.loads(path.read_text())["rows"] if row.get("breakdown")]
+    return sorted(rows, key=lambda row: row["model"])
+
+
+def breakdown_table(path: Path) -> str:
+    """Markdown: the GPU time of the profiled step of each (model, mode) of one train.py run, by
+    kind of kernel (µs), and its kernel launches."""
+    lines = ["| model | mode | " + " | ".join(STEP_PARTS.values()) + " | total | kernels |",
+             "| --- | --- | " + "--- | " * (len(STEP_PARTS) + 2)]
+    for row in profiled_rows(path):
+        parts = row["breakdown"]
+        cells = [f"{parts[part]:,.0f}" for part in (*STEP_PARTS, "total")] + [str(parts["launches"])]
+        lines.append(f"| {row['model']} | {row['mode']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def breakdown_plot(path: Path, out: Path) -> None:
+    """train_breakdown.png: one stacked bar per profiled (model, mode) of one train.py run, ms of
+    GPU time a step by kind of kernel."""
+    rows = profiled_rows(path)
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4))
+    bottom = [0.0] * len(rows)
+    for part, name in STEP_PARTS.items():
+        ms = [row["breakdown"][part] / 1e3 for row in rows]
+        ax.bar(range(len(rows)), ms, bottom=bottom, label=name)
+        bottom = [b + m for b, m in zip(bottom, ms, strict=True)]
+    ax.set_xticks(range(len(rows)), [f"{row['model']}\n{row['mode']}" for row in rows], fontsize=8)
+    ax.set_ylabel("GPU time of one training step (ms)")
+    ax.set_title("where a training step's GPU time goes, H200 bf16 (one profiled step each)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "train_breakdown.png", dpi=110)
+    plt.close(fig)
+
+
 def train_plot(results: Path, out: Path) -> None:
     table = train_table(results)
     if not table:
@@ -190,8 +236,14 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     micro_plots(args.results, args.out)
     train_plot(args.results, args.out)
+    steps = args.results / "train.json"
+    if steps.exists():
+        breakdown_plot(steps, args.out)
     if args.tables:
         print(micro_tables(args.results))
+        if steps.exists():
+            print(f"\nA training step's GPU time by kind of kernel (µs, one profiled step; {steps}):\n")
+            print(breakdown_table(steps))
 
 
 if __name__ == "__main__":

@@ -112,3 +112,19 @@ def test_gemm_table_prefers_the_back_to_back_ratio(report, tmp_path):
     path.write_text(json.dumps(dict(results=rows)))
     line = next(line for line in report.gemm_table(path).splitlines() if "residual" in line)
     assert line.split(" | ")[5] == "1.08 ✓"
+
+
+def test_step_breakdown_of_the_profiled_rows(report, tmp_path):
+    """One row (and bar) per profiled (model, mode) of one run, by model; unprofiled rows have none."""
+    parts = dict(gemm=5000.0, attention=4000.0, coda=12000.0, optimizer=600.0, other=1400.4,
+                 total=23000.4, launches=517, top=[])
+    rows = [dict(model="gpt2", mode="coda+graph", tokens_per_s=6e5, breakdown=parts),
+            dict(model="gpt2", mode="compile", tokens_per_s=4e5, breakdown=None),
+            dict(model="bert", mode="eager", tokens_per_s=4e5, breakdown={**parts, "coda": 0.0})]
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps(dict(date="2026-12-04T10:00:00+00:00", rows=rows)))
+    lines = report.breakdown_table(path).splitlines()
+    assert lines[2:] == ["| bert | eager | 5,000 | 4,000 | 0 | 600 | 1,400 | 23,000 | 517 |",
+                         "| gpt2 | coda+graph | 5,000 | 4,000 | 12,000 | 600 | 1,400 | 23,000 | 517 |"]
+    report.breakdown_plot(path, tmp_path)
+    assert (tmp_path / "train_breakdown.png").read_bytes().startswith(PNG)
