@@ -185,6 +185,57 @@ def breakdown_table(path: Path) -> str:
     return "\n".join(lines)
 
 
+#: issue 6's targets: CODA's speed over the fastest peer, per op and per training step
+OP_TARGET, MODEL_TARGET = 1.15, 1.2
+
+
+def model_ratios(results: Path) -> dict[str, dict]:
+    """{model: paired ratio of coda+graph over its fastest peer (median, min, max, rounds,
+    baseline, source)}: the latest train*.json (by date) that timed that model in interleaved
+    rounds."""
+    runs = sorted(((json.loads(path.read_text()), path) for path in results.glob("**/train*.json")),
+                  key=lambda item: item[0]["date"])
+    return {model: {**modes["coda+graph"], "source": str(path.relative_to(results))}
+            for run, path in runs for model, modes in run.get("paired_ratios", {}).items()
+            if "coda+graph" in modes}
+
+
+def speedup_plot(results: Path, out: Path) -> None:
+    """speedup.png: CODA's speed over the fastest peer, each op and size fwd+bwd replayed from
+    CUDA graphs (micro.json's summary_replayed) and each model's training step (coda+graph, the
+    median of its interleaved rounds, the bar's whiskers their range), with the targets."""
+    micro = results / "micro.json"
+    ops = json.loads(micro.read_text()).get("summary_replayed", []) if micro.exists() else []
+    models = model_ratios(results)
+    if not ops and not models:
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4), width_ratios=[3, 1])
+    for ax, target in ((left, OP_TARGET), (right, MODEL_TARGET)):
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.axhline(target, color="tab:red", lw=1, ls="--", label=f"target {target}×")
+    labels = [f"{row['op']}\n{row['size']}" for row in ops]
+    left.bar(range(len(ops)), [row["speedup_vs_best"] for row in ops],
+             color=["tab:green" if row["speedup_vs_best"] >= OP_TARGET else "tab:blue" for row in ops])
+    left.set_xticks(range(len(ops)), labels, fontsize=6, rotation=90)
+    left.set_ylabel("CODA's speed / fastest peer's")
+    left.set_title("ops, fwd+bwd replayed from CUDA graphs")
+    left.legend(fontsize=8)
+    names = list(models)
+    medians = [models[m]["median"] for m in names]
+    whiskers = [[m - models[n]["min"] for n, m in zip(names, medians, strict=True)],
+                [models[n]["max"] - m for n, m in zip(names, medians, strict=True)]]
+    right.bar(range(len(names)), medians, yerr=whiskers, capsize=4,
+              color=["tab:green" if m >= MODEL_TARGET else "tab:blue" for m in medians])
+    right.set_xticks(range(len(names)), names)
+    right.set_title("training step (coda+graph)")
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.set_ylim(0.5, max(1.5, ax.get_ylim()[1]))
+    fig.tight_layout()
+    fig.savefig(out / "speedup.png", dpi=110)
+    plt.close(fig)
+
+
 def breakdown_plot(path: Path, out: Path) -> None:
     """train_breakdown.png: one stacked bar per profiled (model, mode) of one train.py run, ms of
     GPU time a step by kind of kernel."""
@@ -236,6 +287,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     micro_plots(args.results, args.out)
     train_plot(args.results, args.out)
+    speedup_plot(args.results, args.out)
     steps = args.results / "train.json"
     if steps.exists():
         breakdown_plot(steps, args.out)

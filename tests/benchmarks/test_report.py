@@ -128,3 +128,22 @@ def test_step_breakdown_of_the_profiled_rows(report, tmp_path):
                          "| gpt2 | coda+graph | 5,000 | 4,000 | 12,000 | 600 | 1,400 | 23,000 | 517 |"]
     report.breakdown_plot(path, tmp_path)
     assert (tmp_path / "train_breakdown.png").read_bytes().startswith(PNG)
+
+
+def test_speedup_plot_takes_each_models_latest_paired_ratio(report, results):
+    summary = [dict(op="linear_gelu", size="gpt2", speedup_vs_best=1.16)]
+    micro = json.loads((results / "micro.json").read_text())
+    (results / "micro.json").write_text(json.dumps({**micro, "summary_replayed": summary}))
+    ratio = dict(baseline="compile+graph", median=1.19, min=1.18, max=1.22, rounds=[1.19])
+    runs = (("2026-12-03", 1.17, "train_old.json"), ("2026-12-04", 1.19, "train_new.json"))
+    for date, median, name in runs:
+        run = dict(date=f"{date}T10:00:00+00:00", rows=[],
+                   paired_ratios={"gpt2": {"coda+graph": {**ratio, "median": median}}})
+        (results / name).write_text(json.dumps(run))
+    ratios = report.model_ratios(results)
+    assert list(ratios) == ["gpt2"] and ratios["gpt2"]["median"] == 1.19
+    assert ratios["gpt2"]["source"] == "train_new.json"
+    out = results / "img"
+    out.mkdir()
+    report.speedup_plot(results, out)
+    assert (out / "speedup.png").read_bytes().startswith(PNG)
