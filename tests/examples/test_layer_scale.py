@@ -28,7 +28,8 @@ def example():
 GPU_ONLY = pytest.mark.skipif(not torch.cuda.is_available(), reason="the interpreter's bfloat16 is broken")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16,
+                                   pytest.param(torch.bfloat16, marks=GPU_ONLY)])
 @pytest.mark.parametrize("shape", [(96, 80, 64), (37, 50, 24)])
 def test_layer_scale_matches_eager(example, dtype, shape):
     seed = random.randrange(2**31)
