@@ -16,6 +16,7 @@ from .dsl.lower import lower
 from .dsl.parser import parse
 from .dsl.tracer import FUNCTIONS, trace
 from .errors import CodaError, DslError, LaunchError
+from .primitives import unknown_function_hint
 from .runtime.binding import Concat
 from .runtime.partials import Partials
 from .runtime.program import Program
@@ -69,4 +70,4 @@ def __getattr__(name: str) -> object:
         from .integrations.cuda_graphs import capture_step
 
         return capture_step
-    raise AttributeError(f"module 'coda' has no attribute {name!r}")
+    raise AttributeError(f"module 'coda' has no attribute {name!r}{unknown_function_hint(name)}")

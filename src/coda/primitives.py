@@ -12,6 +12,7 @@ All arithmetic is float32 (float64 in the reference when asked); comparisons giv
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -151,6 +152,53 @@ PRIMITIVES: dict[str, Primitive] = _rows(
     _reduction("col_max", "maximum over rows: an [N] output"),
     _reduction("row_logsumexp", "log(sum(exp(x))) over columns: an [M] output"),
 )
+
+#: Functions of other languages (numpy, torch, C) an author may reach for, and what to write in an
+#: epilogue instead: an unknown function's error names it (where a spelling-based guess would
+#: mislead: `sum` is not `sub`).
+ALTERNATIVES = {
+    "sum": "row_sum(x) (over columns: an [M] output) or col_sum(x) (over rows: an [N] output)",
+    "mean": "row_sum(x * inv_n) with a scalar operand inv_n = 1 / N (an [M] output)",
+    "row_mean": "row_sum(x * inv_n) with a scalar operand inv_n = 1 / N (an [M] output)",
+    "col_mean": "col_sum(x * inv_m) with a scalar operand inv_m = 1 / M (an [N] output)",
+    "softmax": "row_logsumexp(x) as an output, then exp(x - lse) in a second program (a map with "
+               "the row operand lse): a softmax needs whole rows, one tile holds part of one",
+    "log_softmax": "row_logsumexp(x) as an output, then x - lse in a second program (a map with "
+                   "the row operand lse)",
+    "pow": "x * x or square(x); exp(y * log(x)) for x > 0",
+    "power": "x * x or square(x); exp(y * log(x)) for x > 0",
+    "clamp": "min(max(x, lo), hi)",
+    "clip": "min(max(x, lo), hi)",
+    "erf": "gelu_erf(x) for the exact GELU; erf itself is not a primitive",
+    "swish": "silu(x)",
+    "relu6": "min(relu(x), 6.0)",
+    "leaky_relu": "where(x > 0.0, x, slope * x)",
+    "softplus": "log(1.0 + exp(x)) (it overflows for x > 88: where(x > 20.0, x, ...))",
+    "quick_gelu": "x * sigmoid(1.702 * x)",
+    "gelu_tanh": "gelu(x) (the tanh approximation)",
+    "gelu_new": "gelu(x) (the tanh approximation)",
+    "sqr": "square(x)",
+    "ln": "log(x)",
+    "reciprocal": "1.0 / x",
+    "recip": "1.0 / x",
+    "fma": "a * b + c",
+    "sign": "where(x > 0.0, 1.0, 0.0) - where(x < 0.0, 1.0, 0.0)",
+    "maximum": "max(a, b) (element-wise), or row_max / col_max for a reduction",
+    "minimum": "min(a, b)",
+    "amax": "row_max(x) or col_max(x)",
+    "logsumexp": "row_logsumexp(x)",
+}
+
+
+
+def unknown_function_hint(name: str) -> str:
+    """What to say after "unknown function NAME": the epilogue's way to write a function of
+    another language, else the primitive with the closest spelling, else nothing."""
+    if name in ALTERNATIVES:
+        return f"; write {ALTERNATIVES[name]}"
+    close = difflib.get_close_matches(name, PRIMITIVES, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
 
 #: The name `input` is the GEMM result tile; `acc` is its alias.
 INPUT_NAMES = ("input", "acc")

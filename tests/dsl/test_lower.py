@@ -89,6 +89,11 @@ def test_compile_needs_text():
     ("output = gleu(input);", 1, 10, ("unknown function 'gleu'", "did you mean 'gelu'?")),
     ("output = row_summ(input);", 1, 10, ("unknown function 'row_summ'", "did you mean 'row_sum'?")),
     ("output = frobnicate(input);", 1, 10, ("unknown function 'frobnicate'",)),
+    # ... and, for other languages' functions, how to write them (not a misleading spelling match)
+    ("output = input;\ns = sum(input);", 2, 5, ("unknown function 'sum'; write row_sum(x)", "col_sum(x)")),
+    ("output = softmax(input);", 1, 10, ("unknown function 'softmax'; write row_logsumexp(x)",)),
+    ("output = pow(input, 2.0);", 1, 10, ("unknown function 'pow'; write x * x or square(x)",)),
+    ("output = clamp(input, 0.0, 1.0);", 1, 10, ("write min(max(x, lo), hi)",)),
     # wrong arity
     ("output = gelu(input, 1);", 1, 10, ("gelu takes 1 argument, got 2",)),
     ("output = where(input, 1);", 1, 10, ("where takes 3 arguments, got 2",)),
@@ -104,6 +109,7 @@ def test_compile_needs_text():
     ("x += 1;\noutput = x;", 1, 1, ("'x' is read before it is assigned",)),
     # `output` never assigned
     ("h = input;", 1, 11, ("never assigns `output`",)),
+    ("outptu = input;", 1, 16, ("never assigns `output` (it assigns 'outptu': did you mean `output`?)",)),
     ("EPILOGUE {\n  save s = input;\n}", 3, 1, ("never assigns `output`",)),
     # reduction results read back
     ("s = row_sum(input);\noutput = input / s;", 2, 18, ("'s' is a reduction result (row_sum)",

@@ -51,6 +51,22 @@ def test_unexpected_character(source, line, col, char):
     assert_located(err, line, col, f"unexpected character {char!r}")
 
 
+@pytest.mark.parametrize("source, line, col, fragment", [
+    # other languages' operators and statements: what to write instead
+    ("output = input ^ 2;", 1, 16, "'^': there is no power operator: write x * x or square(x)"),
+    ("output = input ** 2;", 1, 16, "there is no power operator `**`: write x * x or square(x)"),
+    ("output = input > 0 ? input : 0;", 1, 20, "'?': there is no conditional expression: write where(c, a, b)"),
+    ("output = where(input > 0 && input < 1, input, 0);", 1, 26, "'&': there are no logical operators"),
+    ("output = input + bias[0];", 1, 22, "'[': there is no indexing"),
+    ("if (input > 0) { output = input; }", 1, 4, "the DSL has no `if`; every statement assigns a value"),
+    ("return gelu(input);", 1, 8, "the DSL has no `return`; assign the result to `output`"),
+    ("let h = input;\noutput = h;", 1, 5, "assignments need no `let`; write `h = ...;`"),
+    ("output = input;\n  float h = input;", 2, 9, "assignments need no `float`; write `h = ...;`"),
+])
+def test_hints_for_other_languages_syntax(source, line, col, fragment):
+    assert_located(dsl_error(source), line, col, fragment)
+
+
 # parser: structure --------------------------------------------------------------------------------
 
 

@@ -288,6 +288,8 @@ def test_a_number_as_output_and_reflected_operators():
     (lambda acc: coda.where(coda.row_max(acc) > 0, acc, 0), "row_max(...) is an output"),
     (lambda acc: {"output": acc, "s": coda.row_sum(coda.row_sum(acc))}, "row_sum(...) is an output"),
     (lambda acc: acc if acc > 0 else -acc, "has no truth value"),
+    (lambda acc: max(acc, 0.0), "coda.max / coda.min instead of Python's max / min"),
+    (lambda acc: acc ** 2, "no power operator: write x * x or coda.square(x)"),
     (lambda acc: acc and acc, "has no truth value"),
     # torch's and math's functions take no symbolic values
     (lambda acc: torch.exp(acc), "use coda's functions on them"),
@@ -298,6 +300,19 @@ def test_tracer_errors_are_coda_errors(fn, fragment):
     with pytest.raises(coda.DslError) as info:
         coda.epilogue(fn)
     assert fragment in str(info.value)
+
+
+def test_abs_is_the_primitive():
+    prog = coda.epilogue(lambda acc: abs(acc - 1.0))
+    a, b = torch.randn(5, 3), torch.randn(3, 4)
+    torch.testing.assert_close(prog(a, b, backend="reference")["output"], (a @ b - 1.0).abs())
+
+
+def test_other_languages_functions_are_named_on_the_module():
+    with pytest.raises(AttributeError, match=r"no attribute 'sum'; write row_sum\(x\)"):
+        coda.sum  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'gleu' \\(did you mean 'gelu'\\?\\)"):
+        coda.gleu  # noqa: B018
 
 
 def test_bad_annotations_and_defaults():

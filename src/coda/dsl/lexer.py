@@ -26,6 +26,19 @@ _TOKEN = re.compile(
 )
 
 
+#: What a character the DSL does not have usually meant, and how to write it.
+_FOREIGN_CHARACTERS = {
+    "^": "there is no power operator: write x * x or square(x)",
+    "?": "there is no conditional expression: write where(c, a, b)",
+    "&": "there are no logical operators: comparisons give 1.0 or 0.0, so `a and b` is (a) * (b)",
+    "|": "there are no logical operators: comparisons give 1.0 or 0.0, so `a or b` is max(a, b)",
+    "!": "there is no `not`: comparisons give 1.0 or 0.0, so `not c` is 1.0 - (c)",
+    "%": "there is no modulo",
+    "[": "there is no indexing: operands are whole tiles, rows, columns or scalars, bound by name "
+         "at launch",
+}
+
+
 def tokenize(source: str) -> list[Token]:
     """Split `source` into tokens; raise DslError at the first character that starts none."""
     tokens: list[Token] = []
@@ -34,7 +47,9 @@ def tokenize(source: str) -> list[Token]:
         match = _TOKEN.match(source, pos)
         loc = Loc(line, pos - line_start + 1)
         if match is None:
-            raise DslError(f"unexpected character {source[pos]!r}", loc, source)
+            char = source[pos]
+            hint = f": {_FOREIGN_CHARACTERS[char]}" if char in _FOREIGN_CHARACTERS else ""
+            raise DslError(f"unexpected character {char!r}{hint}", loc, source)
         kind = match.lastgroup
         if kind == "newline":
             line, line_start = line + 1, match.end()

@@ -16,7 +16,7 @@ import difflib
 
 from ..errors import DslError, Loc
 from ..ir import Epilogue, Node, Output, Param
-from ..primitives import INPUT_NAMES, PRIMITIVES
+from ..primitives import INPUT_NAMES, PRIMITIVES, unknown_function_hint
 from . import parser as ast
 
 
@@ -47,7 +47,9 @@ class _Lowering:
         for stmt in self.program.body:
             self.statement(stmt)
         if "output" not in self.env:
-            raise DslError("the program never assigns `output`", self.program.end)
+            close = difflib.get_close_matches("output", self.env, n=1)
+            hint = f" (it assigns {close[0]!r}: did you mean `output`?)" if close else ""
+            raise DslError(f"the program never assigns `output`{hint}", self.program.end)
         main = Output("output", self.env["output"], None, self.program.loc)
         return Epilogue(self.program.name or "epilogue", self.params, (main, *self.outputs))
 
@@ -145,9 +147,7 @@ class _Lowering:
     def call(self, e: ast.Call) -> Node:
         prim = PRIMITIVES.get(e.func)
         if prim is None:
-            close = difflib.get_close_matches(e.func, PRIMITIVES, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise DslError(f"unknown function {e.func!r}{hint}", e.loc)
+            raise DslError(f"unknown function {e.func!r}{unknown_function_hint(e.func)}", e.loc)
         if prim.form == "reduction":
             raise DslError(f"{e.func}(...) is an output: it must be the whole right-hand side of "
                            f"an assignment, as in `s = {e.func}(...);`", e.loc)

@@ -68,6 +68,9 @@ class Program:
 
 
 _COMPARISONS = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+#: Words that start a statement in other languages, where the DSL has only assignments.
+_CONTROL_FLOW = ("if", "else", "for", "while", "return")
+_DECLARATIONS = ("let", "var", "val", "const", "auto", "float", "double", "int")
 
 
 class _Parser:
@@ -171,7 +174,7 @@ class _Parser:
         else:
             expected = "'='" if len(targets) == 2 else "'=' or '+='"
             raise self.error(f"expected {expected} after {targets[-1].name!r}, found "
-                             f"{self.describe(op_tok)}", op_tok)
+                             f"{self.describe(op_tok)}{_statement_hint(target.text, op_tok)}", op_tok)
         return self.finish(Assign(tuple(targets), op, self.expr(), start.loc))
 
     def finish(self, stmt: Assign) -> Assign:
@@ -203,6 +206,8 @@ class _Parser:
         while self.tok.text in ("*", "/") and self.tok.kind == "op":
             tok = self.tokens[self.pos]
             self.pos += 1
+            if tok.text == "*" and self.tok.text == "*":
+                raise self.error("there is no power operator `**`: write x * x or square(x)", tok)
             left = Call("mul" if tok.text == "*" else "div", (left, self.unary()), tok.loc)
         return left
 
@@ -234,6 +239,19 @@ class _Parser:
             args.append(self.expr())
         self.expect(")", "',' or ')' in the argument list")
         return tuple(args)
+
+
+def _statement_hint(first: str, after: Token) -> str:
+    """Why a statement that does not assign may have been written so: a word that starts other
+    languages' statements (control flow, a declaration)."""
+    if first == "return":
+        return ": the DSL has no `return`; assign the result to `output` (`output = ...;`)"
+    if first in _CONTROL_FLOW:
+        return (f": the DSL has no `{first}`; every statement assigns a value, and where(c, a, b) "
+                f"chooses between two")
+    if first in _DECLARATIONS and after.kind == "name":
+        return f": assignments need no `{first}`; write `{after.text} = ...;`"
+    return ""
 
 
 def parse(source: str) -> Program:

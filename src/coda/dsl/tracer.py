@@ -26,10 +26,18 @@ class Value:
 
     def __bool__(self):
         raise DslError("an epilogue value has no truth value: use coda.where(cond, a, b) "
-                       "instead of `if` or `and`/`or`")
+                       "instead of `if` or `and`/`or`, and coda.max / coda.min instead of "
+                       "Python's max / min")
 
     def __neg__(self):
         return _apply("neg", self)
+
+    def __abs__(self):
+        return _apply("abs", self)
+
+    def __pow__(self, _):
+        raise DslError("an epilogue has no power operator: write x * x or coda.square(x); "
+                       "coda.exp(y * coda.log(x)) for x > 0")
 
     def __pos__(self):
         return self
