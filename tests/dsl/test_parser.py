@@ -55,7 +55,7 @@ def test_unexpected_character(source, line, col, char):
     # other languages' operators and statements: what to write instead
     ("output = input ^ 2;", 1, 16, "'^': there is no power operator: write x * x or square(x)"),
     ("output = input ** 2;", 1, 16, "there is no power operator `**`: write x * x or square(x)"),
-    ("output = input > 0 ? input : 0;", 1, 20, "'?': there is no conditional expression: write where(c, a, b)"),
+    ("output = input > 0 ? input : 0;", 1, 20, "'?': there is no conditional expression: write where(c"),
     ("output = where(input > 0 && input < 1, input, 0);", 1, 26, "'&': there are no logical operators"),
     ("output = input + bias[0];", 1, 22, "'[': there is no indexing"),
     ("if (input > 0) { output = input; }", 1, 4, "the DSL has no `if`; every statement assigns a value"),
