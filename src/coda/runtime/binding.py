@@ -312,8 +312,8 @@ def _check_matrix(name: str, x) -> None:
     if not isinstance(x, torch.Tensor):
         raise LaunchError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
-        raise LaunchError(f"{name} must be 2-D ([M, K] for A, [K, N] for B), got shape "
-                          f"{list(x.shape)}")
+        raise LaunchError(f"{name} must be 2-D ([M, K] for A, [K, N] for B; A may have leading "
+                          f"dimensions, [..., M, K]), got shape {list(x.shape)}")
     if x.dtype not in FLOAT_DTYPES:
         raise LaunchError(f"{name} has dtype {x.dtype}; expected one of float16, bfloat16, "
                           f"float32, float64")

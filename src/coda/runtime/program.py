@@ -31,6 +31,45 @@ def _meta(x) -> tuple | type:
     return type(x)
 
 
+def flatten_leading(a: torch.Tensor, b, operands: dict, out) -> tuple[torch.Size, tuple]:
+    """A [..., M, K] (a map's x [..., M, N]) runs as one launch on its rows, [rows, K]: as
+    `torch.matmul` broadcasts a 2-D B, and with column reductions over every row (a bias
+    gradient over batch and sequence). Returns (the leading dimensions, (A, B, operands, out) as
+    rows): tile and `head` operands [..., M, X] and `out=` become [rows, X], row operands [..., M]
+    become [rows]; columns, scalars and Partials stay as they are. A copy is made only where a
+    tensor's strides do not allow a view (`out=` must allow one: the launch writes into it)."""
+    lead = a.shape[:-2]
+    if b is not None and (not isinstance(b, torch.Tensor) or b.dim() != 2):
+        shape = list(b.shape) if isinstance(b, torch.Tensor) else type(b).__name__
+        raise LaunchError(f"with A of shape {list(a.shape)} (leading dimensions {list(lead)}, run as "
+                          f"one GEMM on its rows), B must be 2-D [K, N], got {shape}: for a batch "
+                          f"of B matrices, launch once per matrix")
+    flat = {}
+    for name, value in operands.items():
+        if isinstance(value, torch.Tensor) and value.dim() >= 2:
+            if value.shape[:len(lead)] != lead or value.dim() not in (len(lead) + 1, len(lead) + 2):
+                raise LaunchError(f"operand {name!r} has shape {list(value.shape)}: with A's leading "
+                                  f"dimensions {list(lead)}, a tile is [{_dims(lead)}, M, N] and a "
+                                  f"row vector [{_dims(lead)}, M]")
+            value = value.reshape(-1, *value.shape[len(lead) + 1:])
+        flat[name] = value
+    if out is not None:
+        if not isinstance(out, torch.Tensor) or out.shape[:-1] != a.shape[:-1]:
+            shape = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise LaunchError(f"out=: with A of shape {list(a.shape)}, expected [{_dims(a.shape[:-1])}, "
+                              f"N], got {shape}")
+        try:
+            out = out.view(-1, out.shape[-1])
+        except RuntimeError:
+            raise LaunchError(f"out= (strides {list(out.stride())}) cannot be viewed as [rows, N]: "
+                              f"give a tensor whose leading dimensions flatten in place") from None
+    return lead, (a.reshape(-1, a.shape[-1]), b, flat, out)
+
+
+def _dims(shape) -> str:
+    return ", ".join(map(str, shape))
+
+
 def interpreter_enabled() -> bool:
     """True when TRITON_INTERPRET=1: Triton kernels then run on CPU tensors."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -80,7 +119,8 @@ class Program:
                  dtypes: dict[str, torch.dtype] | None = None, m_limit: torch.Tensor | None = None,
                  k_limit: torch.Tensor | None = None, a_col_sums: bool = False,
                  unfinished: list[str] | None = None, **operands) -> dict[str, torch.Tensor]:
-        """Run `A @ B` and the epilogue; returns {output name: tensor}. `outputs` selects
+        """Run `A @ B` and the epilogue; returns {output name: tensor}. An A with leading
+        dimensions, [..., M, K], runs as one GEMM on its rows (`flatten_leading`). `outputs` selects
         which outputs to produce (default all): a cross-entropy can keep its row reductions
         and never write the logits. `dtypes` names the dtype an output is stored in.
         `m_limit` / `k_limit` (one-element integer tensors on the device) run the launch as if
@@ -98,7 +138,8 @@ class Program:
             outputs: list[str] | None = None, dtypes: dict[str, torch.dtype] | None = None,
             m_limit: torch.Tensor | None = None, unfinished: list[str] | None = None,
             **operands) -> dict[str, torch.Tensor]:
-        """Run the epilogue on an existing [M, N] tensor (`input` = x), without a GEMM: for the
+        """Run the epilogue on an existing [M, N] tensor (`input` = x; or [..., M, N], as for a
+        GEMM's A with leading dimensions), without a GEMM: for the
         element-wise and reduction steps whose input no GEMM produces (a norm's statistics of a
         model input, an activation's derivative applied to an incoming gradient). `m_limit` and
         `unfinished` as for a GEMM."""
@@ -107,6 +148,12 @@ class Program:
 
     def _launch(self, a, b, backend, out, out_dtype, seed, outputs, dtypes, operands, limits,
                 a_col_sums=False, unfinished=None) -> dict[str, torch.Tensor]:
+        if isinstance(a, torch.Tensor) and a.dim() > 2:   # leading dimensions: one launch on rows
+            lead, rows = flatten_leading(a, b, operands, out)
+            outs = self._launch(*rows[:2], backend, rows[3], out_dtype, seed, outputs, dtypes, rows[2],
+                                limits, a_col_sums, unfinished)
+            outs = self._with_leading(outs, lead, a.shape[-2])
+            return outs if out is None else outs | {"output": out}
         key = None
         first = a.pieces[0] if isinstance(a, Concat) else a
         if backend != "reference" and isinstance(first, torch.Tensor) and (
@@ -133,6 +180,17 @@ class Program:
             self._plans[key] = plan
         return outputs
 
+    def _with_leading(self, outs: dict, lead: torch.Size, m: int) -> dict:
+        """A flattened launch's outputs with A's leading dimensions back: tiles [..., M, N], row
+        reductions [..., M]; column reductions (and Partials, over the flattened rows) as they are."""
+        axes = {o.name: o.axis for o in self.ir.outputs}
+        shaped = {}
+        for name, t in outs.items():
+            if isinstance(t, torch.Tensor) and name in axes and axes[name] != "col":
+                t = t.reshape(*lead, m, *t.shape[1:])
+            shaped[name] = t
+        return shaped
+
     def reference(self, a: torch.Tensor, b: torch.Tensor, /, **kwargs) -> dict[str, torch.Tensor]:
         """The same launch on the reference backend (eager PyTorch): the ground truth."""
         return self(a, b, backend="reference", **kwargs)
@@ -142,6 +200,9 @@ class Program:
         options = {k: kwargs.pop(k) for k in ("out", "out_dtype", "seed", "outputs", "dtypes",
                                               "m_limit", "k_limit", "a_col_sums", "unfinished")
                    if k in kwargs}
+        if isinstance(a, torch.Tensor) and a.dim() > 2:   # the launch on A's rows
+            _, (a, b, kwargs, out) = flatten_leading(a, b, kwargs, options.get("out"))
+            options |= {} if out is None else {"out": out}
         return bind(self, a, b, kwargs, **options)
 
     @property
