@@ -38,11 +38,14 @@ def build(family: str) -> tuple[torch.nn.Module, tuple[int, int]]:
                                          n_positions=1024, resid_pdrop=0.0, embd_pdrop=0.0,
                                          attn_pdrop=0.0, use_cache=False, **common)
         model, shape = transformers.GPT2LMHeadModel(config), (8, 1024)
-    elif family == "llama":
-        config = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=2,
-                                          num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
-                                          max_position_embeddings=2048, use_cache=False, **common)
-        model, shape = transformers.LlamaForCausalLM(config), (4, 2048)
+    elif family in ("llama", "mistral", "qwen2"):   # Mistral: a sliding window; Qwen2: q/k/v biases
+        name = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}[family]
+        extra = dict(sliding_window=1024) if family == "mistral" else {}
+        config = getattr(transformers, f"{name}Config")(
+            hidden_size=2048, intermediate_size=5632, num_hidden_layers=2, num_attention_heads=16,
+            num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, use_cache=False,
+            **common, **extra)
+        model, shape = getattr(transformers, f"{name}ForCausalLM")(config), (4, 2048)
     else:
         config = transformers.BertConfig(hidden_size=768, num_hidden_layers=2, num_attention_heads=12,
                                          intermediate_size=3072, vocab_size=30522,
@@ -75,13 +78,13 @@ def loss_and_grads(model: torch.nn.Module, inputs: dict) -> tuple[torch.Tensor, 
                            if p.grad is not None}
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "mistral", "qwen2"])
 def test_patched_model_bf16_within_eager_error(family):
     model, shape = build(family)
     inputs = batch(family, shape, model.config.vocab_size)
     exact = copy.deepcopy(model).cuda().double()
     for module in exact.modules():
-        if type(module).__name__ == "LlamaRMSNorm":
+        if type(module).__name__.endswith("RMSNorm"):
             module.forward = types.MethodType(exact_rms_norm, module)
     eager = copy.deepcopy(model).cuda().to(torch.bfloat16)
     patched = coda.patch(copy.deepcopy(model).cuda().to(torch.bfloat16))

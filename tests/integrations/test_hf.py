@@ -19,15 +19,16 @@ transformers = pytest.importorskip("transformers")
 VOCAB, SEQ, BATCH = 128, 16, 2
 
 
-def tiny_llama(dtype: torch.dtype, **overrides) -> torch.nn.Module:
+def tiny_llama(dtype: torch.dtype, family: str = "Llama", **overrides) -> torch.nn.Module:
+    """A tiny LLaMA, or one of the models built the same way (`family` "Mistral", "Qwen2")."""
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
+    config = getattr(transformers, f"{family}Config")(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
         attn_implementation="eager", **overrides)
-    model = transformers.LlamaForCausalLM(config).to(dtype).eval()
+    model = getattr(transformers, f"{family}ForCausalLM")(config).to(dtype).eval()
     for module in model.modules():  # HF's RMSNorm computes in float32 even for a float64 model
-        if isinstance(module, transformers.models.llama.modeling_llama.LlamaRMSNorm):
+        if type(module).__name__ == f"{family}RMSNorm":
             module.forward = types.MethodType(exact_rms_norm, module)
     with torch.no_grad():  # non-trivial norm gains, so that folding them into weights is tested
         for name, p in model.named_parameters():
@@ -84,6 +85,15 @@ def assert_causal_lm_matches(ref, tol: float, skip_ignored_labels: bool | None =
 def test_llama_loss_and_gradients_match(dtype, tol, attention_bias):
     ref = tiny_llama(dtype, attention_bias=attention_bias)
     assert_causal_lm_matches(ref, tol)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
+@pytest.mark.parametrize("family, overrides", [
+    ("Mistral", dict(sliding_window=6)),                 # a window shorter than the sequence
+    ("Qwen2", dict(tie_word_embeddings=True)),           # biased q/k/v, the head tied to the table
+], ids=["mistral", "qwen2"])
+def test_llama_like_models_match(family, overrides, dtype, tol):
+    assert_causal_lm_matches(tiny_llama(dtype, family, **overrides), tol)
 
 
 def test_llama_without_labels_and_base_model_match():
@@ -372,7 +382,16 @@ def test_unsupported_bert_config_raises():
         coda.patch(tiny_bert(torch.float64, hidden_act="silu"))
 
 
-@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2, tiny_bert_decoder], ids=["llama", "gpt2", "bert"])
+def tiny_mistral(dtype: torch.dtype) -> torch.nn.Module:
+    return tiny_llama(dtype, "Mistral", sliding_window=6)
+
+
+def tiny_qwen2(dtype: torch.dtype) -> torch.nn.Module:
+    return tiny_llama(dtype, "Qwen2")
+
+
+@pytest.mark.parametrize("build", [tiny_llama, tiny_mistral, tiny_qwen2, tiny_gpt2, tiny_bert_decoder],
+                         ids=["llama", "mistral", "qwen2", "gpt2", "bert"])
 def test_generation_with_kv_cache_matches(build):
     """Greedy decoding through the KV cache (the patched layers' cache.update path): the same
     tokens and the same logits at every step as the unpatched model."""

@@ -8,7 +8,9 @@ attention dropout, KV cache, the attention-implementation choice) stays HF's.
 
 Per family (docs/integrations.md, "HuggingFace models"):
 
-- LLaMA (`LlamaModel`, `LlamaForCausalLM`), each `LlamaDecoderLayer`:
+- LLaMA (`LlamaModel`, `LlamaForCausalLM`), each `LlamaDecoderLayer`, and the models built the
+  same way, Mistral (`MistralDecoderLayer`, `MistralForCausalLM`: sliding-window attention is
+  HF's) and Qwen2 (`Qwen2DecoderLayer`, `Qwen2ForCausalLM`: biased q/k/v projections):
   `input_layernorm` + q/k/v projections + RoPE -> `qkv_rope(norm_weight=)` (one GEMM against the
   concatenated `[wq; wk; wv]`, the norm folded in, q and k rows permuted within heads, rotated in
   the epilogue in CODA's interleaved convention, equal to HF's rotate-half on the permuted rows),
@@ -40,7 +42,8 @@ Per family (docs/integrations.md, "HuggingFace models"):
 - The token embedding of every model (a plain `nn.Embedding`) -> `coda.ops.embedding`: torch's
   lookup forward, the table's gradient in one deterministic sorted pass (one Triton kernel that
   writes every row) instead of PyTorch's segment reductions and zero-fill.
-- The LM heads (`LlamaForCausalLM`, `GPT2LMHeadModel`, `BertForMaskedLM`): with `labels`, the
+- The LM heads (`LlamaForCausalLM` and its Mistral and Qwen2 kin, `GPT2LMHeadModel`,
+  `BertForMaskedLM`): with `labels`, the
   head's decoder and HF's loss (shifted causal-LM / masked-LM cross-entropy) ->
   `linear_cross_entropy`, which never writes the logits (`logits` is None in the output).
 
@@ -54,6 +57,7 @@ Configurations the ops cannot reproduce exactly raise `CodaError` naming the opt
 from __future__ import annotations
 
 import contextlib
+import sys
 import types
 from collections.abc import Callable, Iterator
 
@@ -71,7 +75,8 @@ PATCHED_METHODS = {"BertLayer": "feed_forward_chunk"}
 
 
 #: the LM heads, and whether each skips its ignored labels' rows unless told (`patch`)
-SKIPS_IGNORED = {"LlamaForCausalLM": False, "GPT2LMHeadModel": False, "BertForMaskedLM": True}
+SKIPS_IGNORED = {"LlamaForCausalLM": False, "MistralForCausalLM": False, "Qwen2ForCausalLM": False,
+                 "GPT2LMHeadModel": False, "BertForMaskedLM": True}
 
 
 def patch(model: nn.Module, *, skip_ignored_labels: bool | None = None) -> nn.Module:
@@ -147,6 +152,8 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
     """Class name -> a function that checks one instance's config and returns its new forward
     (or the method PATCHED_METHODS names)."""
     return {"LlamaDecoderLayer": _llama_layer, "LlamaForCausalLM": _causal_lm,
+            "MistralDecoderLayer": _llama_layer, "MistralForCausalLM": _causal_lm,
+            "Qwen2DecoderLayer": _llama_layer, "Qwen2ForCausalLM": _causal_lm,
             "GPT2Block": _gpt2_block, "GPT2Model": _gpt2_model, "GPT2LMHeadModel": _causal_lm,
             "BertSelfAttention": _bert_self_attention, "BertSelfOutput": _bert_output,
             "BertLayer": _bert_feed_forward,
@@ -165,6 +172,10 @@ def _attend(hf, attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
     attention = hf.ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation,
                                                          hf.eager_attention_forward)
+    # Mistral's and Qwen2's sliding window, as their attention passes it (the mask has it too)
+    window = getattr(attn, "sliding_window", getattr(attn.config, "sliding_window", None))
+    if window is not None:
+        kwargs = kwargs | {"sliding_window": window}
     out, _ = attention(attn, q, k, v, attention_mask, scaling=attn.scaling, dropout=dropout, **kwargs)
     return out
 
@@ -184,7 +195,7 @@ def _llama_layer(layer: nn.Module) -> Callable:
         _refuse(layer, "mlp_bias", True, "swiglu_mlp has no biases")
     if (getattr(config, "pretraining_tp", 1) or 1) != 1:
         _refuse(layer, "pretraining_tp", config.pretraining_tp, "only 1")
-    from transformers.models.llama import modeling_llama as hf
+    hf = sys.modules[type(layer).__module__]   # its model's attention functions
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, cache=None, use_cache: bool | None = False,
