@@ -32,7 +32,7 @@ def tiny_llama(dtype: torch.dtype, family: str = "Llama", **overrides) -> torch.
             module.forward = types.MethodType(exact_rms_norm, module)
     with torch.no_grad():  # non-trivial norm gains, so that folding them into weights is tested
         for name, p in model.named_parameters():
-            if name.endswith("layernorm.weight") or name == "model.norm.weight":
+            if name.endswith("norm.weight"):   # Qwen3's q_norm and k_norm too
                 p.add_(0.3 * torch.randn_like(p))
     return model
 
@@ -91,7 +91,8 @@ def test_llama_loss_and_gradients_match(dtype, tol, attention_bias):
 @pytest.mark.parametrize("family, overrides", [
     ("Mistral", dict(sliding_window=6)),                 # a window shorter than the sequence
     ("Qwen2", dict(tie_word_embeddings=True)),           # biased q/k/v, the head tied to the table
-], ids=["mistral", "qwen2"])
+    ("Qwen3", dict(head_dim=32, attention_bias=True)),   # q and k normalized per head before RoPE
+], ids=["mistral", "qwen2", "qwen3"])
 def test_llama_like_models_match(family, overrides, dtype, tol):
     assert_causal_lm_matches(tiny_llama(dtype, family, **overrides), tol)
 
@@ -390,8 +391,13 @@ def tiny_qwen2(dtype: torch.dtype) -> torch.nn.Module:
     return tiny_llama(dtype, "Qwen2")
 
 
-@pytest.mark.parametrize("build", [tiny_llama, tiny_mistral, tiny_qwen2, tiny_gpt2, tiny_bert_decoder],
-                         ids=["llama", "mistral", "qwen2", "gpt2", "bert"])
+def tiny_qwen3(dtype: torch.dtype) -> torch.nn.Module:
+    return tiny_llama(dtype, "Qwen3", head_dim=32)
+
+
+@pytest.mark.parametrize("build", [tiny_llama, tiny_mistral, tiny_qwen2, tiny_qwen3, tiny_gpt2,
+                                   tiny_bert_decoder],
+                         ids=["llama", "mistral", "qwen2", "qwen3", "gpt2", "bert"])
 def test_generation_with_kv_cache_matches(build):
     """Greedy decoding through the KV cache (the patched layers' cache.update path): the same
     tokens and the same logits at every step as the unpatched model."""

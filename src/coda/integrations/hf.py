@@ -10,7 +10,9 @@ Per family (docs/integrations.md, "HuggingFace models"):
 
 - LLaMA (`LlamaModel`, `LlamaForCausalLM`), each `LlamaDecoderLayer`, and the models built the
   same way, Mistral (`MistralDecoderLayer`, `MistralForCausalLM`: sliding-window attention is
-  HF's) and Qwen2 (`Qwen2DecoderLayer`, `Qwen2ForCausalLM`: biased q/k/v projections):
+  HF's), Qwen2 (`Qwen2DecoderLayer`, `Qwen2ForCausalLM`: biased q/k/v projections) and Qwen3
+  (`Qwen3DecoderLayer`, `Qwen3ForCausalLM`: q and k normalized per head before RoPE, so its
+  q/k/v GEMM is `rms_norm_linear` and the per-head norms and RoPE are HF's):
   `input_layernorm` + q/k/v projections + RoPE -> `qkv_rope(norm_weight=)` (one GEMM against the
   concatenated `[wq; wk; wv]`, the norm folded in, q and k rows permuted within heads, rotated in
   the epilogue in CODA's interleaved convention, equal to HF's rotate-half on the permuted rows),
@@ -76,6 +78,7 @@ PATCHED_METHODS = {"BertLayer": "feed_forward_chunk"}
 
 #: the LM heads, and whether each skips its ignored labels' rows unless told (`patch`)
 SKIPS_IGNORED = {"LlamaForCausalLM": False, "MistralForCausalLM": False, "Qwen2ForCausalLM": False,
+                 "Qwen3ForCausalLM": False,
                  "GPT2LMHeadModel": False, "BertForMaskedLM": True}
 
 
@@ -154,6 +157,7 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
     return {"LlamaDecoderLayer": _llama_layer, "LlamaForCausalLM": _causal_lm,
             "MistralDecoderLayer": _llama_layer, "MistralForCausalLM": _causal_lm,
             "Qwen2DecoderLayer": _llama_layer, "Qwen2ForCausalLM": _causal_lm,
+            "Qwen3DecoderLayer": _llama_layer, "Qwen3ForCausalLM": _causal_lm,
             "GPT2Block": _gpt2_block, "GPT2Model": _gpt2_model, "GPT2LMHeadModel": _causal_lm,
             "BertSelfAttention": _bert_self_attention, "BertSelfOutput": _bert_output,
             "BertLayer": _bert_feed_forward,
@@ -196,6 +200,7 @@ def _llama_layer(layer: nn.Module) -> Callable:
     if (getattr(config, "pretraining_tp", 1) or 1) != 1:
         _refuse(layer, "pretraining_tp", config.pretraining_tp, "only 1")
     hf = sys.modules[type(layer).__module__]   # its model's attention functions
+    qk_norm = hasattr(layer.self_attn, "q_norm")
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, cache=None, use_cache: bool | None = False,
@@ -205,18 +210,29 @@ def _llama_layer(layer: nn.Module) -> Callable:
         norm1, norm2 = self.input_layernorm, self.post_attention_layernorm
         lead, d = hidden_states.shape[:-1], attn.head_dim
         projections = (attn.q_proj, attn.k_proj, attn.v_proj)
-        # HF's rotate_half tables [..., d] repeat one half of angles; q and k rows are permuted
-        # within each head so that CODA's interleaved rotation (in the GEMM's epilogue) is HF's
-        # rotation. The scores are unchanged (q and k permuted alike); v keeps its order.
-        cos, sin = (t[..., :d // 2] for t in position_embeddings)
-        w_qkv = _qkv_rows([p.weight for p in projections], 2, d)
-        b_qkv = _qkv_rows([p.bias for p in projections], 2, d) if attn.q_proj.bias is not None else None
-        heads = attn.q_proj.out_features // d, attn.k_proj.out_features // d
         _, ss = _carried_sums(hidden_states)   # the previous layer's down GEMM took it
-        *qkv, hidden_states = ops.qkv_rope(hidden_states, w_qkv, cos, sin, *heads, d, bias=b_qkv,
-                                           norm_weight=norm1.weight, eps=norm1.variance_epsilon,
-                                           sumsq=ss, passthrough=True)
-        q, k, v = (t.transpose(1, 2) for t in qkv)
+        if qk_norm:   # Qwen3: q and k normalized per head before RoPE, both HF's
+            w_qkv = torch.cat([p.weight for p in projections])
+            b_qkv = torch.cat([p.bias for p in projections]) if attn.q_proj.bias is not None else None
+            qkv, hidden_states = ops.rms_norm_linear(hidden_states, norm1.weight, w_qkv,
+                                                     norm1.variance_epsilon, bias=b_qkv, sumsq=ss,
+                                                     passthrough=True)
+            q, k, v = (t.view(*lead, -1, d) for t in qkv.split([p.out_features for p in projections], -1))
+            q, k = hf.apply_rotary_pos_emb(attn.q_norm(q).transpose(1, 2), attn.k_norm(k).transpose(1, 2),
+                                           *position_embeddings)
+            v = v.transpose(1, 2)
+        else:
+            # HF's rotate_half tables [..., d] repeat one half of angles; q and k rows are permuted
+            # within each head so that CODA's interleaved rotation (in the GEMM's epilogue) is
+            # HF's rotation. The scores are unchanged (q and k permuted alike); v keeps its order.
+            cos, sin = (t[..., :d // 2] for t in position_embeddings)
+            w_qkv = _qkv_rows([p.weight for p in projections], 2, d)
+            b_qkv = _qkv_rows([p.bias for p in projections], 2, d) if attn.q_proj.bias is not None else None
+            heads = attn.q_proj.out_features // d, attn.k_proj.out_features // d
+            *qkv, hidden_states = ops.qkv_rope(hidden_states, w_qkv, cos, sin, *heads, d, bias=b_qkv,
+                                               norm_weight=norm1.weight, eps=norm1.variance_epsilon,
+                                               sumsq=ss, passthrough=True)
+            q, k, v = (t.transpose(1, 2) for t in qkv)
         out = _attend(hf, attn, q, k, v, attention_mask,
                       attn.attention_dropout if attn.training else 0.0, cache, kwargs)
         h, ss = ops.out_proj_residual(out.reshape(*lead, -1), attn.o_proj.weight, hidden_states,
