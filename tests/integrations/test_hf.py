@@ -383,6 +383,17 @@ def test_unsupported_bert_config_raises():
         coda.patch(tiny_bert(torch.float64, hidden_act="silu"))
 
 
+@pytest.mark.parametrize("use_reentrant", [True, False])
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_gradient_checkpointing(family, use_reentrant):
+    """With HF's gradient checkpointing each layer's forward runs again in the backward (its input
+    then carries no row sums under the reentrant form): the loss and gradients still match."""
+    ref = (tiny_llama if family == "llama" else tiny_gpt2)(
+        torch.float64, **({} if family == "llama" else dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)))
+    ref.train().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    assert_causal_lm_matches(ref, 1e-10)
+
+
 def tiny_mistral(dtype: torch.dtype) -> torch.nn.Module:
     return tiny_llama(dtype, "Mistral", sliding_window=6)
 
