@@ -60,6 +60,10 @@ def assert_causal_lm_matches(ref, tol: float, skip_ignored_labels: bool | None =
     """The patched copy's loss (with no logits written) and every parameter gradient match;
     skipping the ignored rows, half of them are (a fine-tuning batch's prompts)."""
     model = coda.patch(copy.deepcopy(ref), skip_ignored_labels=skip_ignored_labels)
+    assert_causal_lm_matches_model(model, ref, tol, skip_ignored_labels)
+
+
+def assert_causal_lm_matches_model(model, ref, tol: float, skip_ignored_labels: bool | None = None) -> None:
     ids, labels = batch()
     if skip_ignored_labels:
         labels[:, : SEQ // 2] = -100
@@ -392,6 +396,49 @@ def test_gradient_checkpointing(family, use_reentrant):
         torch.float64, **({} if family == "llama" else dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)))
     ref.train().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
     assert_causal_lm_matches(ref, 1e-10)
+
+
+class Adapter(torch.nn.Module):
+    """A LoRA-like wrapper, as PEFT injects one: base(x) + B(A(x)), with the base's `.weight`
+    in view (what a forward that reads weights directly would silently use alone)."""
+
+    def __init__(self, base: torch.nn.Linear):
+        super().__init__()
+        self.base = base
+        self.a = torch.nn.Linear(base.in_features, 4, bias=False, dtype=base.weight.dtype)
+        self.b = torch.nn.Linear(4, base.out_features, bias=False, dtype=base.weight.dtype)
+        torch.nn.init.normal_(self.b.weight, std=0.1)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.base.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + self.b(self.a(x))
+
+
+def with_adapters(model: torch.nn.Module) -> torch.nn.Module:
+    for layer in model.model.layers:
+        layer.self_attn.q_proj = Adapter(layer.self_attn.q_proj)
+    return model
+
+
+@pytest.mark.parametrize("adapters_first", [True, False],
+                         ids=["adapted-then-patched", "patched-then-adapted"])
+def test_a_layer_holding_modules_it_would_not_call_keeps_hfs_forward(adapters_first):
+    """Adapters injected before coda.patch: the layer is left to HF's forward (with a warning);
+    after it: the patched forward hands the call to HF's. Either way the result is the adapted
+    model's, never the base weights' alone."""
+    ref = with_adapters(tiny_llama(torch.float64))
+    model = copy.deepcopy(ref)
+    if adapters_first:
+        with pytest.warns(UserWarning, match=r"LlamaDecoderLayer holds .*Adapter.*keeps HF's forward"):
+            coda.patch(model)
+    else:
+        base = tiny_llama(torch.float64)
+        model = with_adapters(coda.patch(base))
+        model.load_state_dict(ref.state_dict())
+    assert_causal_lm_matches_model(model, ref, 1e-10)
 
 
 def tiny_mistral(dtype: torch.dtype) -> torch.nn.Module:

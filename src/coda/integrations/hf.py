@@ -59,8 +59,10 @@ Configurations the ops cannot reproduce exactly raise `CodaError` naming the opt
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterator
 
 import torch
@@ -107,14 +109,66 @@ def patch(model: nn.Module, *, skip_ignored_labels: bool | None = None) -> nn.Mo
             module._coda_skip_ignored = (SKIPS_IGNORED[name] if skip_ignored_labels is None
                                          else skip_ignored_labels)
         if not getattr(module, "_coda_patched", False):
-            method = patcher(module)
-            setattr(module, PATCHED_METHODS.get(name, "forward"), types.MethodType(method, module))
+            watched = _watched(module, name)
+            foreign = sorted({f"{type(m).__module__}.{type(m).__qualname__}"
+                              for m in _reached(module, watched)
+                              if not type(m).__module__.startswith(NATIVE)})
+            if foreign:   # e.g. a LoRA adapter, a quantized linear: HF's forward calls them, CODA's not
+                warnings.warn(f"coda.patch: {type(module).__name__} holds {', '.join(foreign)}, which its "
+                              f"CODA forward would not call: it keeps HF's forward", stacklevel=2)
+                continue
+            method_name = PATCHED_METHODS.get(name, "forward")
+            method = _guarded(patcher(module), getattr(type(module), method_name), watched)
+            setattr(module, method_name, types.MethodType(method, module))
             module._coda_patched = True
     if not found:
         raise CodaError(f"coda.patch: no supported HuggingFace module in {type(model).__name__}; "
                         f"supported: {', '.join(sorted(patchers))}")
     _patch_input_embeddings(model)
     return model
+
+
+#: where the submodules a CODA forward replaces come from (others, such as PEFT's LoRA layers or
+#: quantized linears, compute what it would not)
+NATIVE = ("torch.", "transformers.")
+
+
+def _watched(module: nn.Module, name: str) -> tuple[tuple[tuple[str, ...], type], ...]:
+    """What a patched forward reads, as (path of submodule names from `module`, the submodule's
+    type): a layer's every submodule; an LM head's output embedding (the layers are patched on
+    their own); BERT's feed-forward, its two halves; GPT-2's model, nothing (its ln_f is
+    patched in place)."""
+    if name == "GPT2Model":
+        return ()
+    roots = ([module.get_output_embeddings()] if name in SKIPS_IGNORED
+             else [module.intermediate, module.output] if name == "BertLayer" else [module])
+    paths = {id(m): tuple(path.split(".")) if path else () for path, m in module.named_modules()}
+    return tuple((paths[id(m)], type(m)) for root in roots for m in root.modules())
+
+
+def _reached(module: nn.Module, watched) -> list[nn.Module | None]:
+    """The submodules at the watched paths of `module`, as they are now (None where one is gone)."""
+    found = []
+    for path, _ in watched:
+        node = module
+        for key in path:
+            node = getattr(node, "_modules", {}).get(key)
+        found.append(node)
+    return found
+
+
+def _guarded(method: Callable, original: Callable, watched) -> Callable:
+    """`method`, run while every watched submodule has the type it had when the module was
+    patched; HF's `original` once one has been replaced (a LoRA adapter injected after
+    `coda.patch`, say, which the CODA forward would not call): never a silent wrong answer."""
+
+    @functools.wraps(method)   # its signature: HF's feed-forward chunking counts the parameters
+    def forward(self, *args, **kwargs):
+        if all(type(m) is kind for m, (_, kind) in zip(_reached(self, watched), watched, strict=True)):
+            return method(self, *args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    return forward
 
 
 def _patch_input_embeddings(model: nn.Module) -> None:
