@@ -99,3 +99,25 @@ def test_patched_model_bf16_within_eager_error(family):
     for name, g in grads.items():
         if grads_exact[name].abs().max() > 0:   # rows of embeddings no token used stay zero
             assert_within_eager(f"{family} d{name}", g, grads_eager[name], grads_exact[name])
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+def test_patched_model_under_autocast_within_eager_error(family):
+    """A float32 model under torch.autocast(bfloat16), as HF's Trainer with bf16=True runs it: the
+    patched model's loss and float32 gradients within 2x eager autocast's error."""
+    model, shape = build(family)
+    inputs = batch(family, shape, model.config.vocab_size)
+    loss_exact, grads_exact = loss_and_grads(copy.deepcopy(model).cuda().double(), inputs)
+
+    def autocast_loss_and_grads(m):   # the forward under autocast, the backward outside it
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = m(**inputs).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
+    loss_eager, grads_eager = autocast_loss_and_grads(copy.deepcopy(model).cuda())
+    loss, grads = autocast_loss_and_grads(coda.patch(copy.deepcopy(model).cuda()))
+    assert all(g.dtype == torch.float32 for g in grads.values())
+    assert_within_eager(f"{family} autocast loss", loss, loss_eager, loss_exact, floor=1e-4)
+    for name, g in grads.items():
+        if grads_exact[name].abs().max() > 0:
+            assert_within_eager(f"{family} autocast d{name}", g, grads_eager[name], grads_exact[name])

@@ -19,8 +19,10 @@ transformers = pytest.importorskip("transformers")
 VOCAB, SEQ, BATCH = 128, 16, 2
 
 
-def tiny_llama(dtype: torch.dtype, family: str = "Llama", **overrides) -> torch.nn.Module:
-    """A tiny LLaMA, or one of the models built the same way (`family` "Mistral", "Qwen2")."""
+def tiny_llama(dtype: torch.dtype, family: str = "Llama", exact_norms: bool = True,
+               **overrides) -> torch.nn.Module:
+    """A tiny LLaMA, or one of the models built the same way (`family` "Mistral", "Qwen2"); with
+    `exact_norms` its RMSNorms compute in the model's dtype (HF's go through float32)."""
     torch.manual_seed(0)
     config = getattr(transformers, f"{family}Config")(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -28,7 +30,7 @@ def tiny_llama(dtype: torch.dtype, family: str = "Llama", **overrides) -> torch.
         attn_implementation="eager", **overrides)
     model = getattr(transformers, f"{family}ForCausalLM")(config).to(dtype).eval()
     for module in model.modules():  # HF's RMSNorm computes in float32 even for a float64 model
-        if type(module).__name__ == f"{family}RMSNorm":
+        if exact_norms and type(module).__name__ == f"{family}RMSNorm":
             module.forward = types.MethodType(exact_rms_norm, module)
     with torch.no_grad():  # non-trivial norm gains, so that folding them into weights is tested
         for name, p in model.named_parameters():
@@ -396,6 +398,45 @@ def test_gradient_checkpointing(family, use_reentrant):
         torch.float64, **({} if family == "llama" else dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)))
     ref.train().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
     assert_causal_lm_matches(ref, 1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2, tiny_bert], ids=["llama", "gpt2", "bert"])
+def test_autocast(build, dtype, monkeypatch):
+    """A float32 model trained under torch.autocast (HF's Trainer with bf16=True or fp16=True):
+    the patched model runs, its parameters get float32 gradients, and its loss and gradients are
+    within twice eager autocast's error against the model in float64. float16 runs the real
+    kernels (the interpreter on a CPU); bfloat16, which the interpreter gets wrong, the
+    reference backend (tests/gpu/test_hf_gpu.py runs it through the kernels on a GPU)."""
+    if dtype == torch.bfloat16:
+        monkeypatch.setattr(coda.runtime.program, "interpreter_enabled", lambda: False)
+    # HF's own RMSNorm (through float32, as a model trained so has it): the float64 model's
+    # error stays far below the 16-bit runs'
+    ref = build(torch.float32, exact_norms=False) if build is tiny_llama else build(torch.float32)
+    ids, labels = batch()
+    if build is tiny_bert:
+        labels[:, ::2] = -100
+
+    def loss_and_grads(model, autocast: bool):
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=dtype, enabled=autocast):
+            loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        assert all(p.grad.dtype == p.dtype for p in model.parameters() if p.grad is not None)
+        return loss.double(), {n: p.grad.double() for n, p in model.named_parameters() if p.grad is not None}
+
+    exact = loss_and_grads(copy.deepcopy(ref).double(), False)
+    eager = loss_and_grads(copy.deepcopy(ref), True)
+    fused = loss_and_grads(coda.patch(copy.deepcopy(ref)), True)
+    floor = torch.finfo(dtype).eps / 4   # a quarter of the dtype's resolution, relative
+
+    def rel(x, y):
+        return ((x - y).norm() / y.norm()).item()
+    assert rel(fused[0], exact[0]) <= 2 * rel(eager[0], exact[0]) + floor
+    assert fused[1].keys() == eager[1].keys()
+    for name, want in exact[1].items():
+        if want.norm() > 1e-3 * max(g.norm() for g in exact[1].values()):   # not a gradient of ~0
+            assert rel(fused[1][name], want) <= 2 * rel(eager[1][name], want) + floor, name
 
 
 class Adapter(torch.nn.Module):

@@ -207,3 +207,44 @@ def test_a_gradient_that_autograd_adds_to_takes_no_note(monkeypatch):
     for got, exact in zip([*outs, *grads], [*want_outs, *want], strict=True):
         torch.testing.assert_close(got.double(), exact, rtol=1e-4, atol=1e-4 * exact.abs().max().item())
     assert taken == [None]
+
+
+def test_ops_follow_autocast():
+    """Inside torch.autocast a GEMM op's float32 arguments are cast to the region's dtype (float16
+    here, which the interpreter computes right) and its result comes out in it, float32
+    parameters get float32 gradients; statistics (`sumsq`) are not cast; a norm runs in float32,
+    as autocast runs one. Outside the region nothing changes."""
+    torch.manual_seed(0)
+    x, w, g = (torch.randn(*shape, requires_grad=True) for shape in ((12, 16), (24, 16), (16,)))
+    sumsq = x.detach().square().sum(-1)
+    with torch.autocast("cpu", dtype=torch.float16):
+        y = norms.rms_norm_linear(x, g, w, 1e-6, sumsq=sumsq)
+        z = layer_norm(y, torch.ones(24), torch.zeros(24))
+    assert y.dtype == torch.float16 and z.dtype == torch.float32
+    z.sum().backward()
+    assert x.grad.dtype == w.grad.dtype == g.grad.dtype == torch.float32
+    x16, w16, g16 = (t.detach().half().double() for t in (x, w, g))
+    want = (x16 * torch.rsqrt(x16.square().mean(-1, keepdim=True) + 1e-6) * g16) @ w16.T
+    torch.testing.assert_close(y.double(), want, rtol=2e-3, atol=2e-3)
+    assert norms.rms_norm_linear(x, g, w, 1e-6).dtype == torch.float32   # no region, no cast
+
+
+def test_follows_autocast_casts_what_it_should():
+    """float32 to the region's dtype, but the kept names; 16-bit, float64 and integer tensors and
+    numbers as they are; the op itself runs with autocast off."""
+    seen = {}
+
+    @common.follows_autocast("stats")
+    def op(x, w, stats=None, ids=None, wide=None, p=0.5):
+        seen.update(x=x.dtype, w=w.dtype, stats=stats.dtype, ids=ids.dtype, wide=wide.dtype, p=p,
+                    autocast=torch.is_autocast_enabled("cpu"))
+
+    args = (torch.ones(2), torch.ones(2, dtype=torch.float16))
+    extra = dict(stats=torch.ones(2), ids=torch.ones(2, dtype=torch.int64),
+                 wide=torch.ones(2, dtype=torch.float64))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        op(*args, **extra)
+    assert seen == dict(x=torch.bfloat16, w=torch.float16, stats=torch.float32, ids=torch.int64,
+                        wide=torch.float64, p=0.5, autocast=False)
+    op(*args, **extra)
+    assert seen["x"] == torch.float32 and seen["autocast"] is False

@@ -31,7 +31,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..ops import checks
-from ..ops.common import as_rows, note_column_sums, notes_from
+from ..ops.common import as_rows, follows_autocast, note_column_sums, notes_from
 from ..ops.norms import LN_ROW, LN_ROW_PARAMS, LN_STATS, layer_norm_one_pass, residual_grad, row_shift
 
 XHAT = "xhat = (xin - mean) * rstd;"
@@ -107,6 +107,7 @@ class LayerNormFunction(torch.autograd.Function):
         return dx, dg, dbeta, None, None, None, None
 
 
+@follows_autocast("rowsum", "sumsq", widest=True)
 def layer_norm(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float = 1e-5,
                rowsum: torch.Tensor | None = None, sumsq: torch.Tensor | None = None,
                passthrough: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:

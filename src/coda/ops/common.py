@@ -10,7 +10,9 @@ accumulator rounded once to bf16, strided `out=`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import inspect
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -31,6 +33,33 @@ SCALE_ROWS = compile_program("EPILOGUE scale_rows(c: row) { output = input * c; 
 ROUNDING: dict[torch.dtype, str] = {torch.bfloat16: "round_bf16", torch.float16: "round_fp16"}
 #: stats= of out_proj_residual and mlp -> the row sums of the output their epilogue stores
 STATS: dict[str | None, list[str]] = {None: [], "rms": ["ss"], "layer": ["ss", "s"]}
+
+
+def follows_autocast(*keep: str, widest: bool = False) -> Callable[[Callable], Callable]:
+    """An op's entry point that runs, inside a `torch.autocast` region, as the region would run
+    it: a GEMM's float32 tensor arguments (all but `keep`, float32 statistics such as a
+    producer's row sums) are cast to the region's dtype; with `widest` (a norm, which autocast
+    runs in float32) its 16-bit ones to float32. The op then runs with autocast off, its kernels
+    computing in their inputs' dtype. The casts are autograd's: float32 parameters receive
+    float32 gradients. Outside autocast the op is called as it is."""
+    def wrap(op: Callable) -> Callable:
+        signature = inspect.signature(op)
+
+        @functools.wraps(op)
+        def run(*args, **kwargs):
+            device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), None)
+            if device not in ("cuda", "cpu") or not torch.is_autocast_enabled(device):
+                return op(*args, **kwargs)
+            source, target = (((torch.bfloat16, torch.float16), torch.float32) if widest
+                              else ((torch.float32,), torch.get_autocast_dtype(device)))
+            bound = signature.bind(*args, **kwargs)
+            for name, value in bound.arguments.items():
+                if name not in keep and isinstance(value, torch.Tensor) and value.dtype in source:
+                    bound.arguments[name] = value.to(target)
+            with torch.autocast(device, enabled=False):
+                return op(*bound.args, **bound.kwargs)
+        return run
+    return wrap
 
 
 def present(**operands: object) -> dict[str, object]:

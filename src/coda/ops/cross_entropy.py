@@ -127,7 +127,17 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program, default_backend
 from . import checks
-from .common import ACCUMULATE, ADD_PARTIAL, PLAIN, ROUNDING, SCALE_ROWS, as_rows, present, weight_grad
+from .common import (
+    ACCUMULATE,
+    ADD_PARTIAL,
+    PLAIN,
+    ROUNDING,
+    SCALE_ROWS,
+    as_rows,
+    follows_autocast,
+    present,
+    weight_grad,
+)
 
 REDUCTIONS = ("mean", "sum", "none")
 #: Chunk widths are multiples of this (half a 256-wide GEMM tile) when that wide, except the last.
@@ -630,6 +640,7 @@ def _accumulator_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
+@follows_autocast()
 def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
                          bias: torch.Tensor | None = None, ignore_index: int = -100,
                          reduction: str = "mean", label_smoothing: float = 0.0,

@@ -47,7 +47,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import PLAIN, as_rows, matmul, present, weight_grad
+from .common import PLAIN, as_rows, follows_autocast, matmul, present, weight_grad
 from .norms import FOLD, NORM_DW, RMS_ROW, RMS_ROW_PARAMS
 
 #: activation -> (f, f') by primitive name; the op names follow the activation.
@@ -132,6 +132,7 @@ def dx_program(norm_grad: bool, residual_grad: bool) -> Program:
                            f" {row} output = input{terms}; }}")
 
 
+@follows_autocast()
 def interleave(w_gate: torch.Tensor, w_up: torch.Tensor, gain: torch.Tensor | None = None) -> torch.Tensor:
     """The fused up-projection weight [2F, ...] from w_gate and w_up [F, ...]: row 2j is
     w_gate[j], row 2j + 1 is w_up[j] (a bias [F] works too). With `gain` ([H], an RMSNorm's
@@ -270,6 +271,7 @@ def _norm(scale: torch.Tensor | None, eps: float | None, n: int) -> tuple[str | 
     return "sumsq", dict(ss=scale, inv_n=1.0 / n, eps=eps)
 
 
+@follows_autocast("rstd", "sumsq")
 def swiglu_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
                residual: torch.Tensor | None = None, rstd: torch.Tensor | None = None,
                stats: bool = False, sumsq: torch.Tensor | None = None, eps: float = 1e-6
@@ -287,6 +289,7 @@ def swiglu_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
     return _gated_mlp("silu", x, w_gate_up, w_down, residual, rstd, stats, sumsq, eps)
 
 
+@follows_autocast("rstd", "sumsq")
 def geglu_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
               residual: torch.Tensor | None = None, rstd: torch.Tensor | None = None,
               stats: bool = False, sumsq: torch.Tensor | None = None, eps: float = 1e-6

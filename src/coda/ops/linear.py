@@ -55,6 +55,7 @@ from .common import (
     STATS,
     as_rows,
     column_sum,
+    follows_autocast,
     input_and_bias_grad,
     input_grad,
     known_column_sums,
@@ -236,6 +237,7 @@ class MLPFunction(torch.autograd.Function):
         return dx, dw1, db1, dw2, db2, None, None, None, dresidual, None, None
 
 
+@follows_autocast()
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
            activation: str | None = None, dropout_p: float = 0.0, seed: int | None = None
            ) -> torch.Tensor:
@@ -256,6 +258,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
     return LinearFunction.apply(x, w, bias, activation, p, seed, _grad_wanted(x, w, bias))
 
 
+@follows_autocast()
 def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
         b2: torch.Tensor | None = None, activation: str | None = "gelu", dropout_p: float = 0.0,
         seed: int | None = None, residual: torch.Tensor | None = None, stats: str | None = None

@@ -89,6 +89,7 @@ from .common import (
     as_rows,
     check_split,
     column_sum,
+    follows_autocast,
     input_and_bias_grad,
     joined_grad,
     known_column_sums,
@@ -417,6 +418,7 @@ class OutProjResidualFunction(torch.autograd.Function):
 
 
 # -- the functional ops --------------------------------------------------------------------------
+@follows_autocast("sumsq")
 def rms_norm_linear(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, eps: float = 1e-6,
                     bias: torch.Tensor | None = None, sumsq: torch.Tensor | None = None,
                     passthrough: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -441,6 +443,7 @@ def rms_norm_linear(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, eps: floa
     return RMSNormLinearFunction.apply(x, g, w, bias, sumsq, eps, passthrough)
 
 
+@follows_autocast("rowsum", "sumsq")
 def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: torch.Tensor,
                       bias: torch.Tensor | None = None, eps: float = 1e-5,
                       rowsum: torch.Tensor | None = None,
@@ -475,6 +478,7 @@ def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: t
     return LayerNormLinearFunction.apply(x, g, beta, w, bias, eps, rowsum, sumsq, passthrough, split)
 
 
+@follows_autocast()
 def out_proj_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor,
                       bias: torch.Tensor | None = None, dropout_p: float = 0.0, seed: int | None = None,
                       stats: str | None = "rms") -> torch.Tensor | tuple[torch.Tensor, ...]:
@@ -550,6 +554,7 @@ class RmsRstd(torch.autograd.Function):
         return dh, None, None
 
 
+@follows_autocast("ss")
 def rms_rstd(h: torch.Tensor, ss: torch.Tensor, eps: float) -> torch.Tensor:
     """The RMSNorm row scale of h from its row sums of squares `ss` (as `out_proj_residual`
     emits them), differentiable with respect to h, for ops that take `rstd=` (swiglu_mlp)."""

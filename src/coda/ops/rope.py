@@ -48,7 +48,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import as_rows, matmul, weight_grad
+from .common import as_rows, follows_autocast, matmul, weight_grad
 from .norms import RMS_ROW, RMS_ROW_PARAMS, rms_fold, rms_norm_linear_grads
 
 
@@ -190,6 +190,7 @@ def pre_gradient(grads: tuple[torch.Tensor | None, ...], rows: torch.Tensor, cos
     return dpre, torch.cat(db) if bias_grad else None
 
 
+@follows_autocast("sumsq")
 def qkv_rope(x: torch.Tensor, w_qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
              n_heads: int, n_kv_heads: int, head_dim: int, bias: torch.Tensor | None = None,
              norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
