@@ -54,7 +54,10 @@ and as G = r ⊙_row E' with E' = E - exp(lse - c)·onehot(target), one element 
                           or the block's rows: no synchronization).
             E'_b        = E_b, the target's element set to exp(t - c) - exp(lse - c) (in float32
                           from the statistics, rounded once: no cancellation in bf16).
-            dx_b        = r ⊙_row (E'_b @ w) (cuBLAS's GEMM, then the row scale as a map),
+            dx_b        = r ⊙_row (E'_b @ w) (cuBLAS's GEMM, then the row scale as a map; for
+                          a V not a multiple of 16, cuBLAS's GEMM over the first V - V % 16
+                          columns and the last ones' product added in the scale's map,
+                          `tail_and_scale`, where cuBLAS would run them in an unaligned kernel),
             dw         += E'_b.T @ (r ⊙_row x_b) (x's rows scaled by a map: [rows, H]).
 E is formed from the rounded logits (below) and rounded once more when stored: G = r ⊙ E
 carries E's rounding, where eager and the general path round G itself once. E and E'_b @ w need
@@ -264,6 +267,21 @@ SCALE = compile_program("EPILOGUE ce_scale(s: scalar) { output = input * s; }")
 # k = rstd² r / H, and dg_b = col_sum(q ⊙ h). Without the norm dx_b is a plain GEMM (cuBLAS).
 DX_NORM = compile_program("EPILOGUE ce_dx_norm(g: col, k: row, h: tile) {"
                           " q = input; output = g * q - k * h; dg = col_sum(q * h); }")
+
+
+@functools.cache
+def tail_and_scale(columns: int) -> Program:
+    """The exponential path's dx map when cuBLAS ran only the aligned columns of G_b @ w: it adds
+    the few last columns' product, g_j ⊗ w_j (row operand gj: column j of the tail of G_b; col
+    operand wj: row j of the tail of w), in float32, and scales each row by c:
+
+        EPILOGUE tail_and_scale(c: row, g0: row, w0: col, ...) { output = (input + g0 * w0 + ...) * c; }
+
+    in place of cuBLAS's product of the tail alone (its unaligned kernel: K of 1 to 15) and a
+    second GEMM adding the aligned part to it."""
+    params = ["c: row"] + [f"g{j}: row, w{j}: col" for j in range(columns)]
+    tail = "".join(f" + g{j} * w{j}" for j in range(columns))
+    return compile_program(f"EPILOGUE tail_and_scale({', '.join(params)}) {{ output = (input{tail}) * c; }}")
 
 
 def block_shapes(tokens: int, hidden: int, vocab: int, chunk_size: int | None,
@@ -545,9 +563,10 @@ class Blocks:
         db = dg = dw_sum = None
         spans = _spans(tokens, self.rows) if need_x or need_g or dw_here or db_here else []
         # cuBLAS runs a K = V that is not a multiple of 16 bytes (GPT-2's 50257) in its slow
-        # unaligned kernels: the dx GEMM takes the aligned first `whole` columns, added in float32
-        # (beta = 1) to the few last ones' product, which is rounded on its own (a tiny K: its
-        # rounding is negligible next to dx's one).
+        # unaligned kernels: the dx GEMM takes the aligned first `whole` columns; the exponential
+        # path adds the few last ones' product in its row scale's map, the general one in float32
+        # (beta = 1) onto that product, rounded on its own (a tiny K: its rounding is negligible
+        # next to dx's one) in the unaligned kernel, launched first.
         whole = vocab // ROW_PAD * ROW_PAD
         direct = len(spans) == 1 or dw_dtype == _accumulator_dtype(a)
         for i, (r0, r1) in enumerate(spans):
@@ -588,6 +607,12 @@ class Blocks:
             dx_b = dx[r0:r1]   # complete, a plain GEMM into rows b of dx
             if limit is not None:   # rows past the limit stay zero
                 PLAIN(g_b, w, out=dx_b, m_limit=limit)
+            elif whole < vocab and scale is not None:   # the tail joins the row scale's map
+                torch.matmul(g_b[:, :whole], w[:whole], out=dx_b)
+                tail = {operand: value for j in range(vocab - whole)
+                        for operand, value in ((f"g{j}", g_b[:, whole + j]), (f"w{j}", w[whole + j]))}
+                tail_and_scale(vocab - whole).map(dx_b, out=dx_b, c=scale, **tail)
+                continue
             elif whole < vocab:   # cuBLAS
                 torch.matmul(g_b[:, whole:], w[whole:], out=dx_b)
                 dx_b.addmm_(g_b[:, :whole], w[:whole])
