@@ -3,11 +3,10 @@ CODA's Triton path and every kernel a no-op (host_cpu.py's harness), at 512 toke
 widths. Run: python benchmarks/results/session45/host_ops.py [op] [--profile]"""
 
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import host_cpu  # noqa: F401  (installs the no-op kernels)
+import host_cpu  # installs the no-op kernels
 import torch
 
 from coda import ops
@@ -56,25 +55,10 @@ def main():
         if wanted and name not in wanted:
             continue
         step = fwd_bwd(fn, grads_of)
-        for _ in range(3):
-            step()
-        times = []
-        for _ in range(7):
-            start = time.perf_counter()
-            for _ in range(20):
-                step()
-            times.append((time.perf_counter() - start) / 20)
-        times.sort()
-        print(f"{name}: {1e6 * times[3]:.0f} us a fwd+bwd (median of 7 x 20)", flush=True)
+        median, _ = host_cpu.host_seconds(step, 20)
+        print(f"{name}: {1e6 * median:.0f} us a fwd+bwd (median of 7 x 20)", flush=True)
         if "--profile" in sys.argv:
-            import cProfile
-            import pstats
-            prof = cProfile.Profile()
-            prof.enable()
-            for _ in range(20):
-                step()
-            prof.disable()
-            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+            host_cpu.profile(step, 20, keys=("tottime",))
 
 
 if __name__ == "__main__":
