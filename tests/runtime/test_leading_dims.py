@@ -101,3 +101,18 @@ def test_leading_dimension_errors():
     strided = torch.empty(3, 2, M, N, dtype=torch.float64).transpose(0, 1)
     with pytest.raises(coda.LaunchError, match="cannot be viewed as"):
         PROGRAM(a, b, out=strided, **operands)
+
+
+def test_options_over_the_flattened_rows():
+    """a_col_sums and unfinished row sums (Partials) are over the flattened rows; an accumulating
+    program adds into out= with leading dimensions in place."""
+    prog = coda.compile("EPILOGUE { output = input; s = row_sum(input); }")
+    a, b = torch.randn(2, 3, M, K), torch.randn(K, N)
+    outs = prog(a, b, a_col_sums=True, unfinished=["s"])
+    assert outs["output"].shape == (2, 3, M, N) and isinstance(outs["s"], coda.Partials)
+    np.testing.assert_allclose(np64(outs["a_col_sums"]), np64(a).reshape(-1, K).sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np64(outs["s"].total()), (np64(a) @ np64(b)).sum(-1).reshape(-1),
+                               rtol=1e-5, atol=1e-5)
+    out = torch.ones(2, 3, M, N)
+    assert coda.compile("EPILOGUE { output += input; }")(a, b, out=out)["output"] is out
+    np.testing.assert_allclose(np64(out), 1 + np64(a) @ np64(b), rtol=1e-5, atol=1e-5)
