@@ -248,3 +248,6 @@ def test_follows_autocast_casts_what_it_should():
                         wide=torch.float64, p=0.5, autocast=False)
     op(*args, **extra)
     assert seen["x"] == torch.float32 and seen["autocast"] is False
+    with torch.autocast("cpu", dtype=torch.bfloat16):   # tensors passed by keyword only
+        op(x=args[0], w=args[1], **extra)
+    assert seen["x"] == torch.bfloat16

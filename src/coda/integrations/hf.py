@@ -44,7 +44,7 @@ Per family (docs/integrations.md, "HuggingFace models"):
 - The token embedding of every model (a plain `nn.Embedding`) -> `coda.ops.embedding`: torch's
   lookup forward, the table's gradient in one deterministic sorted pass (one Triton kernel that
   writes every row) instead of PyTorch's segment reductions and zero-fill.
-- The LM heads (`LlamaForCausalLM` and its Mistral and Qwen2 kin, `GPT2LMHeadModel`,
+- The LM heads (`LlamaForCausalLM` and its Mistral, Qwen2 and Qwen3 kin, `GPT2LMHeadModel`,
   `BertForMaskedLM`): with `labels`, the
   head's decoder and HF's loss (shifted causal-LM / masked-LM cross-entropy) ->
   `linear_cross_entropy`, which never writes the logits (`logits` is None in the output).

@@ -1,4 +1,4 @@
-"""Pieces every op shares: flattening to rows, the plain GEMM, and weight gradients.
+"""Pieces every op shares: flattening to rows, the plain GEMM, weight gradients, autocast.
 
 Every GEMM that carries an epilogue is a CODA program (the library eats its own cooking). A GEMM
 with none (`matmul`, `weight_grad`) is cuBLAS's job: torch.matmul is as fast or faster there
@@ -47,7 +47,8 @@ def follows_autocast(*keep: str, widest: bool = False) -> Callable[[Callable], C
 
         @functools.wraps(op)
         def run(*args, **kwargs):
-            device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), None)
+            device = next((v.device.type for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)),
+                          None)
             if device not in ("cuda", "cpu") or not torch.is_autocast_enabled(device):
                 return op(*args, **kwargs)
             source, target = (((torch.bfloat16, torch.float16), torch.float32) if widest

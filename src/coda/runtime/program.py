@@ -149,8 +149,8 @@ class Program:
     def _launch(self, a, b, backend, out, out_dtype, seed, outputs, dtypes, operands, limits,
                 a_col_sums=False, unfinished=None) -> dict[str, torch.Tensor]:
         if isinstance(a, torch.Tensor) and a.dim() > 2:   # leading dimensions: one launch on rows
-            lead, rows = flatten_leading(a, b, operands, out)
-            outs = self._launch(*rows[:2], backend, rows[3], out_dtype, seed, outputs, dtypes, rows[2],
+            lead, (rows, b, row_operands, out_rows) = flatten_leading(a, b, operands, out)
+            outs = self._launch(rows, b, backend, out_rows, out_dtype, seed, outputs, dtypes, row_operands,
                                 limits, a_col_sums, unfinished)
             outs = self._with_leading(outs, lead, a.shape[-2])
             return outs if out is None else outs | {"output": out}
