@@ -38,10 +38,11 @@ def build(family: str) -> tuple[torch.nn.Module, tuple[int, int]]:
                                          n_positions=1024, resid_pdrop=0.0, embd_pdrop=0.0,
                                          attn_pdrop=0.0, use_cache=False, **common)
         model, shape = transformers.GPT2LMHeadModel(config), (8, 1024)
-    elif family in ("llama", "mistral", "qwen2", "qwen3"):   # Mistral: a sliding window; Qwen2:
-        # q/k/v biases; Qwen3: q and k normalized per head
-        name = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}[family]
-        extra = dict(sliding_window=1024) if family == "mistral" else {}
+    elif family in ("llama", "mistral", "qwen2", "qwen3", "phi3"):   # Mistral: a sliding window;
+        # Qwen2: q/k/v biases; Qwen3: q and k normalized per head; Phi-3: fused weights
+        name = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3",
+                "phi3": "Phi3"}[family]
+        extra = {"mistral": dict(sliding_window=1024), "phi3": dict(pad_token_id=0)}.get(family, {})
         config = getattr(transformers, f"{name}Config")(
             hidden_size=2048, intermediate_size=5632, num_hidden_layers=2, num_attention_heads=16,
             num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, use_cache=False,
@@ -79,7 +80,7 @@ def loss_and_grads(model: torch.nn.Module, inputs: dict) -> tuple[torch.Tensor, 
                            if p.grad is not None}
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "mistral", "qwen2", "qwen3"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "mistral", "qwen2", "qwen3", "phi3"])
 def test_patched_model_bf16_within_eager_error(family):
     model, shape = build(family)
     inputs = batch(family, shape, model.config.vocab_size)

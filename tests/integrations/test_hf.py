@@ -98,9 +98,16 @@ def test_llama_loss_and_gradients_match(dtype, tol, attention_bias):
     ("Mistral", dict(sliding_window=6)),                 # a window shorter than the sequence
     ("Qwen2", dict(tie_word_embeddings=True)),           # biased q/k/v, the head tied to the table
     ("Qwen3", dict(head_dim=32, attention_bias=True)),   # q and k normalized per head before RoPE
-], ids=["mistral", "qwen2", "qwen3"])
+    ("Phi3", dict(pad_token_id=0)),                      # fused qkv_proj and gate_up_proj weights
+], ids=["mistral", "qwen2", "qwen3", "phi3"])
 def test_llama_like_models_match(family, overrides, dtype, tol):
     assert_causal_lm_matches(tiny_llama(dtype, family, **overrides), tol)
+
+
+@pytest.mark.parametrize("option, value", [("partial_rotary_factor", 0.75), ("resid_pdrop", 0.1)])
+def test_unsupported_phi3_config_raises(option, value):
+    with pytest.raises(coda.CodaError, match=option):
+        coda.patch(tiny_llama(torch.float64, "Phi3", pad_token_id=0, **{option: value}))
 
 
 def test_llama_without_labels_and_base_model_match():
@@ -494,9 +501,13 @@ def tiny_qwen3(dtype: torch.dtype) -> torch.nn.Module:
     return tiny_llama(dtype, "Qwen3", head_dim=32)
 
 
-@pytest.mark.parametrize("build", [tiny_llama, tiny_mistral, tiny_qwen2, tiny_qwen3, tiny_gpt2,
+def tiny_phi3(dtype: torch.dtype) -> torch.nn.Module:
+    return tiny_llama(dtype, "Phi3", pad_token_id=0)
+
+
+@pytest.mark.parametrize("build", [tiny_llama, tiny_mistral, tiny_qwen2, tiny_qwen3, tiny_phi3, tiny_gpt2,
                                    tiny_bert_decoder],
-                         ids=["llama", "mistral", "qwen2", "qwen3", "gpt2", "bert"])
+                         ids=["llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "bert"])
 def test_generation_with_kv_cache_matches(build):
     """Greedy decoding through the KV cache (the patched layers' cache.update path): the same
     tokens and the same logits at every step as the unpatched model."""

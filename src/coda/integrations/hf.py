@@ -12,7 +12,8 @@ Per family (docs/integrations.md, "HuggingFace models"):
   same way, Mistral (`MistralDecoderLayer`, `MistralForCausalLM`: sliding-window attention is
   HF's), Qwen2 (`Qwen2DecoderLayer`, `Qwen2ForCausalLM`: biased q/k/v projections) and Qwen3
   (`Qwen3DecoderLayer`, `Qwen3ForCausalLM`: q and k normalized per head before RoPE, so its
-  q/k/v GEMM is `rms_norm_linear` and the per-head norms and RoPE are HF's):
+  q/k/v GEMM is `rms_norm_linear` and the per-head norms and RoPE are HF's) and Phi-3
+  (`Phi3DecoderLayer`, `Phi3ForCausalLM`: q/k/v and gate/up each one weight, used by row blocks):
   `input_layernorm` + q/k/v projections + RoPE -> `qkv_rope(norm_weight=)` (one GEMM against the
   concatenated `[wq; wk; wv]`, the norm folded in, q and k rows permuted within heads, rotated in
   the epilogue in CODA's interleaved convention, equal to HF's rotate-half on the permuted rows),
@@ -44,7 +45,7 @@ Per family (docs/integrations.md, "HuggingFace models"):
 - The token embedding of every model (a plain `nn.Embedding`) -> `coda.ops.embedding`: torch's
   lookup forward, the table's gradient in one deterministic sorted pass (one Triton kernel that
   writes every row) instead of PyTorch's segment reductions and zero-fill.
-- The LM heads (`LlamaForCausalLM` and its Mistral, Qwen2 and Qwen3 kin, `GPT2LMHeadModel`,
+- The LM heads (`LlamaForCausalLM` and its Mistral, Qwen2, Qwen3 and Phi-3 kin, `GPT2LMHeadModel`,
   `BertForMaskedLM`): with `labels`, the
   head's decoder and HF's loss (shifted causal-LM / masked-LM cross-entropy) ->
   `linear_cross_entropy`, which never writes the logits (`logits` is None in the output).
@@ -80,7 +81,7 @@ PATCHED_METHODS = {"BertLayer": "feed_forward_chunk"}
 
 #: the LM heads, and whether each skips its ignored labels' rows unless told (`patch`)
 SKIPS_IGNORED = {"LlamaForCausalLM": False, "MistralForCausalLM": False, "Qwen2ForCausalLM": False,
-                 "Qwen3ForCausalLM": False,
+                 "Qwen3ForCausalLM": False, "Phi3ForCausalLM": False,
                  "GPT2LMHeadModel": False, "BertForMaskedLM": True}
 
 
@@ -212,6 +213,7 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
             "MistralDecoderLayer": _llama_layer, "MistralForCausalLM": _causal_lm,
             "Qwen2DecoderLayer": _llama_layer, "Qwen2ForCausalLM": _causal_lm,
             "Qwen3DecoderLayer": _llama_layer, "Qwen3ForCausalLM": _causal_lm,
+            "Phi3DecoderLayer": _llama_layer, "Phi3ForCausalLM": _causal_lm,
             "GPT2Block": _gpt2_block, "GPT2Model": _gpt2_model, "GPT2LMHeadModel": _causal_lm,
             "BertSelfAttention": _bert_self_attention, "BertSelfOutput": _bert_output,
             "BertLayer": _bert_feed_forward,
@@ -253,8 +255,14 @@ def _llama_layer(layer: nn.Module) -> Callable:
         _refuse(layer, "mlp_bias", True, "swiglu_mlp has no biases")
     if (getattr(config, "pretraining_tp", 1) or 1) != 1:
         _refuse(layer, "pretraining_tp", config.pretraining_tp, "only 1")
+    if (getattr(config, "partial_rotary_factor", 1.0) or 1.0) != 1.0:   # Phi-4-mini's 0.75
+        _refuse(layer, "partial_rotary_factor", config.partial_rotary_factor, "only 1.0: qkv_rope "
+                "rotates whole heads")
+    if getattr(config, "resid_pdrop", 0.0):   # Phi-3's dropout on the MLP's output
+        _refuse(layer, "resid_pdrop", config.resid_pdrop, "only 0.0: swiglu_mlp has no dropout")
     hf = sys.modules[type(layer).__module__]   # its model's attention functions
     qk_norm = hasattr(layer.self_attn, "q_norm")
+    heads = config.num_attention_heads, config.num_key_value_heads
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, cache=None, use_cache: bool | None = False,
@@ -263,15 +271,15 @@ def _llama_layer(layer: nn.Module) -> Callable:
         attn, mlp = self.self_attn, self.mlp
         norm1, norm2 = self.input_layernorm, self.post_attention_layernorm
         lead, d = hidden_states.shape[:-1], attn.head_dim
-        projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+        weights, biases = _qkv_parameters(attn, heads, d)
         _, ss = _carried_sums(hidden_states)   # the previous layer's down GEMM took it
         if qk_norm:   # Qwen3: q and k normalized per head before RoPE, both HF's
-            w_qkv = torch.cat([p.weight for p in projections])
-            b_qkv = torch.cat([p.bias for p in projections]) if attn.q_proj.bias is not None else None
+            w_qkv = torch.cat(weights)
+            b_qkv = None if biases is None else torch.cat(biases)
             qkv, hidden_states = ops.rms_norm_linear(hidden_states, norm1.weight, w_qkv,
                                                      norm1.variance_epsilon, bias=b_qkv, sumsq=ss,
                                                      passthrough=True)
-            q, k, v = (t.view(*lead, -1, d) for t in qkv.split([p.out_features for p in projections], -1))
+            q, k, v = (t.view(*lead, -1, d) for t in qkv.split([w.shape[0] for w in weights], -1))
             q, k = hf.apply_rotary_pos_emb(attn.q_norm(q).transpose(1, 2), attn.k_norm(k).transpose(1, 2),
                                            *position_embeddings)
             v = v.transpose(1, 2)
@@ -280,9 +288,8 @@ def _llama_layer(layer: nn.Module) -> Callable:
             # within each head so that CODA's interleaved rotation (in the GEMM's epilogue) is
             # HF's rotation. The scores are unchanged (q and k permuted alike); v keeps its order.
             cos, sin = (t[..., :d // 2] for t in position_embeddings)
-            w_qkv = _qkv_rows([p.weight for p in projections], 2, d)
-            b_qkv = _qkv_rows([p.bias for p in projections], 2, d) if attn.q_proj.bias is not None else None
-            heads = attn.q_proj.out_features // d, attn.k_proj.out_features // d
+            w_qkv = _qkv_rows(weights, 2, d)
+            b_qkv = None if biases is None else _qkv_rows(biases, 2, d)
             *qkv, hidden_states = ops.qkv_rope(hidden_states, w_qkv, cos, sin, *heads, d, bias=b_qkv,
                                                norm_weight=norm1.weight, eps=norm1.variance_epsilon,
                                                sumsq=ss, passthrough=True)
@@ -291,7 +298,9 @@ def _llama_layer(layer: nn.Module) -> Callable:
                       attn.attention_dropout if attn.training else 0.0, cache, kwargs)
         h, ss = ops.out_proj_residual(out.reshape(*lead, -1), attn.o_proj.weight, hidden_states,
                                       bias=attn.o_proj.bias, stats="rms")
-        w_gate_up = ops.interleave(mlp.gate_proj.weight, mlp.up_proj.weight, gain=norm2.weight)
+        w_gate, w_up = ((mlp.gate_proj.weight, mlp.up_proj.weight) if hasattr(mlp, "gate_proj")
+                        else mlp.gate_up_proj.weight.chunk(2))   # Phi-3: [gate; up] in one weight
+        w_gate_up = ops.interleave(w_gate, w_up, gain=norm2.weight)
         y, ss = ops.swiglu_mlp(h, w_gate_up, mlp.down_proj.weight, residual=h, sumsq=ss,
                                eps=norm2.variance_epsilon, stats=True)
         return _carry_sums(y, None, ss)
@@ -299,6 +308,19 @@ def _llama_layer(layer: nn.Module) -> Callable:
     return forward
 
 
+
+
+def _qkv_parameters(attn: nn.Module, heads: tuple[int, int], d: int
+                    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """The q, k and v projections' weights and biases (None without biases): their own modules'
+    or, for Phi-3's fused `qkv_proj`, its row blocks."""
+    if hasattr(attn, "qkv_proj"):
+        sizes = [heads[0] * d, heads[1] * d, heads[1] * d]
+        bias = attn.qkv_proj.bias
+        return list(attn.qkv_proj.weight.split(sizes)), None if bias is None else list(bias.split(sizes))
+    projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+    biases = None if attn.q_proj.bias is None else [p.bias for p in projections]
+    return [p.weight for p in projections], biases
 
 
 def _qkv_rows(parts: list[torch.Tensor], rotated: int, d: int) -> torch.Tensor:
