@@ -338,6 +338,33 @@ def test_bert_mlm_loss_and_gradients_match(dtype, tol, hidden_act):
         assert err < tol, (name, err)
 
 
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
+@pytest.mark.parametrize("family", ["Roberta", "XLMRoberta", "Camembert", "Electra"])
+def test_bert_like_encoders_match(family, dtype, tol):
+    """The encoders built as BERT is, module for module, take its patchers: a sequence
+    classifier's loss and every gradient (its head is HF's) match the unpatched model's."""
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{family}Config")(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=64, attn_implementation="eager", pad_token_id=1)
+    ref = getattr(transformers, f"{family}ForSequenceClassification")(config).to(dtype).eval()
+    with torch.no_grad():   # non-trivial biases and norm parameters
+        for name, p in ref.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):
+                p.add_(0.3 * torch.randn_like(p))
+    model = coda.patch(copy.deepcopy(ref))
+    assert sum(getattr(m, "_coda_patched", False) for m in model.modules()) == 2 * 3 + 1   # + embedding
+    ids, labels = batch()[0].clamp(min=2), torch.tensor([0, 1])
+    out, expected = model(input_ids=ids, labels=labels), ref(input_ids=ids, labels=labels)
+    torch.testing.assert_close(out.loss, expected.loss, rtol=tol, atol=tol)
+    out.loss.backward()
+    expected.loss.backward()
+    for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters(), strict=True):
+        if q.grad is not None:   # the key bias's exact gradient is 0 (test_bert_mlm_...)
+            scale = 1.0 if name.endswith("key.bias") else q.grad.norm()
+            assert ((p.grad - q.grad).norm() / scale).item() < tol, name
+
+
 def test_bert_base_model_and_state_dict():
     ref = tiny_bert(torch.float64)
     before = ref.state_dict()

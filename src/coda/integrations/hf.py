@@ -32,7 +32,8 @@ Per family (docs/integrations.md, "HuggingFace models"):
   `coda.nn.layer_norm`), so only the first block's norm sums its input in a map of its own.
   Hidden dropout in training maps to the ops' dropout (same p, CODA's counter-based masks, not
   torch's RNG stream).
-- BERT (`BertModel`, `BertForMaskedLM`, ...): `BertSelfAttention`'s query, key and value
+- BERT (`BertModel`, `BertForMaskedLM`, ...; and the layers of RoBERTa, XLM-RoBERTa, CamemBERT
+  and ELECTRA, built module for module as BERT's): `BertSelfAttention`'s query, key and value
   projections -> one `linear` against the concatenated `[wq; wk; wv]` (one GEMM forward, its dx
   in one GEMM instead of three and two adds, its bias gradient in one column sum instead of
   three), HF's attention (its weights are not returned: `attn_weights` is None);
@@ -75,8 +76,10 @@ from ..errors import CodaError
 IGNORE_INDEX = -100  # HF's causal-LM loss default
 
 
+#: the encoders built as BERT is, module for module (their layers take BERT's patchers)
+BERT_LIKE = ("Bert", "Roberta", "XLMRoberta", "Camembert", "Electra")
 #: the method a patcher replaces, where it is not `forward`
-PATCHED_METHODS = {"BertLayer": "feed_forward_chunk"}
+PATCHED_METHODS = {f"{family}Layer": "feed_forward_chunk" for family in BERT_LIKE}
 
 
 #: the LM heads, and whether each skips its ignored labels' rows unless told (`patch`)
@@ -142,7 +145,7 @@ def _watched(module: nn.Module, name: str) -> tuple[tuple[tuple[str, ...], type]
     if name == "GPT2Model":
         return ()
     roots = ([module.get_output_embeddings()] if name in SKIPS_IGNORED
-             else [module.intermediate, module.output] if name == "BertLayer" else [module])
+             else [module.intermediate, module.output] if name in PATCHED_METHODS else [module])
     paths = {id(m): tuple(path.split(".")) if path else () for path, m in module.named_modules()}
     return tuple((paths[id(m)], type(m)) for root in roots for m in root.modules())
 
@@ -215,9 +218,10 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
             "Qwen3DecoderLayer": _llama_layer, "Qwen3ForCausalLM": _causal_lm,
             "Phi3DecoderLayer": _llama_layer, "Phi3ForCausalLM": _causal_lm,
             "GPT2Block": _gpt2_block, "GPT2Model": _gpt2_model, "GPT2LMHeadModel": _causal_lm,
-            "BertSelfAttention": _bert_self_attention, "BertSelfOutput": _bert_output,
-            "BertLayer": _bert_feed_forward,
-            "BertPredictionHeadTransform": _bert_head_transform, "BertForMaskedLM": _masked_lm}
+            "BertPredictionHeadTransform": _bert_head_transform, "BertForMaskedLM": _masked_lm,
+            **{f"{family}{part}": patcher for family in BERT_LIKE for part, patcher in (
+                ("SelfAttention", _bert_self_attention), ("SelfOutput", _bert_output),
+                ("Layer", _bert_feed_forward))}}
 
 
 def _attend(hf, attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask,
@@ -427,7 +431,7 @@ BERT_ACTIVATIONS = {"gelu": "gelu_erf", "gelu_new": "gelu", "gelu_pytorch_tanh":
 def _bert_self_attention(attn: nn.Module) -> Callable:
     """BertSelfAttention: q, k and v from one GEMM against [wq; wk; wv] (+ [bq; bk; bv]), then
     HF's attention, as `_gpt2_block` does with GPT-2's fused c_attn."""
-    from transformers.models.bert import modeling_bert as hf
+    hf = sys.modules[type(attn).__module__]   # its model's attention functions
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 cache=None, **kwargs) -> tuple[torch.Tensor, None]:
