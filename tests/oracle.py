@@ -74,12 +74,16 @@ ELEMENTWISE = {
     "where": (lambda c, a, b: np.where(c != 0, a, b), ("mask", "any", "any")),
     "min": (lambda a, b: np.where(a < b, a, b), ("any", "any")),
     "max": (lambda a, b: np.where(a > b, a, b), ("any", "any")),
+    # max with lo first, then min with hi (lo > hi gives hi, as torch.clamp does)
+    "clamp": (lambda x, lo, hi: np.where(np.where(x > lo, x, lo) < hi, np.where(x > lo, x, lo), hi),
+              ("any", "any", "any")),
     "abs": (lambda x: np.where(x < 0, -x, x), ("any",)),
     "exp": (lambda x: np.exp(x), ("any",)),
     "log": (lambda x: np.log(x), ("pos",)),
     "sqrt": (lambda x: np.sqrt(x), ("pos",)),
     "rsqrt": (lambda x: 1.0 / np.sqrt(x), ("pos",)),
     "square": (lambda x: x * x, ("any",)),
+    "erf": (_erf, ("any",)),
     "round_bf16": (lambda x: _round_bits(x, 8), ("any",)),
     "round_fp16": (lambda x: _round_bits(x, 11), ("any",)),
     "tanh": (lambda x: np.tanh(x), ("any",)),
@@ -88,6 +92,8 @@ ELEMENTWISE = {
     "gelu": (_gelu_tanh, ("any",)),
     "gelu_erf": (lambda x: x * _normal_cdf(x), ("any",)),
     "silu": (lambda x: x * _sigmoid(x), ("any",)),
+    # log(1 + e^x) = max(x, 0) + log(1 + e^-|x|): no overflow either way
+    "softplus": (lambda x: np.where(x > 0, x, 0.0) + np.log1p(np.exp(-np.abs(x))), ("any",)),
     "tanh_grad": (lambda x: 1.0 / np.cosh(x) ** 2, ("any",)),
     # sigmoid' is even: exp(-|x|) / (1 + exp(-|x|))^2 never overflows
     "sigmoid_grad": (lambda x: np.exp(-np.abs(x)) / (1.0 + np.exp(-np.abs(x))) ** 2, ("any",)),
@@ -99,7 +105,8 @@ ELEMENTWISE = {
 
 #: The activations whose derivative is also a primitive (checked by finite differences too).
 DERIVATIVES = {"tanh": "tanh_grad", "sigmoid": "sigmoid_grad", "relu": "relu_grad",
-               "gelu": "gelu_grad", "gelu_erf": "gelu_erf_grad", "silu": "silu_grad", "exp": "exp"}
+               "gelu": "gelu_grad", "gelu_erf": "gelu_erf_grad", "silu": "silu_grad", "exp": "exp",
+               "softplus": "sigmoid"}
 
 
 def _logsumexp(x, axis):

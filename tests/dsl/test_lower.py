@@ -93,7 +93,7 @@ def test_compile_needs_text():
     ("output = input;\ns = sum(input);", 2, 5, ("unknown function 'sum'; write row_sum(x)", "col_sum(x)")),
     ("output = softmax(input);", 1, 10, ("unknown function 'softmax'; write row_logsumexp(x)",)),
     ("output = pow(input, 2.0);", 1, 10, ("unknown function 'pow'; write x * x or square(x)",)),
-    ("output = clamp(input, 0.0, 1.0);", 1, 10, ("write min(max(x, lo), hi)",)),
+    ("output = clip(input, 0.0, 1.0);", 1, 10, ("unknown function 'clip'; write clamp(x, lo, hi)",)),
     # wrong arity
     ("output = gelu(input, 1);", 1, 10, ("gelu takes 1 argument, got 2",)),
     ("output = where(input, 1);", 1, 10, ("where takes 3 arguments, got 2",)),

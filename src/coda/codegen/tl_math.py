@@ -62,6 +62,13 @@ def exp(x):
 
 
 @triton.jit
+def softplus(x):
+    """log(1 + e^x) without overflow: x itself above 20 (where they agree in float32), e^x below
+    -15 (where 1 + e^x rounds to 1)."""
+    return tl.where(x > 20.0, x, tl.where(x < -15.0, exp(x), tl.log(1.0 + exp(x))))
+
+
+@triton.jit
 def sigmoid(x):
     """1 / (1 + e^-x) in two MUFU ops (exp2_ftz, rcp): e^-x overflows to inf for x < -88, whose
     reciprocal is the 0 the function tends to."""
