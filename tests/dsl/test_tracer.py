@@ -290,6 +290,12 @@ def test_a_number_as_output_and_reflected_operators():
     (lambda acc: acc if acc > 0 else -acc, "has no truth value"),
     (lambda acc: max(acc, 0.0), "coda.max / coda.min instead of Python's max / min"),
     (lambda acc: acc ** 2, "no power operator: write x * x or coda.square(x)"),
+    # tensor methods: what an epilogue writes instead, as a DslError (not an AttributeError)
+    (lambda acc: acc.exp(), "no attribute 'exp': write coda.exp(x), not x.exp()"),
+    (lambda acc: acc.sum(-1), "no attribute 'sum': reductions are outputs: coda.row_sum(x)"),
+    (lambda acc: acc.float(), "values are float32 already"),
+    (lambda acc: acc.T, "values have no shape"),
+    (lambda acc: acc.whatever, "no attribute 'whatever': use coda's functions"),
     (lambda acc: acc and acc, "has no truth value"),
     # torch's and math's functions take no symbolic values
     (lambda acc: torch.exp(acc), "use coda's functions on them"),

@@ -35,6 +35,11 @@ class Value:
     def __abs__(self):
         return _apply("abs", self)
 
+    def __getattr__(self, name: str):
+        if name.startswith("__"):   # Python's protocols (copy, pickle) look for these
+            raise AttributeError(name)
+        raise DslError(f"an epilogue value has no attribute {name!r}: {_method_hint(name)}")
+
     def __pow__(self, _):
         raise DslError("an epilogue has no power operator: write x * x or coda.square(x); "
                        "coda.exp(y * coda.log(x)) for x > 0")
@@ -44,6 +49,28 @@ class Value:
 
     def __repr__(self) -> str:
         return f"<coda value {self.node.op}>"
+
+
+#: tensor methods an author may reach for, by what an epilogue does instead
+_REDUCING = ("sum", "mean", "max", "min", "amax", "amin", "logsumexp", "softmax", "norm")
+_CASTING = ("float", "to", "type", "half", "bfloat16", "double")
+_RESHAPING = ("T", "t", "transpose", "view", "reshape", "permute", "shape", "size", "unsqueeze",
+              "squeeze", "expand", "flatten")
+
+
+def _method_hint(name: str) -> str:
+    """What to write for `value.name` (a torch tensor's method, mostly)."""
+    if name in PRIMITIVES:
+        return f"write coda.{name}(x), not x.{name}()"
+    if name in _REDUCING:
+        return ("reductions are outputs: coda.row_sum(x), coda.col_sum(x), coda.row_max(x), "
+                "coda.col_max(x) or coda.row_logsumexp(x), returned in the result dict")
+    if name in _CASTING:
+        return ("values are float32 already; an output's stored dtype is chosen at launch "
+                "(out_dtype=, dtypes=)")
+    if name in _RESHAPING:
+        return "an epilogue computes element by element on the output tile: values have no shape"
+    return "use coda's functions on values (coda.exp(x), coda.where(c, a, b), coda.row_sum(x), ...)"
 
 
 def _binary(name: str, reflected: bool = False):
