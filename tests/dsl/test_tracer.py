@@ -293,6 +293,7 @@ def test_a_number_as_output_and_reflected_operators():
     # tensor methods: what an epilogue writes instead, as a DslError (not an AttributeError)
     (lambda acc: acc.exp(), "no attribute 'exp': write coda.exp(x), not x.exp()"),
     (lambda acc: acc.sum(-1), "no attribute 'sum': reductions are outputs: coda.row_sum(x)"),
+    (lambda acc: acc.max(), "no attribute 'max': reductions are outputs"),
     (lambda acc: acc.float(), "values are float32 already"),
     (lambda acc: acc.T, "values have no shape"),
     (lambda acc: acc.whatever, "no attribute 'whatever': use coda's functions"),

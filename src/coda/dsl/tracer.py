@@ -60,11 +60,11 @@ _RESHAPING = ("T", "t", "transpose", "view", "reshape", "permute", "shape", "siz
 
 def _method_hint(name: str) -> str:
     """What to write for `value.name` (a torch tensor's method, mostly)."""
-    if name in PRIMITIVES:
-        return f"write coda.{name}(x), not x.{name}()"
-    if name in _REDUCING:
+    if name in _REDUCING:   # before the primitives: x.max() is a reduction, coda.max(a, b) is not
         return ("reductions are outputs: coda.row_sum(x), coda.col_sum(x), coda.row_max(x), "
                 "coda.col_max(x) or coda.row_logsumexp(x), returned in the result dict")
+    if name in PRIMITIVES:
+        return f"write coda.{name}(x), not x.{name}()"
     if name in _CASTING:
         return ("values are float32 already; an output's stored dtype is chosen at launch "
                 "(out_dtype=, dtypes=)")
