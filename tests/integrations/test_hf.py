@@ -65,11 +65,22 @@ def assert_causal_lm_matches(ref, tol: float, skip_ignored_labels: bool | None =
     assert_causal_lm_matches_model(model, ref, tol, skip_ignored_labels)
 
 
-def assert_causal_lm_matches_model(model, ref, tol: float, skip_ignored_labels: bool | None = None) -> None:
+def assert_causal_lm_matches_model(model, ref, tol: float, skip_ignored_labels: bool | None = None,
+                                   fused_layers: int = 2) -> None:
+    """The loss and gradients match, and `fused_layers` layers ran their CODA forward (each calls
+    out_proj_residual once: a layer that fell back to HF's forward would match without it)."""
+    from coda.integrations import hf
+
     ids, labels = batch()
     if skip_ignored_labels:
         labels[:, : SEQ // 2] = -100
-    out = model(input_ids=ids, labels=labels)
+    calls, fused = [], hf.ops.out_proj_residual
+    hf.ops.out_proj_residual = lambda *a, **k: calls.append(1) or fused(*a, **k)
+    try:
+        out = model(input_ids=ids, labels=labels)
+    finally:
+        hf.ops.out_proj_residual = fused
+    assert len(calls) == fused_layers
     assert out.logits is None  # the logits are never written
     expected = reference_loss(ref, ids, labels)
     torch.testing.assert_close(out.loss, expected, rtol=tol, atol=tol)
@@ -355,7 +366,15 @@ def test_bert_like_encoders_match(family, dtype, tol):
     model = coda.patch(copy.deepcopy(ref))
     assert sum(getattr(m, "_coda_patched", False) for m in model.modules()) == 2 * 3 + 1   # + embedding
     ids, labels = batch()[0].clamp(min=2), torch.tensor([0, 1])
-    out, expected = model(input_ids=ids, labels=labels), ref(input_ids=ids, labels=labels)
+    from coda.integrations import hf
+    calls, fused = [], hf.ops.out_proj_residual
+    hf.ops.out_proj_residual = lambda *a, **k: calls.append(1) or fused(*a, **k)
+    try:
+        out = model(input_ids=ids, labels=labels)
+    finally:
+        hf.ops.out_proj_residual = fused
+    assert len(calls) == 2   # each layer's attention output ran CODA's forward
+    expected = ref(input_ids=ids, labels=labels)
     torch.testing.assert_close(out.loss, expected.loss, rtol=tol, atol=tol)
     out.loss.backward()
     expected.loss.backward()
@@ -513,7 +532,46 @@ def test_a_layer_holding_modules_it_would_not_call_keeps_hfs_forward(adapters_fi
         base = tiny_llama(torch.float64)
         model = with_adapters(coda.patch(base))
         model.load_state_dict(ref.state_dict())
-    assert_causal_lm_matches_model(model, ref, 1e-10)
+    assert_causal_lm_matches_model(model, ref, 1e-10, fused_layers=0)
+
+
+def test_a_replica_runs_its_own_patched_forward():
+    """nn.DataParallel's replicas copy a module's __dict__, not its class: a patched forward kept
+    as a bound method there would run on the original module (its parameters, its device). Here
+    each patched module is an instance of a subclass that defines the forward, so a replica made
+    as DataParallel makes one computes with its own parameters."""
+    ref = tiny_gpt2(torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    assert type(model.transformer.h[0]).__name__ == "GPT2Block"   # the same name, a subclass
+    assert isinstance(model.transformer.h[0], type(ref.transformer.h[0]))
+    for module in (model.transformer.wte, model.transformer.ln_f, model.transformer.h[0]):
+        replica = module._replicate_for_data_parallel()
+        assert type(replica).forward is type(module).forward and "forward" not in vars(replica)
+    table = model.transformer.wte._replicate_for_data_parallel()
+    table._parameters = {"weight": model.transformer.wte.weight.detach() * 2}
+    ids = batch()[0]
+    torch.testing.assert_close(table(ids), 2 * model.transformer.wte(ids).detach())
+
+
+def test_pickling_a_patched_model_gives_the_unpatched_one():
+    """torch.save(model) of a patched model: its modules come back as their HF classes, unpatched
+    (the patched subclasses live only in the process that made them), computing the same;
+    coda.patch patches them again. Copies stay patched."""
+    import io
+
+    model = coda.patch(tiny_gpt2(torch.float64))
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    block = loaded.transformer.h[0]
+    assert type(block) is transformers.models.gpt2.modeling_gpt2.GPT2Block
+    assert not hasattr(block, "_coda_patched")
+    ids = batch()[0]
+    torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    assert coda.patch(loaded).transformer.h[0]._coda_patched
+    for twin in (copy.copy(model.transformer.h[0]), copy.deepcopy(model).transformer.h[0]):
+        assert type(twin) is type(model.transformer.h[0])
 
 
 def tiny_mistral(dtype: torch.dtype) -> torch.nn.Module:

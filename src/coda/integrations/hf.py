@@ -1,7 +1,8 @@
 """`coda.patch(model)`: run a loaded HuggingFace `transformers` model's non-attention compute
 through `coda.ops`, in place.
 
-Only the `forward` of submodule instances is replaced (`types.MethodType`); no module is swapped
+Only the `forward` of submodule instances is replaced (each patched instance becomes one of a
+subclass of its class, of the same name, that defines it: `_replace_method`); no module is swapped
 and no parameter moved, so parameter names, `state_dict()` and checkpoints are unchanged, and
 `model.load_state_dict` / `save_pretrained` work as before. Attention itself (scores, softmax,
 attention dropout, KV cache, the attention-implementation choice) stays HF's.
@@ -61,9 +62,9 @@ Configurations the ops cannot reproduce exactly raise `CodaError` naming the opt
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import sys
-import types
 import warnings
 from collections.abc import Callable, Iterator
 
@@ -122,8 +123,8 @@ def patch(model: nn.Module, *, skip_ignored_labels: bool | None = None) -> nn.Mo
                               f"CODA forward would not call: it keeps HF's forward", stacklevel=2)
                 continue
             method_name = PATCHED_METHODS.get(name, "forward")
-            method = _guarded(patcher(module), getattr(type(module), method_name), watched)
-            setattr(module, method_name, types.MethodType(method, module))
+            _replace_method(module, method_name, _guarded(patcher(module), getattr(type(module), method_name),
+                                                          watched))
             module._coda_patched = True
     if not found:
         raise CodaError(f"coda.patch: no supported HuggingFace module in {type(model).__name__}; "
@@ -139,7 +140,7 @@ NATIVE = ("torch.", "transformers.")
 
 def _watched(module: nn.Module, name: str) -> tuple[tuple[tuple[str, ...], type], ...]:
     """What a patched forward reads, as (path of submodule names from `module`, the submodule's
-    type): a layer's every submodule; an LM head's output embedding (the layers are patched on
+    type): a layer's every submodule below it; an LM head's output embedding (the layers are patched on
     their own); BERT's feed-forward, its two halves; GPT-2's model, nothing (its ln_f is
     patched in place)."""
     if name == "GPT2Model":
@@ -147,7 +148,8 @@ def _watched(module: nn.Module, name: str) -> tuple[tuple[tuple[str, ...], type]
     roots = ([module.get_output_embeddings()] if name in SKIPS_IGNORED
              else [module.intermediate, module.output] if name in PATCHED_METHODS else [module])
     paths = {id(m): tuple(path.split(".")) if path else () for path, m in module.named_modules()}
-    return tuple((paths[id(m)], type(m)) for root in roots for m in root.modules())
+    # (not the module itself: patching makes it an instance of a subclass, `_replace_method`)
+    return tuple((paths[id(m)], type(m)) for root in roots for m in root.modules() if m is not module)
 
 
 def _reached(module: nn.Module, watched) -> list[nn.Module | None]:
@@ -159,6 +161,45 @@ def _reached(module: nn.Module, watched) -> list[nn.Module | None]:
             node = getattr(node, "_modules", {}).get(key)
         found.append(node)
     return found
+
+
+def _replace_method(module: nn.Module, name: str, method: Callable) -> None:
+    """`module.name` becomes `method` by making the instance one of a subclass of its class that
+    defines it (same name, module and qualified name): a copy made as nn.DataParallel makes its
+    replicas (`__dict__` copied, not the class) calls it on itself, where a bound method kept in
+    the instance's `__dict__` would run on the original module. Copies (`copy.copy`,
+    `copy.deepcopy`) stay patched; pickling (`torch.save(model)`) stores the module as its
+    original class, unpatched (`coda.patch` it again after loading): the subclass exists only in
+    this process."""
+    cls = type(module)
+    module.__class__ = type(cls.__name__, (cls,), {
+        name: method, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+        "__copy__": _copy, "__deepcopy__": _deepcopy, "__reduce_ex__": _reduce_unpatched})
+
+
+def _copy(self: nn.Module) -> nn.Module:
+    twin = type(self).__new__(type(self))
+    twin.__dict__.update(self.__dict__)
+    return twin
+
+
+def _deepcopy(self: nn.Module, memo: dict) -> nn.Module:
+    twin = type(self).__new__(type(self))
+    memo[id(self)] = twin
+    twin.__dict__.update(copy.deepcopy(self.__dict__, memo))
+    return twin
+
+
+def _reduce_unpatched(self: nn.Module, protocol: int) -> tuple:
+    state = {key: value for key, value in self.__dict__.items() if key != "_coda_patched"}
+    return _unpickled, (type(self).__mro__[1], state)
+
+
+def _unpickled(cls: type, state: dict) -> nn.Module:
+    """A patched module as pickled: an instance of its original class, unpatched."""
+    module = cls.__new__(cls)
+    module.__setstate__(state)
+    return module
 
 
 def _guarded(method: Callable, original: Callable, watched) -> Callable:
@@ -189,7 +230,7 @@ def _patch_input_embeddings(model: nn.Module) -> None:
             return y
         return ops.embedding(ids, self.weight, self.padding_idx)
 
-    table.forward = types.MethodType(forward, table)
+    _replace_method(table, "forward", forward)
     table._coda_patched = True
 
 
@@ -397,7 +438,7 @@ def _gpt2_model(model: nn.Module) -> Callable:
 
     norm = model.ln_f
     if isinstance(norm, nn.LayerNorm) and norm.weight is not None and norm.bias is not None:
-        norm.forward = types.MethodType(ln_f, norm)
+        _replace_method(norm, "forward", ln_f)
     return type(model).forward
 
 
