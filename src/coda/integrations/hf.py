@@ -191,8 +191,10 @@ def _deepcopy(self: nn.Module, memo: dict) -> nn.Module:
 
 
 def _reduce_unpatched(self: nn.Module, protocol: int) -> tuple:
+    # the class the patch derived from (FSDP2, say, may have derived another from the patch's)
+    patched = next(c for c in type(self).__mro__ if c.__dict__.get("__reduce_ex__") is _reduce_unpatched)
     state = {key: value for key, value in self.__dict__.items() if key != "_coda_patched"}
-    return _unpickled, (type(self).__mro__[1], state)
+    return _unpickled, (patched.__bases__[0], state)
 
 
 def _unpickled(cls: type, state: dict) -> nn.Module:
