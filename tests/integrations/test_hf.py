@@ -65,22 +65,28 @@ def assert_causal_lm_matches(ref, tol: float, skip_ignored_labels: bool | None =
     assert_causal_lm_matches_model(model, ref, tol, skip_ignored_labels)
 
 
-def assert_causal_lm_matches_model(model, ref, tol: float, skip_ignored_labels: bool | None = None,
-                                   fused_layers: int = 2) -> None:
-    """The loss and gradients match, and `fused_layers` layers ran their CODA forward (each calls
-    out_proj_residual once: a layer that fell back to HF's forward would match without it)."""
+def forward_counting_fused_layers(model, layers: int, **inputs):
+    """model(**inputs), checking that `layers` layers ran their CODA forward: each calls
+    out_proj_residual once (a layer that fell back to HF's forward would give the same result)."""
     from coda.integrations import hf
 
-    ids, labels = batch()
-    if skip_ignored_labels:
-        labels[:, : SEQ // 2] = -100
     calls, fused = [], hf.ops.out_proj_residual
     hf.ops.out_proj_residual = lambda *a, **k: calls.append(1) or fused(*a, **k)
     try:
-        out = model(input_ids=ids, labels=labels)
+        out = model(**inputs)
     finally:
         hf.ops.out_proj_residual = fused
-    assert len(calls) == fused_layers
+    assert len(calls) == layers
+    return out
+
+
+def assert_causal_lm_matches_model(model, ref, tol: float, skip_ignored_labels: bool | None = None,
+                                   fused_layers: int = 2) -> None:
+    """The loss and gradients match, and `fused_layers` layers ran their CODA forward."""
+    ids, labels = batch()
+    if skip_ignored_labels:
+        labels[:, : SEQ // 2] = -100
+    out = forward_counting_fused_layers(model, fused_layers, input_ids=ids, labels=labels)
     assert out.logits is None  # the logits are never written
     expected = reference_loss(ref, ids, labels)
     torch.testing.assert_close(out.loss, expected, rtol=tol, atol=tol)
@@ -366,14 +372,7 @@ def test_bert_like_encoders_match(family, dtype, tol):
     model = coda.patch(copy.deepcopy(ref))
     assert sum(getattr(m, "_coda_patched", False) for m in model.modules()) == 2 * 3 + 1   # + embedding
     ids, labels = batch()[0].clamp(min=2), torch.tensor([0, 1])
-    from coda.integrations import hf
-    calls, fused = [], hf.ops.out_proj_residual
-    hf.ops.out_proj_residual = lambda *a, **k: calls.append(1) or fused(*a, **k)
-    try:
-        out = model(input_ids=ids, labels=labels)
-    finally:
-        hf.ops.out_proj_residual = fused
-    assert len(calls) == 2   # each layer's attention output ran CODA's forward
+    out = forward_counting_fused_layers(model, 2, input_ids=ids, labels=labels)
     expected = ref(input_ids=ids, labels=labels)
     torch.testing.assert_close(out.loss, expected.loss, rtol=tol, atol=tol)
     out.loss.backward()
