@@ -13,7 +13,7 @@
 # trees against compile+graph; call 3 (call3.sh): BERT the same way.
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
 out=${OUT:-/tmp}
-timeout 300 python -m pytest -q -n 12 -p no:cacheprovider -rf tests/gpu tests/integrations/test_compile_gpu.py \
+timeout 300 python -m pytest -q -n 12 -p no:cacheprovider -rf tests/gpu tests/integrations/test_compile_gpu.py tests/examples \
     > "$out/gpu_tests.log" 2>&1
 echo "gpu tests (main) rc=$?"; grep -E "^FAILED|passed|failed" "$out/gpu_tests.log" | cut -c1-250 | head -20
 bash benchmarks/results/session44/trees.sh > "$out/trees.log" 2>&1; echo "trees rc=$?"; cat "$out/trees.log"
