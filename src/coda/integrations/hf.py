@@ -140,9 +140,9 @@ NATIVE = ("torch.", "transformers.")
 
 def _watched(module: nn.Module, name: str) -> tuple[tuple[tuple[str, ...], type], ...]:
     """What a patched forward reads, as (path of submodule names from `module`, the submodule's
-    type): a layer's every submodule below it; an LM head's output embedding (the layers are patched on
-    their own); BERT's feed-forward, its two halves; GPT-2's model, nothing (its ln_f is
-    patched in place)."""
+    type): a layer's every submodule below it; an LM head's output embedding (the layers are
+    patched on their own); BERT's feed-forward, its two halves; GPT-2's model, nothing (its ln_f
+    is patched in place)."""
     if name == "GPT2Model":
         return ()
     roots = ([module.get_output_embeddings()] if name in SKIPS_IGNORED

@@ -202,7 +202,8 @@ class Program:
                    if k in kwargs}
         if isinstance(a, torch.Tensor) and a.dim() > 2:   # the launch on A's rows
             _, (a, b, kwargs, out) = flatten_leading(a, b, kwargs, options.get("out"))
-            options |= {} if out is None else {"out": out}
+            if out is not None:
+                options["out"] = out
         return bind(self, a, b, kwargs, **options)
 
     @property
