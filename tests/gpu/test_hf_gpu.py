@@ -11,7 +11,11 @@ tile (the case that gave a NaN loss before the fix).
 from __future__ import annotations
 
 import copy
+import fcntl
+import gc
+import tempfile
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +25,20 @@ import coda
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(autouse=True)
+def one_model_at_a_time():
+    """A float64 LLaMA-width copy with its 8192 x 32000 logits takes ~25 GiB: under pytest-xdist
+    the model tests of all workers at once would not fit one GPU, so they take turns (a file lock
+    across worker processes), and each gives its cached memory back before the next starts."""
+    with open(Path(tempfile.gettempdir()) / "coda-hf-gpu-tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            gc.collect()
+            torch.cuda.empty_cache()
 
 
 def exact_rms_norm(self, h: torch.Tensor) -> torch.Tensor:

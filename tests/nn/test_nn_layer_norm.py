@@ -128,15 +128,19 @@ def test_passthrough_residual_gradient_joins_dx(dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("shape, choice", [((70, 48), None), ((33, 200), (4, 4, 3, 2)),
+                                           ((21, 600), (4, 4, 3, 2)), ((13, 520), None),
+                                           ((6, 2100), (1, 8, 3, 1)),
                                            ((9, 24), (1, 4, 20, 1)), ((0, 16), None)])
 @pytest.mark.parametrize("needs", [(True, True, True), (True, False, False), (False, True, True)])
 def test_one_pass_backward_float32(shape, choice, needs):
     """coda.nn.layer_norm_grad (the Triton backend's backward) in the interpreter, against float64
     autograd: row blocks that leave a partial block, more programs than row blocks (9 rows in
-    20 programs), no rows at all, and each subset of the gradients it may be asked for; with
-    dx, also the norm's output (`beta=`: what layer_norm_linear's weight gradient reads) and
-    dx's column sums (`sum_dx=True`: a bias gradient further back), which are those of the dx
-    it stored; widths that are not a power of two, where dx past N is not zero in the kernel."""
+    20 programs), rows in column chunks of a warp's width (600 = 256 + 256 + 88 with a row a
+    warp of four, 520 in the default one-warp programs) or whole (2100 over eight warps), no
+    rows at all, and each subset of the gradients it may be asked for; with dx, also the norm's
+    output (`beta=`: what layer_norm_linear's weight gradient reads) and dx's column sums
+    (`sum_dx=True`: a bias gradient further back), which are those of the dx it stored; widths
+    that are not a power of two, where dx past N is not zero in the kernel."""
     one_pass = importlib.import_module("coda.nn.layer_norm_grad")
     x, g, beta = inputs(shape, seed=4)
     gen = torch.Generator().manual_seed(5)
