@@ -1,6 +1,6 @@
 """Print the training rows of benchmarks/train.py's JSON and, where a row was profiled, its GPU
-time per class and its longest kernels: what the session scripts in benchmarks/results/ show
-after a training run.
+time per class, its longest kernels and where the GPU sat idle: what the session scripts in
+benchmarks/results/ show after a training run.
 
     python benchmarks/breakdown.py $OUT/train.json [more.json ...] [--top 25]
 """
@@ -18,9 +18,13 @@ def main() -> None:
         for row in json.load(open(path))["rows"]:
             classes = row.get("breakdown") or {}
             print(row["model"], row["mode"], round(row.get("tokens_per_s") or 0), row.get("step_ms"),
-                  {k: round(v) for k, v in classes.items() if k != "top"})
+                  {k: round(v) for k, v in classes.items() if k not in ("top", "idle_after")})
             for name, kind, us, launches in classes.get("top", [])[:args.top]:
                 print("   ", name[:70], kind, round(us), launches)
+            if classes.get("idle_after"):
+                print("    GPU idle after (µs):")
+            for name, us in classes.get("idle_after", []):
+                print("       ", name[:70], round(us))
 
 
 if __name__ == "__main__":

@@ -294,18 +294,36 @@ def breakdown(step, device: torch.device) -> dict:
         synchronize(device)
     per_kernel: dict[str, float] = defaultdict(float)
     launches: dict[str, int] = defaultdict(int)
-    for event in prof.events():
-        # GPU kernels only: user annotations on the GPU timeline (Optimizer.step#...) span kernels
-        if event.device_type == DeviceType.CUDA and not event.is_user_annotation:
-            per_kernel[event.name] += event.device_time_total
-            launches[event.name] += 1
+    # GPU kernels only: user annotations on the GPU timeline (Optimizer.step#...) span kernels
+    kernels = [event for event in prof.events()
+               if event.device_type == DeviceType.CUDA and not event.is_user_annotation]
+    for event in kernels:
+        per_kernel[event.name] += event.device_time_total
+        launches[event.name] += 1
     per_class = dict.fromkeys(CLASSES, 0.0)
     for kernel, us in per_kernel.items():
         per_class[classify(kernel)] += us
     top = sorted(per_kernel.items(), key=lambda item: -item[1])[:40]
+    idle_after = idle_time(kernels)
     return {**per_class, "total": sum(per_class.values()),
-            "launches": sum(launches.values()),
-            "top": [[kernel[:120], classify(kernel), us, launches[kernel]] for kernel, us in top]}
+            "launches": sum(launches.values()), "idle": sum(idle_after.values()),
+            "top": [[kernel[:120], classify(kernel), us, launches[kernel]] for kernel, us in top],
+            "idle_after": [[kernel[:120], us] for kernel, us in
+                           sorted(idle_after.items(), key=lambda item: -item[1])[:15]]}
+
+
+def idle_time(kernels: list) -> dict[str, float]:
+    """The GPU's idle µs between the first kernel's start and the last one's end, by the kernel
+    that ran last before each idle stretch (a graph's launch gaps, or a wait on the host)."""
+    idle_after: dict[str, float] = defaultdict(float)
+    spans = sorted((k.time_range.start, k.time_range.end, k.name) for k in kernels)
+    busy_until, last = (spans[0][1], spans[0][2]) if spans else (0, "")
+    for start, end, name in spans[1:]:
+        if start > busy_until:
+            idle_after[last] += start - busy_until
+        if end >= busy_until:
+            busy_until, last = end, name
+    return idle_after
 
 
 def curve(name: str, args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict:
