@@ -99,6 +99,21 @@ def test_kernel_classes(bench, kernel, expected):
     assert bench.classify(kernel) == expected
 
 
+def test_idle_time_is_charged_to_the_kernel_that_ran_last(bench):
+    """Idle stretches between kernels, counted once where kernels overlap (a memset beside a
+    GEMM), each charged to the kernel that ended last before it."""
+    from types import SimpleNamespace
+
+    def kernel(name, start, end):
+        return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end))
+
+    spans = [kernel("gemm", 0, 10), kernel("memset", 2, 4), kernel("finish", 13, 20),
+             kernel("gemm", 21, 30), kernel("finish", 34, 35)]
+    assert dict(bench.idle_time(spans)) == {"gemm": 3 + 4, "finish": 1}
+    assert dict(bench.idle_time(spans[::-1])) == {"gemm": 7, "finish": 1}
+    assert bench.idle_time([]) == {}
+
+
 def test_the_ratio_is_over_the_fastest_peer_graphed_compile_included(bench):
     """compile+graph is a peer (torch.compile with the step captured, as coda+graph is): CODA's
     ratio is over it when it is the fastest, and it runs through torch.compile."""
