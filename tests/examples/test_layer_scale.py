@@ -36,7 +36,10 @@ def test_layer_scale_matches_eager(example, dtype, shape):
     m, n, k = shape
     fused = example.errors(example.layer_scale, dtype, m, n, k, seed)
     eager = example.errors(example.eager, dtype, m, n, k, seed)
-    floor = torch.finfo(dtype).eps / 4
+    # one unit in the last place of the largest value: where eager's error is smaller still (its
+    # sums happened to round well), summing in another order lands within it (db over 37 rows in
+    # float32 measured 1.8e-7 against eager's 7.3e-8, seed 1091428963)
+    floor = torch.finfo(dtype).eps
     for name, got, want in zip(NAMES, fused, eager, strict=True):
         assert got <= 2 * want + floor, f"{name}: {got:.2e} against eager's {want:.2e} (seed {seed})"
 
