@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Forty-seventh session, the one call its device time allowed after seven refused starts: the GPU
+# Forty-seventh session, the one call its device time allowed after nine refused starts: the GPU
 # tests that reach LayerNorm's new backward (norms, GPT, HF models, concat), the sweep of it
 # against the kernel before it, then GPT-2 trained beside compile+graph, both profiled.
 #   mkdir -p variants && git show 6114727:src/coda/nn/layer_norm_grad.py > variants/old_lng.py
