@@ -32,8 +32,10 @@
 # per model group, warming up beside the others; first run here in the thirty-sixth session,
 # none out of memory). Memory: the llama+bert group's children peaked at 113 GiB together
 # without it (train.json's peak_mem_gb, added up) and 135 GiB with it, near the H200's 139 GiB
-# if their warm-ups peak at once; a child that runs out of memory becomes an error row, and
-# `--models gpt2,llama,bert` (three groups, more time) would be the way out. torch.compile's
+# if their warm-ups peak at once; a child that runs out of memory becomes an error row. On a GPU
+# with less memory (an 80 GB H100) each model's runs form a group of their own
+# (`--models gpt2,llama,bert`): one more warm-up, so the stage gets 340 s and the whole run takes
+# about 11 minutes there (forty-eighth session). torch.compile's
 # GPT-2 step compiled side by side has come out in its slow form (the LM head's weight gradient
 # on a misaligned kernel, docs/benchmarks-log.md, thirty-sixth session): its matrix row can read
 # 13-15% below the rate of its fast form.
@@ -42,6 +44,11 @@ cd "$(dirname "$0")/.."
 # CODA takes its heuristic kernel configurations (autotuning every shape would not fit the budget)
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1 CODA_AUTOTUNE=${CODA_AUTOTUNE:-0}
 groups=${*:-ops train}
+# GiB of GPU memory (0 without a GPU): below 130 LLaMA's and BERT's runs warm up apart
+gpu_gib=$(python -c "import torch; print(torch.cuda.get_device_properties(0).total_memory >> 30 \
+    if torch.cuda.is_available() else 0)" 2> /dev/null || echo 0)
+if (( gpu_gib >= 130 )); then train_models=gpt2,llama+bert train_limit=265
+else train_models=gpt2,llama,bert train_limit=340; fi
 for group in $groups; do
     [[ $group == ops || $group == train ]] || { echo "run_all.sh: unknown group '$group' (ops, train)" >&2; exit 2; }
 done
@@ -67,7 +74,7 @@ for group in $groups; do
             stage cross_entropy 65 python benchmarks/cross_entropy_memory.py
             stage micro 210 python benchmarks/micro.py --max-autotune '' ;;
         train)
-            stage train 265 python benchmarks/train.py --models gpt2,llama+bert \
+            stage train "$train_limit" python benchmarks/train.py --models "$train_models" \
                 --modes eager,compile,liger,coda,coda+compile,compile+graph,coda+graph --steps 6 --rounds 4 \
                 --warmup 2 --curve gpt2 --profile eager,coda+graph --timeout 200 ;;
     esac
