@@ -387,6 +387,9 @@ def child(spec: str, args: argparse.Namespace) -> None:
     # Under Dynamo transformers 5.17 gives SDPA a full causal mask even without padding (LLaMA's
     # attention then took 27.1 instead of 10.2 ms a step): the compiled modes run where a missing
     # mask means none, as the graph modes capture (these batches have no padding)
+    if compiles(base) and args.pad_mm == "always":   # the peer's fast form, never its slow one
+        import torch._inductor.config as inductor_config
+        inductor_config.force_shape_pad = True
     try:
         with unpadded_batches() if compiles(base) else contextlib.nullcontext():
             result.update(curve(name, args, device, dtype) if mode == "curve" else
@@ -413,7 +416,7 @@ def start(spec: str, args: argparse.Namespace, wait_turn: bool = False) -> side_
     command = [sys.executable, __file__, "--child", spec, "--steps", str(args.steps),
                "--rounds", str(args.rounds), "--warmup", str(args.warmup),
                "--profile", ",".join(args.profile) or "none",
-               "--curve-steps", str(args.curve_steps)]
+               "--curve-steps", str(args.curve_steps), "--pad-mm", args.pad_mm]
     tree = args.trees.get(spec.partition("@")[2])
     path = os.pathsep.join(p for p in (tree, os.environ.get("PYTHONPATH")) if p)
     env = {"PYTHONPATH": path} if tree else None
@@ -545,6 +548,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="default benchmarks/results/train.json; --smoke: a temporary directory")
     parser.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
                         help="also run each CODA mode with CODA imported from PATH, as mode@NAME")
+    parser.add_argument("--pad-mm", choices=("timed", "always"), default="timed",
+                        help="torch.compile's padding of GEMMs with misaligned sizes: Inductor's own "
+                             "choice, timed while it compiles (GPT-2's step comes out two ways), or "
+                             "always (force_shape_pad: the fast form of GPT-2's LM head)")
     parser.add_argument("--smoke", action="store_true", help="tiny models on the CPU, for CI")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # "model:mode": run it, print one line
     parser.add_argument("--wait-turn", action="store_true", help=argparse.SUPPRESS)  # see start
