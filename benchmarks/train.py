@@ -78,6 +78,13 @@ takes its rounds in turn with them, so that a change to CODA is timed against ma
 in one benchmark, round by round (`paired_ratios`), instead of in two runs on two machine
 states. A child records the directory its `coda` came from (`coda_from`).
 
+`--pad-mm always` sets Inductor's `force_shape_pad` in the compiled modes. torch.compile decides
+whether to pad a GEMM with a misaligned size by timing both forms while it compiles; beside other
+processes' kernels that timing has flipped GPT-2's LM-head weight gradient (vocabulary 50257) to
+an `align1` cuBLAS kernel, its step 13-15% slower (docs/benchmarks-log.md, thirty-sixth
+session). With `always` the peer gets its padded, fast form every time (forty-eighth session:
+`compile+graph` 489.4k tokens/s, the head's transposed copy and nvjet kernel in its profile).
+
 `--smoke` runs on the CPU in float32 with tiny models of the same three families (2 layers, hidden 64,
 vocab 512, batch 2 x 32): modes eager and coda, 1 warm-up and 2 timed steps, a 5-step curve, the JSON
 and the PNG in a temporary directory unless --json is given (the PNG then goes next to the JSON). CODA
@@ -387,9 +394,7 @@ def child(spec: str, args: argparse.Namespace) -> None:
     # Under Dynamo transformers 5.17 gives SDPA a full causal mask even without padding (LLaMA's
     # attention then took 27.1 instead of 10.2 ms a step): the compiled modes run where a missing
     # mask means none, as the graph modes capture (these batches have no padding)
-    if compiles(base) and args.pad_mm == "always":   # the peer's fast form, never its slow one
-        import torch._inductor.config as inductor_config
-        inductor_config.force_shape_pad = True
+    pad_misaligned_gemms(base, args.pad_mm)
     try:
         with unpadded_batches() if compiles(base) else contextlib.nullcontext():
             result.update(curve(name, args, device, dtype) if mode == "curve" else
@@ -398,6 +403,15 @@ def child(spec: str, args: argparse.Namespace) -> None:
         traceback.print_exc()
         result["error"] = f"{type(err).__name__}: {err}"[:1000]
     side_by_side.report(result)
+
+
+def pad_misaligned_gemms(mode: str, pad_mm: str) -> None:
+    """--pad-mm always: a compiled mode pads every GEMM with a misaligned size (Inductor's
+    `force_shape_pad`), so that torch.compile's GPT-2 step is its fast form in every process."""
+    if compiles(mode) and pad_mm == "always":
+        import torch._inductor.config as inductor_config
+
+        inductor_config.force_shape_pad = True
 
 
 def device_name(device: torch.device) -> str:

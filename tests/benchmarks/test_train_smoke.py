@@ -123,6 +123,23 @@ def test_the_ratio_is_over_the_fastest_peer_graphed_compile_included(bench):
     assert bench.compiles("compile+graph") and not bench.compiles("eager+graph")
 
 
+def test_pad_mm_always_pads_the_compiled_modes_only(bench, monkeypatch):
+    """--pad-mm always reaches each child and sets Inductor's force_shape_pad in the compiled
+    modes (torch.compile's fast GPT-2 step), never in the others; the default leaves it alone."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config, "force_shape_pad", False)
+    for mode, pad_mm in (("coda+graph", "always"), ("eager", "always"), ("compile", "timed")):
+        bench.pad_misaligned_gemms(mode, pad_mm)
+        assert inductor_config.force_shape_pad is False, mode
+    bench.pad_misaligned_gemms("compile+graph", "always")
+    assert inductor_config.force_shape_pad is True
+    args = bench.parse_args(["--pad-mm", "always", "--models", "gpt2"])
+    monkeypatch.setattr(bench.side_by_side, "Child", lambda command, *a, **k: command)
+    command = bench.start("gpt2:compile", args)
+    assert command[command.index("--pad-mm") + 1] == "always"
+
+
 def test_rounds_time_each_run_again_and_pair_the_ratios(tmp_path):
     """--rounds 3: each run is timed three times (its rate the median), and CODA's rate is also
     divided by the fastest peer's round by round."""
