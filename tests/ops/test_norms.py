@@ -200,13 +200,27 @@ def test_rms_norm_linear_interpreter(lead, k, n, with_bias):
     assert_matches(got, want, TOL32)
 
 
+@pytest.mark.parametrize("given_stats", [False, True])
 @pytest.mark.parametrize(("lead", "k", "n", "with_bias"), [((19,), 45, 64, True), ((2, 8), 32, 29, False)])
-def test_layer_norm_linear_interpreter(lead, k, n, with_bias):
+def test_layer_norm_linear_interpreter(lead, k, n, with_bias, given_stats, monkeypatch):
+    """Without the producer's row sums the Triton backend runs LayerNorm's one-pass forward and
+    then the linear layer; with them, the norm folded into the GEMM. Both match float64."""
+    from coda.nn import layer_norm_forward
+
+    passes = []
+    monkeypatch.setattr(layer_norm_forward, "launch", lambda *a, _launch=layer_norm_forward.launch, **k:
+                        passes.append(a[0].shape) or _launch(*a, **k))
     inputs = make((*lead, k), (k,), (k,), (n, k), (n,) if with_bias else None, dtype=F32, seed=9)
     inputs[3].data /= k**0.5
-    got = forward_backward(layer_norm_linear, inputs)
+
+    def op(x, *rest):
+        stats = dict(rowsum=x.sum(-1).detach(), sumsq=(x * x).sum(-1).detach()) if given_stats else {}
+        return layer_norm_linear(x, *rest, **stats)
+
+    got = forward_backward(op, inputs)
     want = forward_backward(ref_ln, upcast(inputs))
     assert_matches(got, want, TOL32)
+    assert len(passes) == (0 if given_stats else 1)
 
 
 @pytest.mark.parametrize("norm", ["rms", "layer", "layer with bias"])

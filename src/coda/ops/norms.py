@@ -475,7 +475,26 @@ def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: t
     if custom.routed():   # inside torch.compile: the custom op coda::layer_norm_linear, no graph break
         y = split_columns(custom.layer_norm_linear_op(x, g, beta, w, bias, eps, rowsum, sumsq), split)
         return (*y, x) if passthrough else y if split else y[0]   # autograd adds x's two gradients
+    if rowsum is None and split is None and layer_norm_one_pass(x, as_rows(x)[0]):
+        return _norm_then_linear(x, g, beta, w, bias, eps, passthrough)
     return LayerNormLinearFunction.apply(x, g, beta, w, bias, eps, rowsum, sumsq, passthrough, split)
+
+
+def _norm_then_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: torch.Tensor,
+                      bias: torch.Tensor | None, eps: float, passthrough: bool
+                      ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """layer_norm_linear without the producer's row sums, where LayerNorm runs in one pass over
+    whole rows: that pass forms the sums and the norm's output from one read of x, then the
+    linear layer reads the output. The fold would need a map for the sums and another for W',
+    and its backward a third GEMM operand: 1.05-1.10x this path's time in the micro suite
+    (docs/ops/norms.md). x's gradient from a passed-through x joins in the norm's dx kernel."""
+    from ..nn.layer_norm import layer_norm  # that module imports this one
+    from .linear import linear
+
+    normed = layer_norm(x, g, beta, eps, passthrough=passthrough)
+    if passthrough:
+        return linear(normed[0], w, bias), normed[1]
+    return linear(normed, w, bias)
 
 
 @follows_autocast()
