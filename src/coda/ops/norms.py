@@ -471,12 +471,12 @@ def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: t
     eps = checks.eps("layer_norm_linear", eps)
     passthrough = checks.flag("passthrough", passthrough)
     split = check_split("layer_norm_linear", split, n)
+    if rowsum is None and split is None and layer_norm_one_pass(x, as_rows(x)[0]):
+        return _norm_then_linear(x, g, beta, w, bias, eps, passthrough)   # under torch.compile too
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::layer_norm_linear, no graph break
         y = split_columns(custom.layer_norm_linear_op(x, g, beta, w, bias, eps, rowsum, sumsq), split)
         return (*y, x) if passthrough else y if split else y[0]   # autograd adds x's two gradients
-    if rowsum is None and split is None and layer_norm_one_pass(x, as_rows(x)[0]):
-        return _norm_then_linear(x, g, beta, w, bias, eps, passthrough)
     return LayerNormLinearFunction.apply(x, g, beta, w, bias, eps, rowsum, sumsq, passthrough, split)
 
 
