@@ -25,6 +25,9 @@ layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq):
   The shift c is x[:, 0] for the statistics computed here (one pass, and no cancellation when
   |mean| >> std), 0 for `rowsum` / `sumsq` given by the producer (raw sums: see docs/ops/norms.md);
   as for RMSNorm, given sums are not differentiated: the backward differentiates mean(x), rstd(x).
+  Without rowsum / sumsq, on the Triton backend, rows of up to ONE_PASS_MAX_N values and no
+  `split`: LayerNorm's one-pass forward (coda.nn.layer_norm) and then `linear`, not the fold
+  below (fewer kernels and less time: `_norm_then_linear`).
   forward   s, ss         = LN_STATS.map(x)            (only without rowsum / sumsq)
             W', cv, u     = FOLD_LN.map(w): W' = w * g, cv = row_sum(w * beta),
                             u = row_sum(W' rounded to w's dtype): Σ_k of the W' the GEMM reads
@@ -270,9 +273,10 @@ def rms_norm_linear_grads(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, w:
 
 
 class LayerNormLinearFunction(torch.autograd.Function):
-    """rstd ⊙_row (x @ W'.T − mean ⊗ u) + cv: 2 CODA kernels forward (3 without rowsum/sumsq),
-    4 backward. With `split` (column widths) the output is returned in column blocks, and the
-    backward GEMMs read the blocks' gradients in place (common.joined_grad)."""
+    """rstd ⊙_row (x @ W'.T − mean ⊗ u) + cv: 2 CODA kernels forward (3 without rowsum/sumsq,
+    where `layer_norm_linear` does not take `_norm_then_linear`), 4 backward. With `split`
+    (column widths) the output is returned in column blocks, and the backward GEMMs read the
+    blocks' gradients in place (common.joined_grad)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: torch.Tensor,
@@ -454,8 +458,10 @@ def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: t
 
     x: [..., K]; g, beta: [K]; w: [N, K] with x's dtype; bias: [N]. `rowsum` and `sumsq` are
     the float32 per-row Σ x and Σ x² ([...] or [M]) when the producer of x computed them
-    (out_proj_residual(..., stats="layer")); give both or neither. Without them one map program
-    computes shifted sums, accurate also when |mean| >> std. Returns [..., N] in x's dtype, or
+    (out_proj_residual(..., stats="layer")); give both or neither. Without them (and without
+    `split`) the Triton backend runs LayerNorm's one-pass forward and then the linear layer,
+    which measured faster than the fold; elsewhere one map program computes shifted sums,
+    accurate also when |mean| >> std. Returns [..., N] in x's dtype, or
     (y, x) with `passthrough=True`, as rms_norm_linear does. `split`: column widths adding up to
     N; y is then returned as views of its column blocks (q, k and v of a fused projection), whose
     gradients the backward GEMMs read where they are (`coda.Concat`), with no concatenation.
@@ -485,9 +491,10 @@ def _norm_then_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: t
                       ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """layer_norm_linear without the producer's row sums, where LayerNorm runs in one pass over
     whole rows: that pass forms the sums and the norm's output from one read of x, then the
-    linear layer reads the output. The fold would need a map for the sums and another for W',
-    and its backward a third GEMM operand: 1.05-1.10x this path's time in the micro suite
-    (docs/ops/norms.md). x's gradient from a passed-through x joins in the norm's dx kernel."""
+    linear layer reads the output. The fold needs a map for the sums and one for W', and its
+    backward stores the norm's output anyway (for dw): 10 kernels against 7, 1.03-1.07x this
+    path's fwd + bwd time at the micro suite's three sizes (H100, docs/ops.md). x's gradient
+    from a passed-through x joins in the norm's dx kernel."""
     from ..nn.layer_norm import layer_norm  # that module imports this one
     from .linear import linear
 
