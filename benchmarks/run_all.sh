@@ -34,8 +34,8 @@
 # without it (train.json's peak_mem_gb, added up) and 135 GiB with it, near the H200's 139 GiB
 # if their warm-ups peak at once; a child that runs out of memory becomes an error row. On a GPU
 # with less memory (an 80 GB H100) each model's runs form a group of their own
-# (`--models gpt2,llama,bert`): one more warm-up, so the stage gets 420 s and the whole run takes
-# about 12.5 minutes there (forty-eighth session: its BERT group ran out of 340 s). torch.compile's
+# (`--models gpt2,llama,bert`): one more warm-up, so the stage gets 420 s and the whole run should
+# take about 12.5 minutes there (forty-eighth session: its BERT group ran out of 340 s; 420 s not yet run). torch.compile's
 # GPT-2 step compiled side by side has come out in its slow form (the LM head's weight gradient
 # on a misaligned kernel, docs/benchmarks-log.md, thirty-sixth session): its matrix row can read
 # 13-15% below the rate of its fast form.
