@@ -127,33 +127,49 @@ def test_passthrough_residual_gradient_joins_dx(dtype, monkeypatch):
     assert used == [True]
 
 
+def ref_rms_norm(x, g, eps=1e-5):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * g
+
+
+def row_operands(norm: str, x: torch.Tensor) -> dict:
+    """The row statistics the one-pass kernels read, float32: LayerNorm's sums shifted by each
+    row's first value (LN_ROW), RMSNorm's Σ x² (RMS_ROW)."""
+    if norm == "rms":
+        return dict(ss=(x * x).sum(1).float())
+    shift = x[:, 0] if x.shape[0] else x.new_zeros(0)
+    d = x - shift[:, None]
+    return dict(shift=shift.float(), s=d.sum(1).float(), ss=(d * d).sum(1).float())
+
+
 @pytest.mark.parametrize("shape, choice", [((70, 48), None), ((33, 200), (4, 4, 3, 2)),
                                            ((21, 600), (4, 4, 3, 2)), ((13, 520), None),
                                            ((6, 2100), (1, 8, 3, 1)),
                                            ((9, 24), (1, 4, 20, 1)), ((0, 16), None)])
 @pytest.mark.parametrize("needs", [(True, True, True), (True, False, False), (False, True, True)])
-def test_one_pass_backward_float32(shape, choice, needs):
-    """coda.nn.layer_norm_grad (the Triton backend's backward) in the interpreter, against float64
-    autograd: row blocks that leave a partial block, more programs than row blocks (9 rows in
-    20 programs), rows in column chunks of a warp's width (600 = 256 + 256 + 88 with a row a
-    warp of four, 520 in the default one-warp programs) or whole (2100 over eight warps), no
-    rows at all, and each subset of the gradients it may be asked for; with dx, also the norm's
-    output (`beta=`: what layer_norm_linear's weight gradient reads) and dx's column sums
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_one_pass_backward_float32(norm, shape, choice, needs):
+    """coda.nn.layer_norm_grad (the Triton backend's backward of LayerNorm, and of RMSNorm where
+    no `s` is given) in the interpreter, against float64 autograd: row blocks that leave a
+    partial block, more programs than row blocks (9 rows in 20 programs), rows in column chunks
+    of a warp's width (600 = 256 + 256 + 88 with a row a warp of four, 520 in the default
+    one-warp programs) or whole (2100 over eight warps), no rows at all, and each subset of the
+    gradients it may be asked for; with dx, also the norm's output (`save_xn`: what
+    layer_norm_linear's and rms_norm_linear's weight gradients read) and dx's column sums
     (`sum_dx=True`: a bias gradient further back), which are those of the dx it stored; widths
     that are not a power of two, where dx past N is not zero in the kernel."""
     one_pass = importlib.import_module("coda.nn.layer_norm_grad")
     x, g, beta = inputs(shape, seed=4)
     gen = torch.Generator().manual_seed(5)
     dy, dres = (torch.randn(shape, generator=gen, dtype=F64) for _ in range(2))
-    shift = x[:, 0] if shape[0] else x.new_zeros(0)
-    d = x - shift[:, None]
     need_x, need_g, need_beta = needs
-    got = one_pass.launch(dy.float(), x.float(), g.float(), shift.float(), d.sum(1).float(),
-                          (d * d).sum(1).float(), 1.0 / shape[1], 1e-5, dres.float() if need_x else None,
-                          need_x, (torch.float32, torch.float32) if need_g else None, choice,
-                          beta=beta.float() if need_x else None, sum_dx=torch.float32)
+    rms = norm == "rms"
+    need_beta = need_beta and not rms
+    got = one_pass.launch(dy.float(), x.float(), g.float(), **row_operands(norm, x), inv_n=1.0 / shape[1],
+                          eps=1e-5, dres=dres.float() if need_x else None, need_dx=need_x,
+                          param_dtypes=(torch.float32, torch.float32) if need_g else None, choice=choice,
+                          save_xn=need_x, beta=None if rms else beta.float(), sum_dx=torch.float32)
     xr, gr, br = (t.clone().requires_grad_() for t in (x, g, beta))
-    normed = ref_layer_norm(xr, gr, br)
+    normed = ref_rms_norm(xr, gr) if rms else ref_layer_norm(xr, gr, br)
     normed.backward(dy)
     want = (xr.grad + dres, gr.grad, br.grad, normed.detach(), (xr.grad + dres).sum(0))
     if need_x and shape[0]:   # the sums of the values stored, to float32's rounding of a sum
@@ -168,18 +184,23 @@ def test_one_pass_backward_float32(shape, choice, needs):
 
 
 @pytest.mark.parametrize("shape", [(70, 48), (33, 200), (0, 16)])
-def test_one_pass_forward_float32(shape):
-    """coda.nn.layer_norm_forward (the Triton backend's forward without given sums) in the
-    interpreter: y against the float64 formula, and the row sums shifted by each row's first
-    value, which the backward reads; |mean| > std, so unshifted sums would cancel."""
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_one_pass_forward_float32(norm, shape):
+    """coda.nn.layer_norm_forward (the Triton backend's forward without given sums, of LayerNorm
+    and of RMSNorm where no beta is given) in the interpreter: y against the float64 formula,
+    and the row sums the backward reads: LayerNorm's shifted by each row's first value (|mean| >
+    std, so unshifted sums would cancel), RMSNorm's Σ x²."""
     one_pass = importlib.import_module("coda.nn.layer_norm_forward")
     x, g, beta = inputs(shape, seed=6, offset=30.0)
-    y, s, ss = one_pass.launch(x.float(), g.float(), beta.float(), 1e-5)
-    d = x - x[:, :1]
-    for got, want in ((y, ref_layer_norm(x, g, beta)), (s, d.sum(1)), (ss, (d * d).sum(1))):
+    rms = norm == "rms"
+    y, s, ss = one_pass.launch(x.float(), g.float(), None if rms else beta.float(), 1e-5)
+    sums = row_operands(norm, x)
+    assert (s is None) == rms
+    for got, want in ((y, ref_rms_norm(x, g) if rms else ref_layer_norm(x, g, beta)),
+                      (ss, sums["ss"]), *(() if rms else ((s, sums["s"]),))):
         assert got.shape == want.shape
         if shape[0]:
-            assert (got.double() - want).norm() / want.norm() < 1e-5
+            assert (got.double() - want.double()).norm() / want.double().norm() < 1e-5
 
 
 def test_forward_without_sums_is_one_kernel(monkeypatch):

@@ -1,23 +1,25 @@
-"""The Triton kernels behind `coda.nn.layer_norm`'s backward in one pass (imported on first use:
-importing `coda` does not import Triton).
+"""The Triton kernels behind `coda.nn.layer_norm`'s backward in one pass, and RMSNorm's (imported
+on first use: importing `coda` does not import Triton).
 
-A row of a Transformer's LayerNorm (768 to 4096 values) fits in one program's registers, so its
-two row sums a = Σ dxhat and b = Σ dxhat xhat are complete in the program that loaded the row,
-and dx follows without reading dy and x a second time:
+A row of a Transformer's norm (768 to 4096 values) fits in one program's registers, so its two
+row sums a = Σ dxhat and b = Σ dxhat xhat are complete in the program that loaded the row, and
+dx follows without reading dy and x a second time:
 
     dxhat = dy ⊙ g,  dx = rstd (dxhat - (a + xhat b) / n) (+ dres),  xhat = (x - mean) rstd
 
-With `beta` it also stores the norm's output xn = xhat ⊙ g + β, the operand of the weight
-gradient of a LayerNorm folded into the next GEMM (`coda.ops.layer_norm_linear`, whose backward
-hands this kernel dy = the gradient at that GEMM's input).
+RMSNorm (`RMS`) is the same with mean = 0, rstd = rsqrt(Σ x² / n + eps), no a term and no β:
+dx = rstd (dxhat - xhat b / n). With `save_xn` the kernel also stores the norm's output
+xn = xhat ⊙ g (+ β), the operand of the weight gradient of a norm folded into the next GEMM
+(`coda.ops.layer_norm_linear`, `rms_norm_linear`, whose backwards hand this kernel dy = the
+gradient at that GEMM's input).
 
 Each program walks row blocks pid, pid + programs, ... (ROWS rows at a time). Where a warp
 holds a whole row (narrow rows, `config`), the row is loaded as column chunks of a warp's width
 (256 values): its sums a and b need no shared memory and no barrier, and a 768-wide row is
 three chunks, not 1024 masked columns. The program keeps the parameters' gradients
 dg = Σ_m dy xhat and dβ = Σ_m dy as [ROWS, CHUNK] float32 accumulators per chunk, summed over
-the rows once at its end into its partials; `sum_partials` adds the programs'
-partials in index order, so the result does not depend on scheduling. Against the two map
+the rows once at its end into its partials (dβ's only for LayerNorm); `sum_partials` adds the
+programs' partials in index order, so the result does not depend on scheduling. Against the two map
 programs (row sums, then dx: dy and x read twice, row and column partials finished by a third
 kernel) this reads dy and x once. With `sum_dx` a program keeps a third accumulator, the column
 sums of dx as stored: the bias gradient of the layer that receives dx as its output's gradient
@@ -39,12 +41,14 @@ from ..codegen.kernel import launch_cached
 @triton.jit
 def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M, N, stride_dy, stride_x,
                         stride_dres, stride_dx, stride_xn, stride_shift, inv_n, eps,
-                        ROWS: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr,
+                        ROWS: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr, RMS: tl.constexpr,
                         HAS_DRES: tl.constexpr, NEED_DX: tl.constexpr, NEED_PARAMS: tl.constexpr,
                         SAVE_XN: tl.constexpr, SUM_DX: tl.constexpr, STAGES: tl.constexpr):
     """ROWS rows a step, each as CHUNKS column chunks of CHUNK values (tuples of [ROWS, CHUNK]
     tensors: a 768-wide row is three chunks of 256, no padding to 1024). Where ROWS is the
-    number of warps, Triton lays each row on one warp and a row's sums take warp shuffles only."""
+    number of warps, Triton lays each row on one warp and a row's sums take warp shuffles only.
+    PARTIALS holds [programs, N] float32 slots: dg's, then dβ's (LayerNorm), then dx's column
+    sums, each only where kept. SHIFT, S and BETA are not read for RMSNorm."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     chunk_cols = tl.arange(0, CHUNK)
@@ -55,11 +59,15 @@ def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M,
     for block in tl.range(pid, tl.cdiv(M, ROWS), programs, num_stages=STAGES):
         rows = block * ROWS + tl.arange(0, ROWS)
         row_in = rows < M
-        # the row's statistics from its shifted sums, as LN_ROW computes them (coda.ops.norms)
-        m = tl.load(S + rows, mask=row_in, other=0.0) * inv_n
+        # the row's statistics from its sums, as RMS_ROW and LN_ROW compute them (coda.ops.norms)
         ss = tl.load(SS + rows, mask=row_in, other=0.0)
-        mean = tl.load(SHIFT + rows * stride_shift, mask=row_in, other=0.0).to(tl.float32) + m
-        rstd = tl.rsqrt(tl.maximum(ss * inv_n - m * m, 0.0) + eps)
+        if RMS:
+            mean = tl.zeros([ROWS], tl.float32)
+            rstd = tl.rsqrt(ss * inv_n + eps)
+        else:
+            m = tl.load(S + rows, mask=row_in, other=0.0) * inv_n
+            mean = tl.load(SHIFT + rows * stride_shift, mask=row_in, other=0.0).to(tl.float32) + m
+            rstd = tl.rsqrt(tl.maximum(ss * inv_n - m * m, 0.0) + eps)
         a, b = tl.zeros([ROWS], tl.float32), tl.zeros([ROWS], tl.float32)
         dys, xhats = (), ()
         for c in tl.static_range(CHUNKS):   # load the row, form a = Σ dxhat, b = Σ dxhat xhat
@@ -71,7 +79,8 @@ def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M,
             xhat = tl.where(inside, (x - mean[:, None]) * rstd[:, None], 0.0)
             if NEED_DX:
                 dxhat = dy * tl.load(G + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-                a += tl.sum(dxhat, axis=1)
+                if not RMS:
+                    a += tl.sum(dxhat, axis=1)
                 b += tl.sum(dxhat * xhat, axis=1)
             dys += (dy,)
             xhats += (xhat,)
@@ -90,35 +99,44 @@ def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M,
                 if SUM_DX:   # the values as stored (past N dx is not zero: -rstd a / n)
                     sums_dx += (dx_sums[c] + tl.where(inside, dx.to(tl.float32), 0.0),)
             if SAVE_XN:
-                beta = tl.load(BETA + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-                tl.store(XN + rows[:, None] * stride_xn + cols[None, :],
-                         (xhats[c] * g + beta).to(XN.dtype.element_ty), mask=inside)
+                xn = xhats[c] * g
+                if not RMS:
+                    xn += tl.load(BETA + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+                tl.store(XN + rows[:, None] * stride_xn + cols[None, :], xn.to(XN.dtype.element_ty),
+                         mask=inside)
             if NEED_PARAMS:
                 sums_dg += (dg[c] + dys[c] * xhats[c],)
-                sums_dbeta += (dbeta[c] + dys[c],)
+                if not RMS:
+                    sums_dbeta += (dbeta[c] + dys[c],)
         if NEED_PARAMS:
-            dg, dbeta = sums_dg, sums_dbeta
+            dg = sums_dg
+            if not RMS:
+                dbeta = sums_dbeta
         if SUM_DX:
             dx_sums = sums_dx
-    for c in tl.static_range(CHUNKS):   # partials [2 or 3, programs, N]: dg's, dβ's, dx's column sums
+    # the partials' slots: dg's and dβ's where the parameters' gradients are kept, then dx's sums
+    dx_slot = (1 if RMS else 2) if NEED_PARAMS else 0
+    for c in tl.static_range(CHUNKS):
         cols = c * CHUNK + chunk_cols
         if NEED_PARAMS:
             tl.store(PARTIALS + pid * N + cols, tl.sum(dg[c], axis=0), mask=cols < N)
-            tl.store(PARTIALS + (programs + pid) * N + cols, tl.sum(dbeta[c], axis=0), mask=cols < N)
+            if not RMS:
+                tl.store(PARTIALS + (programs + pid) * N + cols, tl.sum(dbeta[c], axis=0), mask=cols < N)
         if SUM_DX:
-            tl.store(PARTIALS + (2 * programs + pid) * N + cols, tl.sum(dx_sums[c], axis=0), mask=cols < N)
+            tl.store(PARTIALS + (dx_slot * programs + pid) * N + cols, tl.sum(dx_sums[c], axis=0),
+                     mask=cols < N)
 
 
 @triton.jit
-def sum_partials(PARTIALS, DG, DBETA, DX_SUMS, N, parts, FIRST: tl.constexpr, VECTORS: tl.constexpr,
-                 BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    """dg, dβ and dx's column sums from the [VECTORS, parts, N] partials, read as [parts,
-    VECTORS N] columns from vector FIRST on (2 where only dx's sums were kept): program i sums
-    BLOCK_C of those columns over every partial, BLOCK_P partials a step in index order. Narrow
-    column blocks over many programs, each loading all of its partials at once: the sum is a
-    few MB read by programs that wait on memory, so it is their number that makes it fast."""
-    cols = FIRST * N + tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
-    which = cols // N        # 0: dg, 1: dβ, 2: dx's column sums
+def sum_partials(PARTIALS, OUT0, OUT1, OUT2, N, parts, VECTORS: tl.constexpr, BLOCK_P: tl.constexpr,
+                 BLOCK_C: tl.constexpr):
+    """The sums over `parts` of the [VECTORS, parts, N] partials, vector i into OUTi (dg, dβ, dx's
+    column sums, those kept), read as [parts, VECTORS N] columns: program i sums BLOCK_C of those
+    columns over every partial, BLOCK_P partials a step in index order. Narrow column blocks
+    over many programs, each loading all of its partials at once: the sum is a few MB read by
+    programs that wait on memory, so it is their number that makes it fast."""
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    which = cols // N
     col = cols % N
     col_in = cols < VECTORS * N
     total = tl.zeros([BLOCK_C], tl.float32)
@@ -127,11 +145,11 @@ def sum_partials(PARTIALS, DG, DBETA, DX_SUMS, N, parts, FIRST: tl.constexpr, VE
         at = (which * parts * N + col)[None, :] + p[:, None] * N
         total += tl.sum(tl.load(PARTIALS + at, mask=(p < parts)[:, None] & col_in[None, :], other=0.0),
                         axis=0)
-    if FIRST == 0:
-        tl.store(DG + col, total.to(DG.dtype.element_ty), mask=col_in & (which == 0))
-        tl.store(DBETA + col, total.to(DBETA.dtype.element_ty), mask=col_in & (which == 1))
-    if VECTORS == 3:
-        tl.store(DX_SUMS + col, total.to(DX_SUMS.dtype.element_ty), mask=col_in & (which == 2))
+    tl.store(OUT0 + col, total.to(OUT0.dtype.element_ty), mask=col_in & (which == 0))
+    if VECTORS > 1:
+        tl.store(OUT1 + col, total.to(OUT1.dtype.element_ty), mask=col_in & (which == 1))
+    if VECTORS > 2:
+        tl.store(OUT2 + col, total.to(OUT2.dtype.element_ty), mask=col_in & (which == 2))
 
 
 @functools.cache
@@ -174,50 +192,50 @@ def unit_columns(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(1) == 1 else t.contiguous()
 
 
-def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, shift: torch.Tensor, s: torch.Tensor,
-           ss: torch.Tensor, inv_n: float, eps: float, dres: torch.Tensor | None, need_dx: bool,
-           param_dtypes: tuple[torch.dtype, torch.dtype] | None,
-           choice: tuple[int, int, int, int] | None = None, beta: torch.Tensor | None = None,
-           sum_dx: torch.dtype | None = None) -> tuple[torch.Tensor | None, ...]:
-    """(dx, dg, dβ, xn, dx_sums) of LayerNorm over the rows of x [M, N], from dy [M, N] and the
-    row sums (shift, s, ss: coda.ops.norms's LN_ROW), plus dres [M, N] in dx when given; dx only
-    with `need_dx`, dg and dβ (in `param_dtypes`) only when those are given, the norm's output
-    xn = xhat ⊙ g + β (in x's dtype) only with `beta`, dx's column sums (summed in float32)
+def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, ss: torch.Tensor, inv_n: float, eps: float,
+           dres: torch.Tensor | None, need_dx: bool, param_dtypes: tuple[torch.dtype, ...] | None,
+           shift: torch.Tensor | None = None, s: torch.Tensor | None = None,
+           choice: tuple[int, int, int, int] | None = None, save_xn: bool = False,
+           beta: torch.Tensor | None = None, sum_dx: torch.dtype | None = None
+           ) -> tuple[torch.Tensor | None, ...]:
+    """(dx, dg, dβ, xn, dx_sums) of LayerNorm over the rows of x [M, N] from dy [M, N] and the
+    row sums (shift, s, ss: coda.ops.norms's LN_ROW), or of RMSNorm where `s` is None (ss = Σ x²:
+    RMS_ROW); plus dres [M, N] in dx when given. dx only with `need_dx`; dg (and LayerNorm's dβ)
+    only when `param_dtypes` gives their dtypes; the norm's output xn = xhat ⊙ g (+ β, which
+    LayerNorm then needs) in x's dtype only with `save_xn`; dx's column sums (summed in float32)
     stored in the dtype `sum_dx` only when that is given (and dx). `choice` overrides `config`."""
     m, n = x.shape
+    rms = s is None
     sum_dx = sum_dx if need_dx else None
     dy, x = unit_columns(dy), unit_columns(x)
     dres = unit_columns(dres) if dres is not None else None
     dx = torch.empty((m, n), device=x.device, dtype=dy.dtype) if need_dx else None
-    xn = torch.empty((m, n), device=x.device, dtype=x.dtype) if beta is not None else None
+    xn = torch.empty((m, n), device=x.device, dtype=x.dtype) if save_xn else None
     # sum_partials writes every value of dg, dβ and dx's sums: zero-filled only where no row runs
     fill = torch.zeros if m == 0 else torch.empty
-    dg, dbeta = ((fill(n, device=x.device, dtype=dtype) for dtype in param_dtypes)
-                 if param_dtypes else (None, None))
-    dx_sums = fill(n, device=x.device, dtype=sum_dx) if sum_dx else None
+    params = [fill(n, device=x.device, dtype=dtype) for dtype in (param_dtypes or ())][:1 if rms else 2]
+    sums = params + ([fill(n, device=x.device, dtype=sum_dx)] if sum_dx else [])
+    dg, dbeta = [*params, None, None][:2]
+    dx_sums = sums[-1] if sum_dx else None
     if m == 0:
         return dx, dg, dbeta, xn, dx_sums
     rows, warps, programs, stages = choice or config(m, n, x.device)
     width = chunk(rows, warps, n)
-    vectors = 3 if sum_dx else 2 if param_dtypes else 0
-    partials = torch.empty((vectors, programs, n), device=x.device, dtype=torch.float32) if vectors else None
+    partials = torch.empty((len(sums), programs, n), device=x.device, dtype=torch.float32) if sums else None
     unused = dy   # stands in for the pointers a launch does not use
     launch_cached(layer_norm_backward, (programs,), [
         dy, x, unused if dres is None else dres, unused if dx is None else dx, g,
-        g if beta is None else beta, unused if xn is None else xn, shift, s, ss,
-        unused if partials is None else partials, m, n, dy.stride(0), x.stride(0),
+        g if beta is None else beta, unused if xn is None else xn, ss if shift is None else shift,
+        ss if s is None else s, ss, unused if partials is None else partials, m, n, dy.stride(0), x.stride(0),
         0 if dres is None else dres.stride(0), 0 if dx is None else dx.stride(0),
-        0 if xn is None else xn.stride(0), shift.stride(0), float(inv_n), float(eps)],
-        dict(ROWS=rows, CHUNK=width, CHUNKS=triton.cdiv(n, width), HAS_DRES=dres is not None, NEED_DX=need_dx,
-             NEED_PARAMS=param_dtypes is not None, SAVE_XN=xn is not None, SUM_DX=sum_dx is not None,
+        0 if xn is None else xn.stride(0), 0 if shift is None else shift.stride(0), float(inv_n), float(eps)],
+        dict(ROWS=rows, CHUNK=width, CHUNKS=triton.cdiv(n, width), RMS=rms, HAS_DRES=dres is not None,
+             NEED_DX=need_dx, NEED_PARAMS=bool(params), SAVE_XN=save_xn, SUM_DX=sum_dx is not None,
              STAGES=stages, num_warps=warps), x.device)
-    if vectors:
-        first = 0 if param_dtypes else 2
+    if sums:
         block_p = min(1024, triton.next_power_of_2(programs))
         block_c = max(8, 8192 // block_p)
-        launch_cached(sum_partials, (triton.cdiv((vectors - first) * n, block_c),),
-                      [partials, dg if param_dtypes else partials, dbeta if param_dtypes else partials,
-                       partials if dx_sums is None else dx_sums, n, programs],
-                      dict(FIRST=first, VECTORS=vectors, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=8),
-                      x.device)
+        outs = (sums + [sums[0]] * 2)[:3]   # the slots past the kept vectors are never written
+        launch_cached(sum_partials, (triton.cdiv(len(sums) * n, block_c),), [partials, *outs, n, programs],
+                      dict(VECTORS=len(sums), BLOCK_P=block_p, BLOCK_C=block_c, num_warps=8), x.device)
     return dx, dg, dbeta, xn, dx_sums

@@ -9,7 +9,15 @@ rms_norm_linear(x, g, w, eps, bias, sumsq):
   forward   ss            = RMS_STATS.map(x)           (only without sumsq)
             W'            = FOLD.map(w)                 g is a col operand of w
             y             = RMS_LINEAR  GEMM x @ W'.T; epilogue: * rsqrt(ss / n + eps) + bias
-  backward  (dxhat = dy @ W', t = Σ_k dxhat ⊙ x = Σ_j dy ⊙ (x @ W'.T))
+  backward  (dln = dy @ w, the gradient at the norm's output; dxhat = dln * g = dy @ W',
+            xhat = x rstd, t = Σ_k dxhat ⊙ x = Σ_j dy ⊙ (x @ W'.T))
+    on the Triton backend, rows of up to ONE_PASS_MAX_N values (and dx wanted), as LayerNorm's:
+            dln           = PLAIN  GEMM dy @ w; db = Σ_rows dy from its K loop (`a_col_sums=True`)
+            dx, dg, xn    = coda.nn.layer_norm_grad (RMS): one pass over whole rows,
+                            dx = rstd (dxhat − xhat Σ_k dxhat xhat / n), dg = Σ_m dln xhat,
+                            xn = xhat g (the norm's output)
+            dw            = PLAIN  GEMM dy.T @ xn
+    elsewhere (the reference backend, wider rows; RMS_LINEAR[False].map(x) for xn without dx):
             dxhat, t      = RMS_DXHAT  GEMM dy @ w; epilogue: * g, t = row_sum(dxhat * x)
             dx, xn        = RMS_DX.map(dxhat): rstd dxhat − (rstd³ / n) t x,  save xn = rstd x
             dw, dg        = NORM_DW  GEMM dy.T @ xn (= dW'); epilogue: dw = dW' * g,
@@ -211,8 +219,8 @@ def _wanted(**flags: bool) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------
 class RMSNormLinearFunction(torch.autograd.Function):
-    """rstd ⊙_row (x @ W'.T) + bias: 2 CODA kernels forward (3 without sumsq), 3 backward (4 with
-    bias)."""
+    """rstd ⊙_row (x @ W'.T) + bias: 2 CODA kernels forward (3 without sumsq); backward, on the
+    Triton backend two plain GEMMs around RMSNorm's one-pass backward, else 3 (4 with bias)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
@@ -232,7 +240,7 @@ class RMSNormLinearFunction(torch.autograd.Function):
         if dy is None:   # only the passed-through x was used
             return dres, None, None, None, None, None, None
         grads = rms_norm_linear_grads(as_rows(dy)[0], x, g, w, ss, ctx.eps, ctx.needs_input_grad[:4],
-                                      dres, ctx.bias_dtype)
+                                      dres, ctx.bias_dtype, notes_from(ctx))
         return *grads, None, None, None
 
 
@@ -246,13 +254,19 @@ def rms_fold(rows: torch.Tensor, g: torch.Tensor, w: torch.Tensor, sumsq: torch.
 
 def rms_norm_linear_grads(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, w: torch.Tensor,
                           ss: torch.Tensor, eps: float, needs: tuple[bool, ...],
-                          dres: torch.Tensor | None = None, bias_dtype: torch.dtype | None = None
-                          ) -> tuple[torch.Tensor | None, ...]:
+                          dres: torch.Tensor | None = None, bias_dtype: torch.dtype | None = None,
+                          note: bool = False) -> tuple[torch.Tensor | None, ...]:
     """(dx, dg, dw, db) of y = RMSNorm(x; g) @ w.T + b from dy [M, N] (rows), each None unless
-    `needs` (x, g, w, bias) asks for it; dres, the passed-through x's gradient, joins dx."""
+    `needs` (x, g, w, bias) asks for it; dres, the passed-through x's gradient, joins dx. With
+    dx, on the Triton backend and rows of up to ONE_PASS_MAX_N values: the one-pass form
+    (norm_linear_grads; `note` as there), else the fold's kernels."""
     need_x, need_g, need_w, need_b = needs
     rows = as_rows(x)[0]
     row = dict(ss=ss, inv_n=1.0 / rows.shape[1], eps=eps)
+    if need_x and layer_norm_one_pass(dy, rows):
+        dx, dg, _, dw, db = norm_linear_grads(dy, rows, g, None, w, row, dres,
+                                              (need_g, False, need_w, need_b), bias_dtype, x.shape, note)
+        return dx, dg, dw, db
     dx = dg = dw = db = None
     if need_x:
         pre = RMS_DXHAT(dy, w, g=g, xin=rows)
@@ -315,9 +329,9 @@ class LayerNormLinearFunction(torch.autograd.Function):
         need_weights = need_g or need_beta or need_w
         row = dict(shift=row_shift(rows, ctx.shifted), s=s, ss=ss, inv_n=1.0 / rows.shape[1], eps=ctx.eps)
         if need_x and layer_norm_one_pass(dy, rows):
-            dx, dg, dbeta, dw, db = layer_norm_linear_grads(dy, rows, g, beta, w, row, dres,
-                                                            (need_g, need_beta, need_w, need_b),
-                                                            ctx.bias_dtype, x.shape, notes_from(ctx))
+            dx, dg, dbeta, dw, db = norm_linear_grads(dy, rows, g, beta, w, row, dres,
+                                                      (need_g, need_beta, need_w, need_b),
+                                                      ctx.bias_dtype, x.shape, notes_from(ctx))
             return dx, dg, dbeta, dw, db, None, None, None, None, None
         dx = dg = dbeta = dw = db = None
         # the bias gradient (float32 while LN_DW reads it, else the bias's dtype): the column
@@ -353,30 +367,38 @@ def layer_norm_one_pass(t: torch.Tensor | Concat, rows: torch.Tensor) -> bool:
     return default_backend(first) == "triton" and rows.shape[1] <= ONE_PASS_MAX_N
 
 
-def layer_norm_linear_grads(dy: torch.Tensor | Concat, rows: torch.Tensor, g: torch.Tensor,
-                            beta: torch.Tensor, w: torch.Tensor, row: dict, dres: torch.Tensor | None,
-                            needs: tuple[bool, bool, bool, bool], bias_dtype: torch.dtype | None,
-                            x_shape: torch.Size, note: bool) -> tuple[torch.Tensor | None, ...]:
-    """(dx, dg, dbeta, dw, db) of layer_norm_linear where dx (of shape `x_shape`) is wanted, in
-    the one-pass form (module docstring), each of the others None unless `needs` (g, beta, w,
-    bias) asks for it; with `note`, dx's column sums are noted for the op that produced x (a
-    residual stream's last GEMM takes them as its bias gradient: common.known_column_sums).
-    dy: [M, N] rows, or a Concat of column blocks (`split=`); row: LN_ROW's operands."""
+def norm_linear_grads(dy: torch.Tensor | Concat, rows: torch.Tensor, g: torch.Tensor,
+                      beta: torch.Tensor | None, w: torch.Tensor, row: dict, dres: torch.Tensor | None,
+                      needs: tuple[bool, bool, bool, bool], bias_dtype: torch.dtype | None,
+                      x_shape: torch.Size, note: bool) -> tuple[torch.Tensor | None, ...]:
+    """(dx, dg, dbeta, dw, db) of layer_norm_linear, or of rms_norm_linear where `beta` is None
+    (dbeta then None), where dx (of shape `x_shape`) is wanted, in the one-pass form (module
+    docstring), each of the others None unless `needs` (g, beta, w, bias) asks for it; with
+    `note`, dx's column sums are noted for the op that produced x (a residual stream's last GEMM
+    takes them as its bias gradient: common.known_column_sums). dy: [M, N] rows, or a Concat of
+    column blocks (`split=`); row: LN_ROW's operands, or RMS_ROW's."""
     from ..nn import layer_norm_grad  # Triton, imported on first use
 
     need_g, need_beta, need_w, need_b = needs
-    outs = PLAIN(dy, w, a_col_sums=need_b, dtypes=stored(a_col_sums=bias_dtype if need_b else None))
-    params = (g.dtype, beta.dtype) if need_g or need_beta else None
-    dx, dg, dbeta, xn, dx_sums = layer_norm_grad.launch(outs["output"], rows, g, **row,
+    gathered = isinstance(dy, Concat)   # column blocks read in place: CODA's GEMMs
+    if need_b or gathered:
+        outs = PLAIN(dy, w, a_col_sums=need_b, dtypes=stored(a_col_sums=bias_dtype if need_b else None))
+        dln, db = outs["output"], outs.get("a_col_sums")
+    else:
+        dln, db = matmul(dy, w), None
+    params = (g.dtype, *(() if beta is None else (beta.dtype,))) if need_g or need_beta else None
+    dx, dg, dbeta, xn, dx_sums = layer_norm_grad.launch(dln, rows, g, **row,
                                                         dres=None if dres is None else as_rows(dres)[0],
-                                                        need_dx=True, param_dtypes=params,
-                                                        beta=beta if need_w else None,
-                                                        sum_dx=g.dtype if note else None)
+                                                        need_dx=True, param_dtypes=params, save_xn=need_w,
+                                                        beta=beta, sum_dx=g.dtype if note else None)
     dx = dx.reshape(x_shape)
     if note:
         note_column_sums(dx, dx_sums)
-    dw = PLAIN(dy.T, xn, out=weight_grad_out(w), dtypes=stored(output=w.dtype))["output"] if need_w else None
-    return dx, dg if need_g else None, dbeta if need_beta else None, dw, outs.get("a_col_sums")
+    dw = None
+    if need_w:
+        dw = (PLAIN(dy.T, xn, out=weight_grad_out(w), dtypes=stored(output=w.dtype))["output"] if gathered
+              else weight_grad(dy, xn, like=w))
+    return dx, dg if need_g else None, dbeta if need_beta else None, dw, db
 
 
 class OutProjResidualFunction(torch.autograd.Function):
