@@ -1,5 +1,5 @@
-"""GPU checks of coda.ops.rms_norm_linear, layer_norm_linear, out_proj_residual and coda.nn.layer_norm:
-bf16, real shapes.
+"""GPU checks of coda.ops.rms_norm_linear, layer_norm_linear, out_proj_residual, coda.nn.layer_norm
+and rms_norm: bf16, real shapes.
 
 For the output and every gradient: CODA's relative error against float64 (the unfused formula run
 on the same bf16 inputs, upcast) must be at most twice the relative error of eager PyTorch running
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from accuracy import assert_within_eager
 
-from coda.nn import layer_norm
+from coda.nn import layer_norm, rms_norm
 from coda.ops.norms import layer_norm_linear, out_proj_residual, rms_norm_linear
 from coda.runtime.rng import dropout_mask
 
@@ -123,6 +123,23 @@ def test_layer_norm_bf16(tokens, n, sums, mean):
 
     check(coda_ln, lambda x, g, beta: F.layer_norm(x, (n,), g, beta, EPS_LN) + 0.5 * x, inputs,
           ["dx", "dg", "dbeta"], f"layer_norm {tokens}x{n} sums={sums} mean={mean}")
+
+
+@pytest.mark.parametrize(("tokens", "n", "sums"),
+                         [(16384, 2048, False), (4099, 4096, True), (1000, 6144, False)])
+def test_rms_norm_bf16(tokens, n, sums):
+    """coda.nn.rms_norm: one pass over whole rows up to 4096 values (without given sums, forward
+    and backward), the maps for wider rows, and x passed through."""
+    torch.manual_seed(5)
+    inputs = [param(tokens, n), param(n, scale=0.2, shift=1.0)]
+
+    def coda_rms(x, g):
+        xd = x.detach().float()
+        y, x_out = rms_norm(x, g, EPS_RMS, sumsq=(xd * xd).sum(-1) if sums else None, passthrough=True)
+        return y + 0.5 * x_out
+
+    check(coda_rms, lambda x, g: F.rms_norm(x, (n,), g, EPS_RMS) + 0.5 * x, inputs, ["dx", "dg"],
+          f"rms_norm {tokens}x{n} sums={sums}")
 
 
 @pytest.mark.parametrize(("norm", "tokens", "hidden", "n"),

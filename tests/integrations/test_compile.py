@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import coda
 import coda.integrations.compile as cc
 from coda import LaunchError, ops
-from coda.nn import layer_norm
+from coda.nn import layer_norm, rms_norm
 
 F64 = torch.float64
 
@@ -188,16 +188,20 @@ def test_linear_cross_entropy(reduction, options):
     assert_compiles(fn, *args)
 
 
-@pytest.mark.parametrize(("bias", "sums"), [(False, False), (True, True)])
-def test_rms_norm_linear(bias, sums):
+@pytest.mark.parametrize(("bias", "sums", "dtype"), [(False, False, F64), (True, True, F64),
+                                                     (True, False, torch.float32)])
+def test_rms_norm_linear(bias, sums, dtype):
+    """float32: the Triton kernels (interpreter), where without sums the op is rms_norm, then linear."""
     torch.manual_seed(0)
     x, g, w = rand(2, 5, 8), (torch.rand(8, dtype=F64) + 0.5).requires_grad_(), rand(6, 8)
+    x, g, w = (t.detach().to(dtype).requires_grad_() for t in (x, g, w))
 
     def fn(x, g, w, b=None):   # given sums are those of this x, not differentiated
         sumsq = (x.detach() ** 2).sum(-1) if sums else None
         return ops.rms_norm_linear(x, g, w, eps=1e-5, bias=b, sumsq=sumsq)
 
-    assert_compiles(fn, *((x, g, w, rand(6)) if bias else (x, g, w)))
+    b = rand(6).detach().to(dtype).requires_grad_()
+    assert_compiles(fn, *((x, g, w, b) if bias else (x, g, w)))
 
 
 @pytest.mark.parametrize(("bias", "sums"), [(False, False), (True, True)])
@@ -251,6 +255,21 @@ def test_layer_norm(sums):
     else:
         x = (torch.randn(2, 5, 6, dtype=F64) + 3.0).requires_grad_()   # |mean| > std: the shifted sums
         assert_compiles(lambda x, g, beta: layer_norm(x, g, beta, 1e-5), x, g, beta)
+
+
+@pytest.mark.parametrize("sums", [False, True])
+def test_rms_norm(sums):
+    """coda.nn.rms_norm alone, and on out_proj_residual's sums of squares."""
+    torch.manual_seed(0)
+    g = (torch.rand(6, dtype=F64) + 0.5).requires_grad_()
+    if sums:
+        def fn(x, w, r, g):
+            h, ss = ops.out_proj_residual(x, w, r, stats="rms")
+            return rms_norm(h, g, 1e-6, sumsq=ss)
+
+        assert_compiles(fn, rand(2, 5, 8), rand(6, 8), rand(2, 5, 6), g)
+    else:
+        assert_compiles(lambda x, g: rms_norm(x, g, 1e-6), rand(2, 5, 6), g)
 
 
 @pytest.mark.parametrize("dtype", [F64, torch.float32])
@@ -378,7 +397,7 @@ def test_fake_kernels_give_inductor_explicit_fallbacks(monkeypatch):
     for op in coda_ops:   # as in a fresh process (restored afterwards)
         monkeypatch.delitem(lowering.lowerings, op, raising=False)
     cc.inductor_fallbacks.cache_clear()
-    assert len(coda_ops) == 25 and not any(op in lowering.lowerings for op in coda_ops)
+    assert len(coda_ops) == 27 and not any(op in lowering.lowerings for op in coda_ops)
     with FakeTensorMode(), cc.custom_ops():
         ops.linear(torch.randn(4, 8), torch.randn(6, 8), activation="gelu")
     assert all(op in lowering.lowerings for op in coda_ops)
@@ -571,6 +590,10 @@ def opcheck_cases():
         "layer_norm_backward": (c.layer_norm_backward, (
             dy[:, :5], h5.detach(), torch.rand(5, dtype=F64), s5, ss5, 1e-5, False, [True, True, True],
             F64)),
+        "rms_norm": (c.rms_norm, (h5, rand(5), 1e-6, None)),
+        "rms_norm_sums": (c.rms_norm, (h5, rand(5), 1e-6, ss5)),
+        "rms_norm_backward": (c.rms_norm_backward, (dy[:, :5], h5.detach(), torch.rand(5, dtype=F64),
+                                                    ss5, 1e-6, [True, True])),
         "linear": (c.linear, (x, w, b, "gelu", 0.2, seed, True)),
         "linear_backward": (c.linear_backward, (dy, x.detach(), w.detach(), pre, "gelu", 0.2, seed,
                                                 [True, True, True], F64)),

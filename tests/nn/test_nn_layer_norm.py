@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import coda
-from coda.nn import layer_norm
+from coda.nn import layer_norm, rms_norm
 from coda.ops.norms import out_proj_residual
 
 F64 = torch.float64
@@ -230,3 +230,78 @@ def test_errors_name_the_argument():
         layer_norm(x, g, beta, rowsum=x.sum(-1))
     with pytest.raises(coda.LaunchError, match="sumsq"):
         layer_norm(x, g, beta, rowsum=x.sum(-1), sumsq=x.sum(-1)[:2])
+
+
+# RMSNorm: coda.nn.rms_norm -------------------------------------------------------------------------
+def test_rms_norm_gradcheck_float64():
+    x, g, _ = inputs((2, 3, 7))
+    args = [x.requires_grad_(), g.requires_grad_()]
+    assert torch.autograd.gradcheck(lambda x, g: rms_norm(x, g, 1e-5), args)
+
+
+@pytest.mark.parametrize("given_sums", [False, True])
+@pytest.mark.parametrize("dtype", [F64, torch.float32])   # reference backend's maps, Triton kernels
+def test_rms_norm_matches_formula(dtype, given_sums, monkeypatch):
+    """y and both gradients against float64 autograd of the formula. On the Triton backend
+    (float32, the interpreter) the forward is the one-pass kernel alone, or with the producer's
+    sums the RMS_NORM map alone; the reference backend runs the maps."""
+    module = importlib.import_module("coda.nn.layer_norm")
+    one_pass = importlib.import_module("coda.nn.layer_norm_forward")
+    ran = []
+    for prog in (module.RMS_STATS, module.RMS_NORM):
+        monkeypatch.setattr(prog, "map", lambda *a, _map=prog.map, _name=prog.name, **k:
+                            ran.append(_name) or _map(*a, **k))
+    monkeypatch.setattr(one_pass, "launch", lambda *a, _launch=one_pass.launch, **k:
+                        ran.append("one pass") or _launch(*a, **k))
+    x, g, _ = (t.to(dtype) for t in inputs((3, 5, 24)))
+
+    def coda_rms(x, g):   # given sums: the producer's statistics of this x, not differentiated
+        return rms_norm(x, g, 1e-5, sumsq=(x.detach() ** 2).sum(-1) if given_sums else None)
+
+    got, got_grads = grads(coda_rms, x, g)
+    want, want_grads = grads(ref_rms_norm, x.double(), g.double())
+    tol = 1e-12 if dtype == F64 else 1e-5
+    for a, b in zip([got, *got_grads], [want, *want_grads], strict=True):
+        assert (a.double() - b).norm() / b.norm() < tol
+    if given_sums:
+        assert ran == ["rms_norm"]
+    else:
+        assert ran == (["rms_stats", "rms_norm"] if dtype == F64 else ["one pass"])
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])   # reference backend, Triton kernels
+def test_rms_norm_passthrough_residual_gradient_joins_dx(dtype, monkeypatch):
+    """rms_norm(..., passthrough=True) -> (y, x): the passed-through x's gradient is added where dx
+    is formed (RMS_GRAD_DX[True] on the reference backend, the one-pass kernel on the Triton one)."""
+    module = importlib.import_module("coda.nn.layer_norm")
+    one_pass = importlib.import_module("coda.nn.layer_norm_grad")
+    used = []
+    for res, prog in module.RMS_GRAD_DX.items():
+        monkeypatch.setattr(prog, "map", lambda *a, _map=prog.map, _res=res, **k:
+                            used.append(_res) or _map(*a, **k))
+    monkeypatch.setattr(one_pass, "launch", lambda *a, _launch=one_pass.launch, **k:
+                        used.append(k["dres"] is not None) or _launch(*a, **k))
+    x, g, _ = (t.to(dtype) for t in inputs((2, 9, 40)))
+    mix = torch.randn(40, 40, generator=torch.Generator().manual_seed(3), dtype=dtype)
+
+    def block(x, g):
+        y, passed = rms_norm(x, g, passthrough=True)
+        return y @ mix + passed * 2.0
+
+    got, got_grads = grads(block, x, g)
+    want, want_grads = grads(lambda x, g: ref_rms_norm(x, g, 1e-6) @ mix.double() + x * 2.0, x.double(),
+                             g.double())
+    tol = 1e-10 if dtype == F64 else 1e-5
+    for a, b in zip([got, *got_grads], [want, *want_grads], strict=True):
+        assert (a.double() - b).norm() / b.norm() < tol
+    assert used == [True]
+
+
+def test_rms_norm_errors_name_the_argument():
+    x, g, _ = inputs((4, 8))
+    with pytest.raises(coda.LaunchError, match="rms_norm: x must be a floating-point tensor"):
+        rms_norm(x.long(), g)
+    with pytest.raises(coda.LaunchError, match=r"rms_norm: g must be a tensor of shape \[8\]"):
+        rms_norm(x, g[:5])
+    with pytest.raises(coda.LaunchError, match=r"rms_norm: sumsq must be a tensor of shape \[4\]"):
+        rms_norm(x, g, sumsq=x.sum(-1)[:2])

@@ -191,23 +191,31 @@ def test_gradients_of_some_inputs(wanted, dtype, tol):
 
 
 # float32, the real kernels through the Triton interpreter -----------------------------------------
+@pytest.mark.parametrize("given_stats", [False, True])
 @pytest.mark.parametrize(("lead", "k", "n", "with_bias"), [((3, 7), 33, 47, True), ((16,), 96, 17, False)])
-def test_rms_norm_linear_interpreter(lead, k, n, with_bias, monkeypatch):
-    """The Triton backend's backward is RMSNorm's one pass between two plain GEMMs (not the fold's
-    dxhat GEMM and dx map); every output matches float64."""
-    from coda.nn import layer_norm_grad
+def test_rms_norm_linear_interpreter(lead, k, n, with_bias, given_stats, monkeypatch):
+    """On the Triton backend, without the producer's sums: RMSNorm's one-pass forward, then the
+    linear layer; with them, the norm folded into the GEMM, its backward RMSNorm's one pass
+    between two plain GEMMs (not the fold's dxhat GEMM and dx map). Both match float64."""
+    from coda.nn import layer_norm_forward, layer_norm_grad
     from coda.ops import norms
 
     passes = []
-    monkeypatch.setattr(layer_norm_grad, "launch", lambda *a, _launch=layer_norm_grad.launch, **k:
-                        passes.append(k.get("s")) or _launch(*a, **k))
-    monkeypatch.setattr(norms, "RMS_DXHAT", None)   # the fold's: not called here
+    for module, name in ((layer_norm_forward, "forward"), (layer_norm_grad, "backward")):
+        monkeypatch.setattr(module, "launch", lambda *a, _launch=module.launch, _name=name, **k:
+                            passes.append((_name, k.get("s"))) or _launch(*a, **k))
+    monkeypatch.setattr(norms, "RMS_DXHAT", None)   # the fold's backward: not called here
     inputs = make((*lead, k), (k,), (n, k), (n,) if with_bias else None, dtype=F32, seed=8)
     inputs[2].data /= k**0.5
-    got = forward_backward(lambda x, g, w, b: rms_norm_linear(x, g, w, 1e-6, b), inputs)
+
+    def op(x, g, w, b):
+        return rms_norm_linear(x, g, w, 1e-6, b, sumsq=(x * x).sum(-1).detach() if given_stats else None)
+
+    got = forward_backward(op, inputs)
     want = forward_backward(lambda x, g, w, b: ref_rms(x, g, w, 1e-6, b), upcast(inputs))
     assert_matches(got, want, TOL32)
-    assert passes == [None]   # one launch, RMSNorm's (no LayerNorm sum s)
+    # RMSNorm's kernels (no LayerNorm sum s); the forward's only without given sums
+    assert passes == [("forward", None)] * (not given_stats) + [("backward", None)]
 
 
 @pytest.mark.parametrize("given_stats", [False, True])

@@ -19,6 +19,7 @@ as `torch.library` custom ops in the `coda` namespace:
     coda::rms_rstd               coda::rms_rstd_backward
     coda::interleave_gain        coda::interleave_gain_backward  (interleave with a gain)
     coda::layer_norm             coda::layer_norm_backward       (coda.nn.layer_norm)
+    coda::rms_norm               coda::rms_norm_backward         (coda.nn.rms_norm)
 
 Dynamo and AOTAutograd see each as one opaque node, in the forward graph and in the backward
 graph: neither has a break. A fake kernel gives the outputs' shapes, dtypes and (contiguous)
@@ -65,8 +66,9 @@ import torch
 from torch import Tensor
 
 from .. import ops
-from ..nn.layer_norm import LayerNormFunction
+from ..nn.layer_norm import NormFunction
 from ..nn.layer_norm import layer_norm as _nn_layer_norm
+from ..nn.layer_norm import rms_norm as _nn_rms_norm
 from ..ops.common import STATS
 from ..ops.cross_entropy import LinearCrossEntropyFunction
 from ..ops.dropout import DropoutFunction, resolve_seed
@@ -77,7 +79,6 @@ from ..ops.norms import (
     OutProjResidualFunction,
     RMSNormLinearFunction,
     RmsRstd,
-    row_shift,
 )
 from ..ops.rope import QKVRopeFunction, rotate, split_heads
 
@@ -999,17 +1000,18 @@ def rms_rstd_op(h: Tensor, ss: Tensor, eps: float) -> Tensor:
     return torch.ops.coda.rms_rstd(h, ss, eps)
 
 
-# coda.nn.layer_norm ------------------------------------------------------------------------------
+# coda.nn.layer_norm and rms_norm ---------------------------------------------------------------
 @_custom_op("coda::layer_norm")
 def _layer_norm(x: Tensor, g: Tensor, beta: Tensor, eps: float, rowsum: Tensor | None,
                 sumsq: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """(y, s, ss): coda.nn.layer_norm's LayerNormFunction.forward; s and ss, the shifted row
-    sums it computed, are empty when `rowsum` and `sumsq` are given."""
+    """(y, s, ss): coda.nn.layer_norm's NormFunction.forward; s and ss, the shifted row sums it
+    computed, are empty when `rowsum` and `sumsq` are given."""
     ctx = _Ctx()
-    y = LayerNormFunction.forward(ctx, x, g, beta, eps, rowsum, sumsq)
+    y = NormFunction.forward(ctx, x, g, beta, eps, rowsum, sumsq)
     if rowsum is not None:
         return y, x.new_empty(0), x.new_empty(0)
-    return y, *ctx.saved_tensors[3:5]
+    _, _, ss, s = ctx.saved_tensors
+    return y, s, ss
 
 
 @_register_fake(_layer_norm)
@@ -1043,11 +1045,10 @@ _layer_norm.register_autograd(_layer_norm_grad, setup_context=_layer_norm_setup)
 def _layer_norm_backward(dy: Tensor, x: Tensor, g: Tensor, s: Tensor, ss: Tensor, eps: float,
                          shifted: bool, needs: list[bool], beta_dtype: torch.dtype
                          ) -> tuple[Tensor, Tensor, Tensor]:
-    """(dx, dg, dbeta): LayerNormFunction.backward; empty where `needs` is False. `shifted`: s
-    and ss are the op's own sums about each row's first value (not given)."""
-    shift = row_shift(ops.as_rows(x)[0], shifted)
-    ctx = _Ctx((x, g, shift, s.reshape(-1), ss.reshape(-1)), needs, eps=eps, beta_dtype=beta_dtype)
-    return _gradients(LayerNormFunction.backward(ctx, dy)[:3], x)
+    """(dx, dg, dbeta): NormFunction.backward; empty where `needs` is False. `shifted`: s and ss
+    are the op's own sums about each row's first value (not given)."""
+    ctx = _Ctx((x, g, ss.reshape(-1), s.reshape(-1)), needs, eps=eps, shifted=shifted, beta_dtype=beta_dtype)
+    return _gradients(NormFunction.backward(ctx, dy)[:3], x)
 
 
 @_register_fake(_layer_norm_backward)
@@ -1061,6 +1062,58 @@ def layer_norm_op(x: Tensor, g: Tensor, beta: Tensor, eps: float, rowsum: Tensor
                   sumsq: Tensor | None) -> Tensor:
     """coda.nn.layer_norm's launch (checked arguments) through coda::layer_norm."""
     return torch.ops.coda.layer_norm(x, g, beta, eps, rowsum, sumsq)[0]
+
+
+@_custom_op("coda::rms_norm")
+def _rms_norm(x: Tensor, g: Tensor, eps: float, sumsq: Tensor | None) -> tuple[Tensor, Tensor]:
+    """(y, ss): coda.nn.rms_norm's NormFunction.forward; ss, the row sums of squares it
+    computed, is empty when `sumsq` is given."""
+    ctx = _Ctx()
+    y = NormFunction.forward(ctx, x, g, None, eps, None, sumsq)
+    return y, x.new_empty(0) if sumsq is not None else ctx.saved_tensors[2]
+
+
+@_register_fake(_rms_norm)
+def _rms_norm_fake(x, g, eps, sumsq):
+    return x.new_empty(x.shape), (x.new_empty(0) if sumsq is not None
+                                  else x.new_empty(_rows(x), dtype=_stat_dtype(x)))
+
+
+def _rms_norm_setup(ctx, inputs, output):
+    x, g, eps, sumsq = inputs
+    ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(x, g, output[1] if sumsq is None else sumsq)
+    ctx.eps = eps
+
+
+def _rms_norm_grad(ctx, dy, _ss):
+    x, g, ss = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:2]   # x, g (the given sums are not differentiated)
+    grads = torch.ops.coda.rms_norm_backward(dy, x, g, ss, ctx.eps, needs)
+    return *_wanted(grads, needs), None, None
+
+
+_rms_norm.register_autograd(_rms_norm_grad, setup_context=_rms_norm_setup)
+
+
+@_custom_op("coda::rms_norm_backward")
+def _rms_norm_backward(dy: Tensor, x: Tensor, g: Tensor, ss: Tensor, eps: float, needs: list[bool]
+                       ) -> tuple[Tensor, Tensor]:
+    """(dx, dg): NormFunction.backward of RMSNorm; empty where `needs` is False."""
+    ctx = _Ctx((x, g, ss.reshape(-1)), needs, eps=eps, shifted=False, beta_dtype=None)
+    return _gradients(NormFunction.backward(ctx, dy)[:2], x)
+
+
+@_register_fake(_rms_norm_backward)
+def _rms_norm_backward_fake(dy, x, g, ss, eps, needs):
+    return tuple(x.new_empty(shape, dtype=dtype) if need else x.new_empty(0)
+                 for shape, dtype, need in zip((x.shape, g.shape), (x.dtype, g.dtype), needs, strict=True))
+
+
+def rms_norm_op(x: Tensor, g: Tensor, eps: float, sumsq: Tensor | None) -> Tensor:
+    """coda.nn.rms_norm's launch (checked arguments) through coda::rms_norm."""
+    return torch.ops.coda.rms_norm(x, g, eps, sumsq)[0]
 
 
 # the coda.ops functions, through the custom ops in eager mode too --------------------------------
@@ -1090,7 +1143,8 @@ layer_norm_linear = _through_custom_ops(ops.layer_norm_linear)
 out_proj_residual = _through_custom_ops(ops.out_proj_residual)
 rms_rstd = _through_custom_ops(ops.rms_rstd)
 layer_norm = _through_custom_ops(_nn_layer_norm, "coda.nn")
+rms_norm = _through_custom_ops(_nn_rms_norm, "coda.nn")
 
 __all__ = ["custom_ops", "dropout", "geglu_mlp", "layer_norm", "layer_norm_linear", "linear",
-           "linear_cross_entropy", "mlp", "out_proj_residual", "qkv_rope", "rms_norm_linear",
-           "rms_rstd", "routed", "swiglu_mlp"]
+           "linear_cross_entropy", "mlp", "out_proj_residual", "qkv_rope", "rms_norm",
+           "rms_norm_linear", "rms_rstd", "routed", "swiglu_mlp"]

@@ -1,10 +1,10 @@
-"""Models built on `coda.ops`: GPT-2 (`GPT`, `GPTConfig`, `PRESETS`) and the stand-alone
-`layer_norm` it needs where no GEMM can absorb the norm."""
+"""Models built on `coda.ops`: GPT-2 (`GPT`, `GPTConfig`, `PRESETS`) and the stand-alone norms
+(`layer_norm`, `rms_norm`) for where no GEMM can absorb a norm."""
 
 from .gpt import GPT, PRESETS, GPTConfig
-from .layer_norm import layer_norm
+from .layer_norm import layer_norm, rms_norm
 
-__all__ = ["GPT", "PRESETS", "GPTConfig", "layer_norm"]
+__all__ = ["GPT", "PRESETS", "GPTConfig", "layer_norm", "rms_norm"]
 
 from .bert import BertLayer  # the drop-in modules and blocks
 from .llama import LlamaBlock

@@ -462,6 +462,8 @@ def rms_norm_linear(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, eps: floa
     checks.row_stats("rms_norm_linear", x, m, sumsq=sumsq)
     eps = checks.eps("rms_norm_linear", eps)
     passthrough = checks.flag("passthrough", passthrough)
+    if sumsq is None and layer_norm_one_pass(x, as_rows(x)[0]):
+        return _norm_then_linear(x, g, None, w, bias, eps, passthrough)   # under torch.compile too
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::rms_norm_linear, no graph break
         y = custom.rms_norm_linear_op(x, g, w, bias, sumsq, eps)
@@ -508,19 +510,21 @@ def layer_norm_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: t
     return LayerNormLinearFunction.apply(x, g, beta, w, bias, eps, rowsum, sumsq, passthrough, split)
 
 
-def _norm_then_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, w: torch.Tensor,
+def _norm_then_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor | None, w: torch.Tensor,
                       bias: torch.Tensor | None, eps: float, passthrough: bool
                       ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """layer_norm_linear without the producer's row sums, where LayerNorm runs in one pass over
-    whole rows: that pass forms the sums and the norm's output from one read of x, then the
-    linear layer reads the output. The fold needs a map for the sums and one for W', and its
-    backward stores the norm's output anyway (for dw): 10 kernels against 7, 1.03-1.07x this
-    path's fwd + bwd time at the micro suite's three sizes (H100, docs/ops.md). x's gradient
-    from a passed-through x joins in the norm's dx kernel."""
-    from ..nn.layer_norm import layer_norm  # that module imports this one
+    """layer_norm_linear, or rms_norm_linear where `beta` is None, without the producer's row
+    sums, where the norm runs in one pass over whole rows: that pass forms the sums and the norm's
+    output from one read of x, then the linear layer reads the output. The fold needs a map for
+    the sums and one for W', and its backward stores the norm's output anyway (for dw). Measured
+    on an H100, fwd + bwd (docs/ops.md): LayerNorm's fold took 1.03-1.07x this path's time at the
+    micro suite's three sizes (10 kernels against 7), RMSNorm's 1.02-1.07x. x's gradient from a
+    passed-through x joins in the norm's dx kernel."""
+    from ..nn.layer_norm import layer_norm, rms_norm  # that module imports this one
     from .linear import linear
 
-    normed = layer_norm(x, g, beta, eps, passthrough=passthrough)
+    normed = (rms_norm(x, g, eps, passthrough=passthrough) if beta is None
+              else layer_norm(x, g, beta, eps, passthrough=passthrough))
     if passthrough:
         return linear(normed[0], w, bias), normed[1]
     return linear(normed, w, bias)
