@@ -6,6 +6,8 @@ g, beta are [K]; bias is [N]. ⊙_row scales each row, W' = w ⊙ g[None, :] is 
 rms_norm_linear(x, g, w, eps, bias, sumsq):
     y = RMSNorm(x) @ w.T + bias = rstd ⊙_row (x @ W'.T) + bias,   rstd = rsqrt(ss / n + eps),
     ss = Σ_k x_k² per row (given as `sumsq` by the producer of x, e.g. out_proj_residual)
+  Without sumsq, on the Triton backend and rows of up to ONE_PASS_MAX_N values: RMSNorm's
+  one-pass forward (coda.nn.rms_norm) and then `linear`, as layer_norm_linear below; else the fold:
   forward   ss            = RMS_STATS.map(x)           (only without sumsq)
             W'            = FOLD.map(w)                 g is a col operand of w
             y             = RMS_LINEAR  GEMM x @ W'.T; epilogue: * rsqrt(ss / n + eps) + bias
@@ -451,8 +453,10 @@ def rms_norm_linear(x: torch.Tensor, g: torch.Tensor, w: torch.Tensor, eps: floa
     """RMSNorm(x; g, eps) @ w.T (+ bias), the norm folded into the GEMM (see the module docstring).
 
     x: [..., K]; g: [K]; w: [N, K] with x's dtype; bias: [N]; sumsq: the float32 per-row Σ x²
-    ([...] or [M]) when the producer of x computed it (out_proj_residual(..., stats="rms")),
-    otherwise one map program computes it. Returns [..., N] in x's dtype; with
+    ([...] or [M]) when the producer of x computed it (out_proj_residual(..., stats="rms")).
+    Without it the Triton backend runs RMSNorm's one-pass forward and then the linear layer,
+    which measured faster than the fold; elsewhere one map program computes it. Returns
+    [..., N] in x's dtype; with
     `passthrough=True` (y, x), x to use downstream in place of the argument (a pre-norm
     block's residual): the gradient it gets joins x's gradient inside this op's dx kernel.
     """
@@ -518,7 +522,7 @@ def _norm_then_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor | Non
     output from one read of x, then the linear layer reads the output. The fold needs a map for
     the sums and one for W', and its backward stores the norm's output anyway (for dw). Measured
     on an H100, fwd + bwd (docs/ops.md): LayerNorm's fold took 1.03-1.07x this path's time at the
-    micro suite's three sizes (10 kernels against 7), RMSNorm's 1.02-1.07x. x's gradient from a
+    micro suite's three sizes (10 kernels against 7), RMSNorm's 1.01-1.08x. x's gradient from a
     passed-through x joins in the norm's dx kernel."""
     from ..nn.layer_norm import layer_norm, rms_norm  # that module imports this one
     from .linear import linear
