@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import coda
-from coda.nn.layer_norm import layer_norm
+from coda.nn.layer_norm import layer_norm, rms_norm
 from coda.ops import common, norms
 from coda.ops.common import column_sum, known_column_sums, matmul, note_column_sums, weight_grad
 from coda.ops.linear import mlp
@@ -220,8 +220,11 @@ def test_ops_follow_autocast():
     with torch.autocast("cpu", dtype=torch.float16):
         y = norms.rms_norm_linear(x, g, w, 1e-6, sumsq=sumsq)
         z = layer_norm(y, torch.ones(24), torch.zeros(24))
-    assert y.dtype == torch.float16 and z.dtype == torch.float32
-    z.sum().backward()
+        r = rms_norm(y, torch.ones(24))
+        routed = norms.rms_norm_linear(x, g, w, 1e-6)   # no sumsq: rms_norm, then linear
+    assert y.dtype == routed.dtype == torch.float16 and z.dtype == r.dtype == torch.float32
+    torch.testing.assert_close(routed, y, rtol=2e-3, atol=2e-3)
+    (z.sum() + r.sum()).backward()
     assert x.grad.dtype == w.grad.dtype == g.grad.dtype == torch.float32
     x16, w16, g16 = (t.detach().half().double() for t in (x, w, g))
     want = (x16 * torch.rsqrt(x16.square().mean(-1, keepdim=True) + 1e-6) * g16) @ w16.T
