@@ -14,11 +14,12 @@ rms_norm_linear(x, g, w, eps, bias, sumsq):
   backward  (dln = dy @ w, the gradient at the norm's output; dxhat = dln * g = dy @ W',
             xhat = x rstd, t = Σ_k dxhat ⊙ x = Σ_j dy ⊙ (x @ W'.T))
     on the Triton backend, rows of up to ONE_PASS_MAX_N values (and dx wanted), as LayerNorm's:
-            dln           = PLAIN  GEMM dy @ w; db = Σ_rows dy from its K loop (`a_col_sums=True`)
+            dln           = dy @ w: cuBLAS; with a bias PLAIN GEMM, db = Σ_rows dy from its K loop
+                            (`a_col_sums=True`)
             dx, dg, xn    = coda.nn.layer_norm_grad (RMS): one pass over whole rows,
                             dx = rstd (dxhat − xhat Σ_k dxhat xhat / n), dg = Σ_m dln xhat,
                             xn = xhat g (the norm's output)
-            dw            = PLAIN  GEMM dy.T @ xn
+            dw            = dy.T @ xn: cuBLAS (PLAIN GEMM where dy is a Concat)
     elsewhere (the reference backend, wider rows; RMS_LINEAR[False].map(x) for xn without dx):
             dxhat, t      = RMS_DXHAT  GEMM dy @ w; epilogue: * g, t = row_sum(dxhat * x)
             dx, xn        = RMS_DX.map(dxhat): rstd dxhat − (rstd³ / n) t x,  save xn = rstd x
@@ -45,13 +46,14 @@ layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq):
   backward  (dln = dy @ w, the gradient at the norm's output; dxhat = dln * g = dy @ W',
             xhat = (x − mean) rstd; a = Σ_k dxhat, b = Σ_k dxhat xhat per row)
     on the Triton backend, rows of up to ONE_PASS_MAX_N values (and dx wanted):
-            dln           = PLAIN  GEMM dy @ w; db = Σ_rows dy from its K loop (`a_col_sums=True`)
+            dln           = PLAIN  GEMM dy @ w; db = Σ_rows dy from its K loop (`a_col_sums=True`);
+                            cuBLAS where there is no bias and dy is one tensor
             dx, dg, dbeta, xn = coda.nn.layer_norm_grad: one pass over whole rows, a and b
                             complete in the program, dx = rstd (dxhat − (a + xhat b) / n),
                             dg = Σ_m dln xhat, dbeta = Σ_m dln, xn = xhat g + beta (the norm's output),
                             and dx's column sums, noted for the op that produced x (its bias
                             gradient: common.known_column_sums)
-            dw            = PLAIN  GEMM dy.T @ xn
+            dw            = PLAIN  GEMM dy.T @ xn (cuBLAS where dy is one tensor)
     elsewhere (the reference backend, wider rows; LN_XHAT.map(x) for xhat without dx):
             dxhat, a, b   = LN_DXHAT  GEMM dy @ w; epilogue: * g, a = row_sum(dxhat),
                             b = row_sum(dxhat * xhat); db = Σ_rows dy from its K loop
