@@ -391,10 +391,10 @@ def child(spec: str, args: argparse.Namespace) -> None:
     dtype = torch.float32 if args.smoke else torch.bfloat16
     result: dict = dict(model=name, mode=mode, device=device_name(device), error=None,
                         coda_from=str(Path(coda.__file__).parent))
+    pad_misaligned_gemms(base, args.pad_mm)
     # Under Dynamo transformers 5.17 gives SDPA a full causal mask even without padding (LLaMA's
     # attention then took 27.1 instead of 10.2 ms a step): the compiled modes run where a missing
     # mask means none, as the graph modes capture (these batches have no padding)
-    pad_misaligned_gemms(base, args.pad_mm)
     try:
         with unpadded_batches() if compiles(base) else contextlib.nullcontext():
             result.update(curve(name, args, device, dtype) if mode == "curve" else

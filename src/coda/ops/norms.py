@@ -524,8 +524,8 @@ def _norm_then_linear(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor | Non
     output from one read of x, then the linear layer reads the output. The fold needs a map for
     the sums and one for W', and its backward stores the norm's output anyway (for dw). Measured
     on an H100, fwd + bwd (docs/ops.md): LayerNorm's fold took 1.03-1.07x this path's time at the
-    micro suite's three sizes (10 kernels against 7), RMSNorm's 1.01-1.08x. x's gradient from a
-    passed-through x joins in the norm's dx kernel."""
+    micro suite's three sizes (10 kernels against 7), RMSNorm's 1.02-1.08x round by round. x's
+    gradient from a passed-through x joins in the norm's dx kernel."""
     from ..nn.layer_norm import layer_norm, rms_norm  # that module imports this one
     from .linear import linear
 
