@@ -13,18 +13,21 @@ xn = xhat ⊙ g (+ β), the operand of the weight gradient of a norm folded into
 (`coda.ops.layer_norm_linear`, `rms_norm_linear`, whose backwards hand this kernel dy = the
 gradient at that GEMM's input).
 
-Each program walks row blocks pid, pid + programs, ... (ROWS rows at a time). Where a warp
-holds a whole row (narrow rows, `config`), the row is loaded as column chunks of a warp's width
-(256 values): its sums a and b need no shared memory and no barrier, and a 768-wide row is
-three chunks, not 1024 masked columns. The program keeps the parameters' gradients
-dg = Σ_m dy xhat and dβ = Σ_m dy as [ROWS, CHUNK] float32 accumulators per chunk, summed over
-the rows once at its end into its partials (dβ's only for LayerNorm); `sum_partials` adds the
-programs' partials in index order, so the result does not depend on scheduling. Against the two map
-programs (row sums, then dx: dy and x read twice, row and column partials finished by a third
-kernel) this reads dy and x once. With `sum_dx` a program keeps a third accumulator, the column
-sums of dx as stored: the bias gradient of the layer that receives dx as its output's gradient
-(the GEMM before the norm on a residual stream: GPT-2's fc2 and out projection, BERT's), whose
-backward then need not sum its columns again (coda.ops.common.known_column_sums).
+Each program walks row blocks pid, pid + programs, ... (ROWS rows at a time), reading a block's
+dy, x and dres at the start of its step (dres late, where dx is formed, cost 10% at 2048 and
+4096 columns); with one-warp programs (narrow rows) it loads the next block's while it works on
+the one it holds. Where a warp holds a whole row (narrow rows, `config`), the row is loaded as
+column chunks of a warp's width (256 values): its sums a and b need no shared memory and no
+barrier, and a 768-wide row is three chunks, not 1024 masked columns. The program keeps the
+parameters' gradients dg = Σ_m dy xhat and dβ = Σ_m dy as [ROWS, CHUNK] float32 accumulators per
+chunk, summed over the rows once at its end into its partials (dβ's only for LayerNorm);
+`sum_partials` adds the programs' partials in index order, so the result does not depend on
+scheduling. Against the two map programs (row sums, then dx: dy and x read twice, row and column
+partials finished by a third kernel) this reads dy and x once. With `sum_dx` a program keeps a
+third accumulator, the column sums of dx as stored: the bias gradient of the layer that receives
+dx as its output's gradient (the GEMM before the norm on a residual stream: GPT-2's fc2 and out
+projection, BERT's), whose backward then need not sum its columns again
+(coda.ops.common.known_column_sums).
 """
 
 from __future__ import annotations
@@ -39,6 +42,32 @@ from ..codegen.kernel import launch_cached
 
 
 @triton.jit
+def load_rows(DY, X, DRES, SHIFT, S, SS, rows, M, N, stride_dy, stride_x, stride_dres, stride_shift,
+              CHUNK: tl.constexpr, CHUNKS: tl.constexpr, RMS: tl.constexpr, HAS_DRES: tl.constexpr):
+    """What the rows' step reads, as stored: their sums (ss, s, shift) and dy, x, dres as tuples
+    of chunks (dres: dy's where there is none; never read then)."""
+    row_in = rows < M
+    ss = tl.load(SS + rows, mask=row_in, other=0.0)
+    if RMS:
+        s, shift = ss, ss
+    else:
+        s = tl.load(S + rows, mask=row_in, other=0.0)
+        shift = tl.load(SHIFT + rows * stride_shift, mask=row_in, other=0.0).to(tl.float32)
+    dys, xs, dress = (), (), ()
+    for c in tl.static_range(CHUNKS):
+        cols = c * CHUNK + tl.arange(0, CHUNK)
+        inside = row_in[:, None] & (cols < N)[None, :]
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=inside, other=0.0)
+        dys += (dy,)
+        xs += (tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=inside, other=0.0),)
+        if HAS_DRES:
+            dress += (tl.load(DRES + rows[:, None] * stride_dres + cols[None, :], mask=inside, other=0.0),)
+        else:
+            dress += (dy,)
+    return ss, s, shift, dys, xs, dress
+
+
+@triton.jit
 def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M, N, stride_dy, stride_x,
                         stride_dres, stride_dx, stride_xn, stride_shift, inv_n, eps,
                         ROWS: tl.constexpr, CHUNK: tl.constexpr, CHUNKS: tl.constexpr, RMS: tl.constexpr,
@@ -47,8 +76,11 @@ def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M,
     """ROWS rows a step, each as CHUNKS column chunks of CHUNK values (tuples of [ROWS, CHUNK]
     tensors: a 768-wide row is three chunks of 256, no padding to 1024). Where ROWS is the
     number of warps, Triton lays each row on one warp and a row's sums take warp shuffles only.
-    PARTIALS holds [programs, N] float32 slots: dg's, then dβ's (LayerNorm), then dx's column
-    sums, each only where kept. SHIFT, S and BETA are not read for RMSNorm."""
+    STAGES > 0: Triton's software pipeline (through shared memory) of that depth; STAGES = 0:
+    each step issues the loads of the program's next rows before it works on the rows it holds,
+    a prefetch in registers. PARTIALS holds [programs, N] float32 slots: dg's, then dβ's
+    (LayerNorm), then dx's column sums, each only where kept. SHIFT, S and BETA are not read for
+    RMSNorm."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     chunk_cols = tl.arange(0, CHUNK)
@@ -56,27 +88,35 @@ def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M,
     for _ in tl.static_range(CHUNKS):
         zeros += (tl.zeros([ROWS, CHUNK], tl.float32),)
     dg, dbeta, dx_sums = zeros, zeros, zeros
-    for block in tl.range(pid, tl.cdiv(M, ROWS), programs, num_stages=STAGES):
+    if STAGES == 0:
+        ahead = load_rows(DY, X, DRES, SHIFT, S, SS, pid * ROWS + tl.arange(0, ROWS), M, N, stride_dy,
+                          stride_x, stride_dres, stride_shift, CHUNK, CHUNKS, RMS, HAS_DRES)
+    for block in tl.range(pid, tl.cdiv(M, ROWS), programs, num_stages=max(STAGES, 1)):
         rows = block * ROWS + tl.arange(0, ROWS)
         row_in = rows < M
+        if STAGES == 0:
+            ss, s, shift, dys_in, xs_in, dress_in = ahead
+            ahead = load_rows(DY, X, DRES, SHIFT, S, SS, rows + programs * ROWS, M, N, stride_dy,
+                              stride_x, stride_dres, stride_shift, CHUNK, CHUNKS, RMS, HAS_DRES)
+        else:
+            ss, s, shift, dys_in, xs_in, dress_in = load_rows(
+                DY, X, DRES, SHIFT, S, SS, rows, M, N, stride_dy, stride_x, stride_dres, stride_shift,
+                CHUNK, CHUNKS, RMS, HAS_DRES)
         # the row's statistics from its sums, as RMS_ROW and LN_ROW compute them (coda.ops.norms)
-        ss = tl.load(SS + rows, mask=row_in, other=0.0)
         if RMS:
             mean = tl.zeros([ROWS], tl.float32)
             rstd = tl.rsqrt(ss * inv_n + eps)
         else:
-            m = tl.load(S + rows, mask=row_in, other=0.0) * inv_n
-            mean = tl.load(SHIFT + rows * stride_shift, mask=row_in, other=0.0).to(tl.float32) + m
+            m = s * inv_n
+            mean = shift + m
             rstd = tl.rsqrt(tl.maximum(ss * inv_n - m * m, 0.0) + eps)
         a, b = tl.zeros([ROWS], tl.float32), tl.zeros([ROWS], tl.float32)
         dys, xhats = (), ()
-        for c in tl.static_range(CHUNKS):   # load the row, form a = Σ dxhat, b = Σ dxhat xhat
+        for c in tl.static_range(CHUNKS):   # a = Σ dxhat, b = Σ dxhat xhat
             cols = c * CHUNK + chunk_cols
             inside = row_in[:, None] & (cols < N)[None, :]
-            dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=inside,
-                         other=0.0).to(tl.float32)
-            x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=inside, other=0.0).to(tl.float32)
-            xhat = tl.where(inside, (x - mean[:, None]) * rstd[:, None], 0.0)
+            dy = dys_in[c].to(tl.float32)
+            xhat = tl.where(inside, (xs_in[c].to(tl.float32) - mean[:, None]) * rstd[:, None], 0.0)
             if NEED_DX:
                 dxhat = dy * tl.load(G + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
                 if not RMS:
@@ -92,8 +132,7 @@ def layer_norm_backward(DY, X, DRES, DX, G, BETA, XN, SHIFT, S, SS, PARTIALS, M,
             if NEED_DX:
                 dx = rstd[:, None] * (dys[c] * g - (a[:, None] + xhats[c] * b[:, None]) * inv_n)
                 if HAS_DRES:
-                    dx += tl.load(DRES + rows[:, None] * stride_dres + cols[None, :], mask=inside,
-                                  other=0.0).to(tl.float32)
+                    dx += dress_in[c].to(tl.float32)
                 dx = dx.to(DX.dtype.element_ty)
                 tl.store(DX + rows[:, None] * stride_dx + cols[None, :], dx, mask=inside)
                 if SUM_DX:   # the values as stored (past N dx is not zero: -rstd a / n)
@@ -160,16 +199,18 @@ def sm_count(device: torch.device) -> int:
 
 
 def config(m: int, n: int, device: torch.device) -> tuple[int, int, int, int]:
-    """(ROWS, warps, programs, STAGES) for an [m, n] backward, as measured on the H200
+    """(ROWS, warps, programs, STAGES) for an [m, n] backward, as measured on the H200 and an H100
     (docs/performance.md). Up to 768 values a row: one row a program of one warp, eight programs
-    per SM, three pipeline stages (GPT-2's 16384 x 768 with dres, dg, dβ and dx's column sums:
-    40.7 µs a launch against 52.4 for two 1024-wide rows over four warps, forty-sixth session).
+    per SM (GPT-2's 16384 x 768 with dres, dg, dβ and dx's column sums: 40.7 µs a launch against
+    52.4 for two 1024-wide rows over four warps, forty-sixth session, H200), the next row loaded
+    in registers while the held one is worked on (45.2 µs against 50.9 with a three-stage
+    pipeline, and more programs or warps slower still, fiftieth session, H100).
     Wider rows, where chunks of a warp's width measured slower (16384 x 1024: 71.7 against 56.9
     µs): two rows a step over four warps up to 1024, then one row across four or eight warps, four
     programs per SM (more write more partials; fewer leave memory idle)."""
     sms = sm_count(device)
     if n <= 768:
-        rows, warps, per_sm, stages = 1, 1, 8, 3
+        rows, warps, per_sm, stages = 1, 1, 8, 0
     elif n <= 1024:
         rows, warps, per_sm, stages = 2, 4, 4, 3
     else:
