@@ -143,7 +143,8 @@ def row_operands(norm: str, x: torch.Tensor) -> dict:
 
 @pytest.mark.parametrize("shape, choice", [((70, 48), None), ((33, 200), (4, 4, 3, 2)),
                                            ((21, 600), (4, 4, 3, 2)), ((13, 520), None),
-                                           ((6, 2100), (1, 8, 3, 1)),
+                                           ((6, 2100), (1, 8, 3, 1)), ((33, 200), (2, 2, 3, 0)),
+                                           ((7, 2100), (1, 8, 2, 0)),
                                            ((9, 24), (1, 4, 20, 1)), ((0, 16), None)])
 @pytest.mark.parametrize("needs", [(True, True, True), (True, False, False), (False, True, True)])
 @pytest.mark.parametrize("norm", ["layer", "rms"])
@@ -152,7 +153,9 @@ def test_one_pass_backward_float32(norm, shape, choice, needs):
     no `s` is given) in the interpreter, against float64 autograd: row blocks that leave a
     partial block, more programs than row blocks (9 rows in 20 programs), rows in column chunks
     of a warp's width (600 = 256 + 256 + 88 with a row a warp of four, 520 in the default
-    one-warp programs) or whole (2100 over eight warps), no rows at all, and each subset of the
+    one-warp programs) or whole (2100 over eight warps), each with the next row block loaded
+    ahead in registers (STAGES = 0, the default up to 768 columns) or through Triton's
+    pipeline, no rows at all, and each subset of the
     gradients it may be asked for; with dx, also the norm's output (`save_xn`: what
     layer_norm_linear's and rms_norm_linear's weight gradients read) and dx's column sums
     (`sum_dx=True`: a bias gradient further back), which are those of the dx it stored; widths
