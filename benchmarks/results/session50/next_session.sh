@@ -3,7 +3,8 @@
 # changes (the norms' backward loading its next row in registers; `linear` without an epilogue
 # on cuBLAS) were timed on H100s only. (1) ln_grid_probe.py: fewer one-warp programs and two rows
 # a warp at 768 columns; (2) GPT-2, BERT and LLaMA beside compile+graph, 8 interleaved rounds each
-# (GPT-2's H200 reading before the change: 1.194x). The micro suite: next_session_micro.sh.
+# (GPT-2's H200 reading before the change: 1.194x); the probe also times sum_partials's blocks.
+# The micro suite: next_session_micro.sh.
 #   run(command="bash benchmarks/results/session50/next_session.sh", timeout_s=595)
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
 out=${OUT:-/tmp}
