@@ -155,11 +155,11 @@ def test_one_pass_backward_float32(norm, shape, choice, needs):
     of a warp's width (600 = 256 + 256 + 88 with a row a warp of four, 520 in the default
     one-warp programs) or whole (2100 over eight warps), each with the next row block loaded
     ahead in registers (STAGES = 0, the default up to 768 columns) or through Triton's
-    pipeline, no rows at all, and each subset of the
-    gradients it may be asked for; with dx, also the norm's output (`save_xn`: what
-    layer_norm_linear's and rms_norm_linear's weight gradients read) and dx's column sums
-    (`sum_dx=True`: a bias gradient further back), which are those of the dx it stored; widths
-    that are not a power of two, where dx past N is not zero in the kernel."""
+    pipeline, no rows at all, and each subset of the gradients it may be asked for; with dx,
+    also the norm's output (`save_xn`: what layer_norm_linear's and rms_norm_linear's weight
+    gradients read) and dx's column sums (`sum_dx=True`: a bias gradient further back), which
+    are those of the dx it stored; widths that are not a power of two, where dx past N is not
+    zero in the kernel."""
     one_pass = importlib.import_module("coda.nn.layer_norm_grad")
     x, g, beta = inputs(shape, seed=4)
     gen = torch.Generator().manual_seed(5)
