@@ -37,3 +37,24 @@ def test_launches_run_through_triton_under_the_interpreter():
         kernel.launch_cached(twice, (1,), [x, y, 10], dict(BLOCK=16), x.device)
         torch.testing.assert_close(y, 2 * x)
     assert not any(key[0] is twice for key in kernel._DIRECT)
+
+
+def test_an_unwritable_cache_directory_falls_back_to_a_temporary_one(monkeypatch, tmp_path):
+    """Generated kernel source must live in a file (Triton reads it from there): with the cache
+    directory unwritable the launch still runs, from a temporary directory, and says so once."""
+    import pytest
+
+    import coda
+    from coda.codegen import kernel
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("CODA_CACHE_DIR", str(blocker / "cache"))   # below a file: never writable
+    monkeypatch.setattr(kernel, "_fallback_dir", None)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    a, b = torch.randn(8, 4, device=device), torch.randn(4, 8, device=device)
+    prog = coda.compile("output = input * 3.0;")
+    with pytest.warns(UserWarning, match="cannot write its kernel cache"):
+        out = prog(a, b, backend="triton")["output"]
+    assert torch.allclose(out, 3 * a @ b, atol=1e-5)
+    assert kernel._fallback_dir is not None and any(kernel._fallback_dir.iterdir())

@@ -3,6 +3,8 @@ expected, raised before any backend sees the tensors."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -184,6 +186,13 @@ def test_rope_needs_an_even_number_of_columns():
                                                         s=torch.ones(4, 1, dtype=F64))
 
 
+def test_rope_tables_of_two_widths_are_refused():
+    prog = coda.compile("output = rope(input, c, s);")
+    a, b = _ab(4, 6, 3)
+    text = _launch_error(prog, a, b, c=torch.ones(4, 3, dtype=F64), s=torch.ones(4, 2, dtype=F64))
+    assert "rope's tables 'c' and 's' must have one shape" in text and "[4, 3] and [4, 2]" in text
+
+
 def test_operand_mixing_domains_is_refused_at_launch():
     prog = coda.compile("g, u = unpack(input);\noutput = g * w;\nsave f = input * w;")
     a, b = _ab(4, 6, 3)
@@ -222,6 +231,41 @@ def test_out_for_pair_programs_has_half_the_columns():
     prog = coda.compile("g, u = unpack(input);\noutput += g;")
     a, b = _ab(4, 6, 3)
     assert "expected shape [4, 3], got [4, 6]" in _launch_error(prog, a, b, out=torch.zeros(4, 6, dtype=F64))
+
+
+def test_out_may_not_share_memory_with_a_or_b():
+    """A GEMM's tiles read rows of A and columns of B after other tiles have stored theirs: an
+    out= in A or B would be read half overwritten. The check also runs on a cached launch."""
+    prog = coda.compile("output = input;")
+    a, b = _ab(6, 6, 6)
+    for out, name in ((a, "A"), (b, "B"), (a.T, "A"), (b[:, :], "B")):
+        assert f"out= shares memory with {name}" in _launch_error(prog, a, b, out=out)
+    buffer = torch.randn(18, 6, dtype=F64)
+    a, b = buffer[:6], buffer[6:12]                  # neighbours in one buffer, apart
+    assert "shares memory with B" in _launch_error(prog, a, b, out=buffer[9:15])
+    prog.reference(a, b, out=buffer[12:])
+    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+        a32, b32 = (t.to("cuda" if torch.cuda.is_available() else "cpu", torch.float32) for t in _ab(6, 6, 6))
+        prog(a32, b32, out=torch.empty_like(a32), backend="triton")        # the plan is cached now
+        with pytest.raises(coda.LaunchError, match="out= shares memory with A"):
+            prog(a32, b32, out=a32, backend="triton")
+
+
+def test_a_map_may_write_in_place_but_not_shifted():
+    prog = coda.compile("output = input * 2.0;")
+    x = torch.randn(5, 8, dtype=F64)
+    want = 2 * x
+    prog.map(x, out=x, backend="reference")
+    assert torch.equal(x, want)
+    with pytest.raises(coda.LaunchError, match="shares memory with the input: an in-place map"):
+        prog.map(x[:, :4], out=x[:, 1:5], backend="reference")
+
+
+def test_expanded_out_is_refused():
+    prog = coda.compile("output += input;")
+    a, b = _ab()
+    text = _launch_error(prog, a, b, out=torch.zeros(1, 6, dtype=F64).expand(4, 6))
+    assert "out= has stride 0" in text and "[0, 1]" in text
 
 
 @pytest.mark.parametrize(("dtypes", "fragment"), [

@@ -490,3 +490,14 @@ def test_explain_without_tensors():
     assert "# IR after passes" in text and "epilogue k(bias: col)" in text
     assert "output: tile [M, N/2]" in text and "s: row_sum [M]" in text
     assert repr(prog) == "<coda.Program k(bias: col) -> output, s>"
+
+
+def test_explain_with_cpu_tensors_needs_neither_cuda_nor_the_interpreter(monkeypatch):
+    """`explain(a, b)` shows the kernel a launch on those tensors would run; on the CPU that is
+    the interpreter's, whether or not the interpreter is switched on."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    prog = coda.compile("output = gelu(input + bias);")
+    a, b = launch_inputs(8, 6, 4, seed=0, dtype=torch.float32)
+    text = prog.explain(a, b, bias=torch.zeros(6))
+    assert "bias: col" in text and "# Triton kernel (portable mainloop)" in text
+    assert "def coda_gemm_" in text

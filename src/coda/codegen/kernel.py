@@ -16,9 +16,12 @@ import importlib.util
 import math
 import os
 import re
+import tempfile
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from triton.runtime.errors import OutOfResources
@@ -28,7 +31,7 @@ from ..ir import format_epilogue
 from ..passes.widths import DOUBLE
 from ..runtime.binding import A_COL_SUMS, MAX_PIECES, Concat, Launch
 from ..runtime.partials import Partials
-from ..runtime.program import Program, interpreter_enabled
+from ..runtime.program import Program
 from . import tuning
 from .epilogue import (
     Signature,
@@ -128,7 +131,7 @@ class TritonProgram:
     def config(self, launch: Launch, kernel: Kernel) -> Config:
         """The configuration for this launch's shape: tuned, cached, or the heuristic."""
         m, n, k, a = launch.m, launch.n, launch.k, launch.a
-        if interpreter_enabled() and not a.is_cuda:
+        if not a.is_cuda:   # the interpreter's (or, for `explain`, what it would run)
             return tuning.INTERPRETER_CONFIG
         if kernel.variant == "map":
             reductions = [spec.reduction or "tile" for spec in launch.outputs]
@@ -182,16 +185,39 @@ class TritonProgram:
                   + generate_epilogue(self.program, sig, gluon, variant in ZERO_PAST_EDGES) + mainloop
                   + generate_finish(self.program, sig))
         digest = hashlib.sha256(source.encode()).hexdigest()[:20]
-        path = tuning.cache_dir() / "kernels" / f"{self.program.name}_{digest}.py"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_text(source)
-            os.replace(tmp, path)
+        path = _source_file(f"{self.program.name}_{digest}.py", source)
         spec = importlib.util.spec_from_file_location(f"coda_generated_{digest}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return Kernel(variant, source, getattr(module, name), getattr(module, "finish", None))
+
+
+def _source_file(filename: str, source: str) -> Path:
+    """The file that holds a generated kernel's source (Triton reads a kernel's source from its
+    file): in the cache directory's `kernels/`, or, where that cannot be written (a read-only
+    home, a bad CODA_CACHE_DIR), in a temporary directory of this process's own."""
+    global _fallback_dir
+    for folder in (tuning.cache_dir() / "kernels", _fallback_dir):
+        if folder is None:
+            _fallback_dir = folder = Path(tempfile.mkdtemp(prefix="coda-kernels-"))
+            warnings.warn(f"CODA cannot write its kernel cache in {tuning.cache_dir()}; generated "
+                          f"kernels go to {folder} for this process (set CODA_CACHE_DIR to a "
+                          f"writable directory to keep them)", stacklevel=4)
+        path = folder / filename
+        try:
+            if not path.exists():
+                folder.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+                tmp.write_text(source)
+                os.replace(tmp, path)
+            return path
+        except OSError:
+            continue
+    raise LaunchError(f"CODA cannot write its generated kernel source to {tuning.cache_dir()} nor to "
+                      f"a temporary directory; set CODA_CACHE_DIR to a writable directory")
+
+
+_fallback_dir: Path | None = None
 
 
 class Plan:

@@ -173,6 +173,10 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
                               f"of columns; got N = {n}")
     values = _operand_values(epi, operands, a.device)
     kinds = infer_kinds(epi, program.widths, m, n, values)
+    for cos, sin in program.rope_tables:
+        if values[cos].shape != values[sin].shape:
+            raise LaunchError(f"rope's tables {cos!r} and {sin!r} must have one shape [M, H]: got "
+                              f"{list(values[cos].shape)} and {list(values[sin].shape)}")
     check_per_call(program.probabilities, values, seed)
     if out_dtype is None:
         out_dtype = out.dtype if isinstance(out, torch.Tensor) else a.dtype
@@ -192,6 +196,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     specs = _stored_as(specs, dtypes)
     if out is not None:
         _check_out(out, specs[0], a.device)
+        check_out_overlap(concat or a, b, out)
     elif epi.accumulates:
         raise LaunchError("the program accumulates into `output` (it reads the prior output, as "
                           "`output += ...` does): pass the tensor to accumulate into as out=")
@@ -368,3 +373,37 @@ def _check_out(out, spec: OutputSpec, device) -> None:
         raise LaunchError(f"out=: expected dtype {spec.dtype} (the output dtype), got {out.dtype}")
     if out.device != device:
         raise LaunchError(f"out= is on {out.device} but A is on {device}")
+    if any(stride == 0 and size > 1 for size, stride in zip(out.shape, out.stride(), strict=True)):
+        raise LaunchError(f"out= has stride 0 along a dimension (strides {list(out.stride())}, an "
+                          f"expanded view): its elements would overlap; give a tensor that owns "
+                          f"each element")
+
+
+def check_out_overlap(a, b, out: torch.Tensor) -> None:
+    """`out=` may not share memory with a GEMM's A or B: other tiles still read them after this
+    one's output is stored. A map's output may be its input itself, element for element (an
+    in-place map: each tile reads its input before it stores), and nothing else of it."""
+    pieces = a.pieces if isinstance(a, Concat) else (a,)
+    for name, x in [("A" if b is not None else "the input", p) for p in pieces] + [("B", b)]:
+        if x is None or not _overlap(x, out):
+            continue
+        if b is None and not isinstance(a, Concat) and (
+                x.data_ptr(), x.shape, x.stride()) == (out.data_ptr(), out.shape, out.stride()):
+            continue
+        how = ("an in-place map must pass its input itself as out=" if b is None else
+               "the kernel would overwrite values it has still to read")
+        raise LaunchError(f"out= shares memory with {name}: {how}; write to a separate tensor")
+
+
+def _overlap(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether the byte ranges that hold x's and y's elements intersect."""
+    if x.numel() == 0 or y.numel() == 0:
+        return False
+    x0, x1 = _byte_range(x)
+    y0, y1 = _byte_range(y)
+    return x0 < y1 and y0 < x1
+
+
+def _byte_range(x: torch.Tensor) -> tuple[int, int]:
+    last = sum((size - 1) * stride for size, stride in zip(x.shape, x.stride(), strict=True))
+    return x.data_ptr(), x.data_ptr() + (last + 1) * x.element_size()

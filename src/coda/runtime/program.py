@@ -10,7 +10,7 @@ from ..errors import LaunchError
 from ..ir import Epilogue, format_epilogue
 from ..passes import optimize, widths
 from ..passes.widths import COLUMNS
-from .binding import Concat, Launch, bind, check_per_call, probability_operands
+from .binding import Concat, Launch, bind, check_out_overlap, check_per_call, probability_operands
 from .partials import Partials
 from .reference import run_reference
 from .rng import seed_word
@@ -97,6 +97,7 @@ class Program:
         nodes = self.ir.nodes()
         self.has_unpack = any(n.op == "unpack" for n in nodes)
         self.rope_domains = {self.widths.nodes[n] for n in nodes if n.op == "rope"}
+        self.rope_tables = {(n.args[1].arg, n.args[2].arg) for n in nodes if n.op == "rope"}
         self.probabilities = probability_operands(self.ir)
         self._triton = None
         self._plans: dict[tuple, object] = {}
@@ -169,6 +170,8 @@ class Program:
             if plan is not None:
                 if seed is not None or self.probabilities:
                     check_per_call(self.probabilities, operands, seed)
+                if out is not None:
+                    check_out_overlap(a, b, out)
                 return plan.run(a, b, operands, out, seed_word(seed), limits)
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
                       outputs=outputs, dtypes=dtypes, m_limit=limits[0], k_limit=limits[1],
