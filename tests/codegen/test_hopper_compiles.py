@@ -44,6 +44,8 @@ PROGRAMS = {
     "ce_forward_exp_rounded": ("EPILOGUE(target: row, offset: scalar, c: row) { zr = round_bf16(input);"
                                " e = exp(zr - c); output = e; se = row_sum(e);"
                                " t = row_sum(where(col_index() + offset == target, zr, 0.0)); }"),
+    # maxima keep a NaN (a sum of the tile's NaNs beside each maximum)
+    "maxima": "EPILOGUE { output = input; r = row_max(input); c = col_max(input); }",
     "math_functions": ("EPILOGUE(bias: col) { h = input + bias;"
                        " output = clamp(softplus(h) * erf(h), -1.0, 4.0); }"),
     "heavy": ("EPILOGUE(residual: tile, p: scalar) { output = dropout(input, p) + residual;"

@@ -201,6 +201,23 @@ def test_out_dtype_scalar_tensor_and_poisoned_out():
     assert half.dtype == torch.float32
 
 
+def test_maxima_keep_a_nan_as_torch_amax_does():
+    """A NaN in a tile is the maximum of its row and column, in the tile's partial and through
+    the finishing kernel's merge of several tiles' partials, as in the reference."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    m, n, k = 70, 90, 8
+    a, b = torch.randn(m, k, device=device), torch.randn(k, n, device=device)
+    a[33, :] = float("nan")                      # row 33 and every column hold a NaN
+    prog = coda.compile("output = input; r = row_max(input); c = col_max(input * w);")
+    w = torch.ones(n, device=device)
+    w[5] = float("nan")                          # and column 5 everywhere
+    out, ref = run_both(prog, a, b, w=w)
+    for name in ("r", "c"):
+        assert torch.equal(out[name].isnan(), ref[name].isnan()), name
+        assert torch.equal(out[name].nan_to_num(), ref[name].nan_to_num()), name
+    assert out["r"].isnan().sum() == 1 and out["c"].isnan().all()
+
+
 def test_runs_are_bit_identical_and_explain_shows_the_kernel():
     prog = coda.compile("EPILOGUE(p: scalar) { output = dropout(input, p); s = row_sum(output); }")
     a, b = torch.randn(70, 20), torch.randn(20, 90)

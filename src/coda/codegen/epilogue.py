@@ -460,7 +460,7 @@ class _Emitter:
         is_max = out.reduction in ("row_max", "col_max", "row_logsumexp")
         fill = "float('-inf')" if is_max else "0.0"
         part = f"{out.name}_tile"
-        combine = "tl.max" if is_max else "tl.sum"
+        combine = "cm.max_keeping_nan" if is_max else "tl.sum"
         # Past the edge along the reduced axis a value must not count (past it along the other
         # axis the partial is not stored); where it is zero there already, a sum needs no mask.
         across = "row" if out.axis == "col" else "col"

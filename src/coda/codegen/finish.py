@@ -128,7 +128,7 @@ def _merge(program: Program, axis: str, outs: list, size: str | None = None) -> 
         if o.reduction.endswith("_sum"):
             lines.append(f"        {name}_top += tl.sum({name}_part, axis=0)")
         else:
-            lines.append(f"        {name}_top = tl.maximum({name}_top, tl.max({name}_part, axis=0), "
+            lines.append(f"        {name}_top = tl.maximum({name}_top, cm.max_keeping_nan({name}_part, 0), "
                          f"propagate_nan=tl.PropagateNan.ALL)")
     for o in outs:
         name = o.name

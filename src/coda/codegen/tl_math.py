@@ -24,6 +24,18 @@ ROUNDS = tl.constexpr(PHILOX_ROUNDS)
 
 
 @triton.jit
+def _max_keeping_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def max_keeping_nan(x, axis: tl.constexpr):
+    """`tl.max`, except that NaN counts as the largest value, as in `torch.amax` (`tl.max`
+    skips NaN)."""
+    return tl.reduce(x, axis, _max_keeping_nan)
+
+
+@triton.jit
 def tanh(x):
     if FAST_MATH:
         return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x],
