@@ -10,7 +10,7 @@ import coda
 from coda.passes import check, infer_kinds, widths
 from coda.passes.kinds import expected_shape
 from coda.passes.widths import DOUBLE, FULL, HALF
-from oracle import dsl_error, launch_inputs
+from oracle import assert_located, dsl_error, launch_inputs
 
 # widths --------------------------------------------------------------------------------------------
 
@@ -180,6 +180,26 @@ def test_legality_errors(source, fragment):
     err = dsl_error(source)
     assert fragment in str(err)
     assert err.loc is not None and f"line {err.loc.line}, column {err.loc.col}" in str(err)
+
+
+@pytest.mark.parametrize("option", coda.ir.LAUNCH_OPTIONS)
+def test_operands_cannot_take_a_launch_options_name(option):
+    """`prog(a, b, seed=2.0)` binds the launch's seed, never an operand `seed`: such a program
+    could not be launched, so it does not compile (text and traced)."""
+    err = dsl_error(f"output = input * {option};")
+    assert_located(err, 1, 18, f"{option!r} is a launch option", "rename the operand")
+    assert "line 1, column 10" in str(dsl_error(f"EPILOGUE({option}: tile) {{ output = input; }}"))
+    traced = {}
+    exec(f"def f(acc, {option}):\n    return acc * {option}", traced)
+    with pytest.raises(coda.DslError, match=f"{option!r} is a launch option"):
+        coda.epilogue(traced["f"])
+
+
+def test_no_output_takes_the_name_of_a_col_sums():
+    assert_located(dsl_error("output = input;\nsave a_col_sums = input;"), 2, 1,
+                   "'a_col_sums' is the output that `a_col_sums=True` adds")
+    with pytest.raises(coda.DslError, match="'a_col_sums' is the output"):
+        coda.epilogue(lambda acc: {"output": acc, "a_col_sums": coda.col_sum(acc)})
 
 
 def test_check_fills_kinds_from_usage():

@@ -19,6 +19,12 @@ from ..errors import Loc
 from ..primitives import REDUCTION_AXIS
 
 LEAF_OPS = ("input", "operand", "const", "prior")
+#: The keyword options of a launch (`prog(a, b, seed=..., out=...)`): no operand can be bound
+#: under one of these names, so none may have one.
+LAUNCH_OPTIONS = ("backend", "out", "out_dtype", "seed", "outputs", "dtypes", "m_limit", "k_limit",
+                  "a_col_sums", "unfinished")
+#: The output `a_col_sums=True` adds to a launch (its A's column sums): no program output's name.
+A_COL_SUMS = "a_col_sums"
 
 
 class Node:

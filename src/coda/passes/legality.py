@@ -4,6 +4,7 @@
   `dropout`'s probability is built from constants and scalar operands only, and a constant
   probability lies in [0, 1].
 - No computed value mixes the [M, N] and [M, N/2] column domains (see `widths`).
+- No operand is named like a launch option (`seed`, `out`, ...), nor an output `a_col_sums`.
 Reductions that are read back, `output` never assigned and the like are caught while the IR is
 built (lowering, tracing), where the source location is at hand.
 """
@@ -13,13 +14,21 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import DslError
-from ..ir import Epilogue, Node, toposort
+from ..ir import A_COL_SUMS, LAUNCH_OPTIONS, Epilogue, Node, toposort
 from .widths import widths
 
 
 def check(epi: Epilogue) -> Epilogue:
     """Raise DslError for an illegal program; return it with the kinds usage implies filled in."""
     params = dict(epi.params)
+    for name, param in params.items():
+        if name in LAUNCH_OPTIONS:
+            raise DslError(f"{name!r} is a launch option (`prog(a, b, {name}=...)`), so no operand "
+                           f"could be bound under that name: rename the operand", param.loc)
+    for out in epi.outputs:
+        if out.name == A_COL_SUMS:
+            raise DslError(f"{A_COL_SUMS!r} is the output that `a_col_sums=True` adds to a launch: "
+                           f"give the program's output another name", out.loc)
 
     def require(node: Node, kind: str, why: str) -> None:
         param = params[node.arg]

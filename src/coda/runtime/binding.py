@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..errors import LaunchError
+from ..ir import A_COL_SUMS
 from ..passes import infer_kinds
 from ..passes.widths import columns
 from .partials import Partials
@@ -126,8 +127,6 @@ class Launch:
         return tensors
 
 
-#: The output of `a_col_sums=True`: A's column sums, [K].
-A_COL_SUMS = "a_col_sums"
 
 
 def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, seed=None,

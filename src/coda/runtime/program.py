@@ -7,7 +7,7 @@ import os
 import torch
 
 from ..errors import LaunchError
-from ..ir import Epilogue, format_epilogue
+from ..ir import LAUNCH_OPTIONS, Epilogue, format_epilogue
 from ..passes import optimize, widths
 from ..passes.widths import COLUMNS
 from .binding import Concat, Launch, bind, check_out_overlap, check_per_call, probability_operands
@@ -200,9 +200,7 @@ class Program:
 
     def bind(self, a: torch.Tensor, b: torch.Tensor | None, /, **kwargs) -> Launch:
         """Validate a launch without running it (what `__call__` does first)."""
-        options = {k: kwargs.pop(k) for k in ("out", "out_dtype", "seed", "outputs", "dtypes",
-                                              "m_limit", "k_limit", "a_col_sums", "unfinished")
-                   if k in kwargs}
+        options = {k: kwargs.pop(k) for k in LAUNCH_OPTIONS if k in kwargs and k != "backend"}
         if isinstance(a, torch.Tensor) and a.dim() > 2:   # the launch on A's rows
             _, (a, b, kwargs, out) = flatten_leading(a, b, kwargs, options.get("out"))
             if out is not None:
