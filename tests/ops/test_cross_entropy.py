@@ -181,6 +181,22 @@ def test_all_rows_ignored_gives_nan_mean_like_torch():
     assert linear_cross_entropy(x, w, target, reduction="sum").item() == 0.0
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_no_rows_gives_torchs_loss_and_zero_gradients(reduction):
+    x = torch.randn(2, 0, 8, dtype=torch.float32, requires_grad=True)
+    w = torch.randn(5, 8, dtype=torch.float32, requires_grad=True)
+    bias, g = torch.randn(5, requires_grad=True), torch.randn(8, requires_grad=True)
+    target = torch.zeros(2, 0, dtype=torch.long)
+    loss = linear_cross_entropy(x, w, target, bias=bias, norm_weight=g, reduction=reduction)
+    want = F.cross_entropy(torch.zeros(0, 5), torch.zeros(0, dtype=torch.long), reduction=reduction)
+    assert loss.shape == (target.shape if reduction == "none" else ())
+    assert torch.equal(loss.isnan(), want.isnan().reshape(loss.shape)) and loss.nan_to_num().sum() == 0
+    loss.sum().backward()
+    assert x.grad.shape == x.shape
+    for grad in (w.grad, bias.grad, g.grad):
+        assert torch.equal(grad, torch.zeros_like(grad))
+
+
 # float32 through the Triton interpreter -----------------------------------------------------------
 # Float32 errors: the logits carry a few ulps times sqrt(K) (K <= 96), the log-sum-exp and the
 # softmax in the epilogue a few ulps more, and dx and dw sum V <= 97 or T <= 45 float32 products.

@@ -746,6 +746,12 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
                        ("exponential", exponential)):
         if not isinstance(flag, bool):
             raise LaunchError(f"{name} must be a bool, got {flag!r}")
+    if target.numel() == 0:   # no rows: torch's loss (NaN for a mean, 0 for a sum), zero gradients
+        h = x if norm_weight is None else x * norm_weight
+        logits = torch.nn.functional.linear(h, w, bias).float().reshape(0, vocab)
+        return torch.nn.functional.cross_entropy(logits, target.reshape(0), ignore_index=ignore_index,
+                                                 reduction=reduction, label_smoothing=label_smoothing
+                                                 ).reshape(target.shape if reduction == "none" else ())
     # A scalar loss's gradients are the forward's, times one number: form them in the forward
     # (its GEMMs' blocks then serve the loss too) unless no gradient can follow.
     grads_in_forward = (reduction != "none" and not low_memory and torch.is_grad_enabled()
