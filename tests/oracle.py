@@ -245,8 +245,9 @@ def assert_located(err: coda.DslError, line: int, col: int, *fragments: str) -> 
     text = str(err)
     assert f"line {line}, column {col}" in text, text
     lines = text.splitlines()
-    assert lines[-1] == "    " + " " * (col - 1) + "^", text
     assert err.source is not None and lines[-2] == "    " + err.source.splitlines()[line - 1], text
+    under = lines[-2][4:4 + col - 1]     # the caret's indent keeps the line's tabs, so it aligns
+    assert lines[-1] == "    " + "".join("\t" if c == "\t" else " " for c in under) + "^", text
     for fragment in fragments:
         assert fragment in text, (fragment, text)
 

@@ -10,12 +10,13 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 from .dsl.lower import lower
 from .dsl.parser import parse
 from .dsl.tracer import FUNCTIONS, trace
-from .errors import CodaError, DslError, LaunchError
+from .errors import CodaError, DslError, LaunchError, UnknownNameError
 from .primitives import unknown_function_hint
 from .runtime.binding import Concat
 from .runtime.partials import Partials
@@ -60,8 +61,10 @@ __all__ = ["CodaError", "Concat", "DslError", "LaunchError", "Program", "Partial
 
 
 def __getattr__(name: str) -> object:
-    """`coda.patch` (HuggingFace models) and `coda.capture_step` (a training step as a CUDA
-    graph), docs/integrations.md, imported on first use."""
+    """`coda.ops` and `coda.nn`, `coda.patch` (HuggingFace models) and `coda.capture_step` (a
+    training step as a CUDA graph, docs/integrations.md), imported on first use."""
+    if name in ("ops", "nn"):
+        return importlib.import_module(f".{name}", __name__)
     if name == "patch":
         from .integrations.hf import patch
 
@@ -70,4 +73,6 @@ def __getattr__(name: str) -> object:
         from .integrations.cuda_graphs import capture_step
 
         return capture_step
-    raise AttributeError(f"module 'coda' has no attribute {name!r}{unknown_function_hint(name)}")
+    if name.startswith("_"):
+        raise AttributeError(f"module 'coda' has no attribute {name!r}")
+    raise UnknownNameError(f"module 'coda' has no attribute {name!r}{unknown_function_hint(name)}")

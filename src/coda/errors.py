@@ -44,12 +44,19 @@ class DslError(CodaError):
         lines = self.source.splitlines() if self.source else []
         if 1 <= self.loc.line <= len(lines):
             line = lines[self.loc.line - 1]
-            text += f"\n    {line}\n    {' ' * (self.loc.col - 1)}^"
+            indent = "".join(c if c == "\t" else " " for c in line[:self.loc.col - 1])  # tabs stay tabs
+            text += f"\n    {line}\n    {indent}^"
         return text
 
     def with_source(self, source: str) -> DslError:
         """The same error, rendered against `source` (the parser attaches its text this way)."""
         return DslError(self.message, self.loc, source)
+
+
+class UnknownNameError(DslError, AttributeError):
+    """`coda.NAME` where coda has no NAME (`coda.sum` in an epilogue function): a DslError that
+    says what to write instead, and the AttributeError that `hasattr` and `getattr(coda, name,
+    default)` expect of a missing attribute."""
 
 
 class LaunchError(CodaError):

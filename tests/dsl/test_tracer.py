@@ -316,10 +316,26 @@ def test_abs_is_the_primitive():
 
 
 def test_other_languages_functions_are_named_on_the_module():
-    with pytest.raises(AttributeError, match=r"no attribute 'sum'; write row_sum\(x\)"):
-        coda.sum  # noqa: B018
-    with pytest.raises(AttributeError, match="no attribute 'gleu' \\(did you mean 'gelu'\\?\\)"):
-        coda.gleu  # noqa: B018
+    """A missing `coda.NAME` is a DslError that says what to write (so `except coda.CodaError`
+    catches it in an epilogue function) and an AttributeError (so `hasattr` works)."""
+    for error in (coda.DslError, AttributeError):
+        with pytest.raises(error, match=r"no attribute 'sum'; write row_sum\(x\)"):
+            coda.epilogue(lambda acc: {"output": acc, "s": coda.sum(acc)})
+        with pytest.raises(error, match="no attribute 'gleu' \\(did you mean 'gelu'\\?\\)"):
+            coda.gleu  # noqa: B018
+    assert not hasattr(coda, "nothing") and getattr(coda, "_private", 7) == 7
+    with pytest.raises(AttributeError) as info:
+        coda.__wrapped__  # noqa: B018
+    assert not isinstance(info.value, coda.CodaError)
+
+
+def test_ops_and_nn_need_no_import_of_their_own():
+    """In a fresh process, `import coda` alone gives `coda.ops` and `coda.nn`."""
+    import subprocess
+    import sys
+    code = "import coda; print(coda.ops.linear.__name__, coda.nn.layer_norm.__name__)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.split() == ["linear", "layer_norm"], result.stderr
 
 
 def test_bad_annotations_and_defaults():
