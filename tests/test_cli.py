@@ -1,4 +1,4 @@
-"""The `coda` command line: check, explain, demo, exit codes and error messages.
+"""The `coda` command line: run, check, explain, demo, exit codes and error messages.
 
 The Triton path of the CLI is exercised with a stand-in backend (the reference, or one that
 crashes) so that these tests stay fast and do not depend on the kernels; the kernels themselves
@@ -174,6 +174,26 @@ def test_check_triton_requested_but_unavailable_exits_2(no_triton, capsys):
     assert "TRITON_INTERPRET" in capsys.readouterr().err
 
 
+def test_run_summarizes_every_output(no_triton, capsys):
+    path = EXAMPLES / "bias_gelu_dropout_residual.epi"
+    assert cli.main(["run", str(path), "--shape", "8,10,4", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    prog = cli.load_program(path)
+    a, b, operands, _ = cli.make_inputs(prog, (8, 10, 4), torch.float32, 3, torch.device("cpu"))
+    want = prog.reference(a, b, seed=3, **operands)
+    assert set(want) == {"output", "preact"}
+    for name, t in want.items():
+        line = next(row for row in out.splitlines() if row.startswith(f"{name} ") and "[" in row)
+        assert line.split()[1:4] == ["[8,", "10]", "float32"], line
+        assert line.split()[4:] == [f"{t.mean().item():.4g}", f"{t.abs().max().item():.4g}", "0"], line
+    assert "timings need a CUDA GPU" in out
+
+
+def test_run_bad_launch_exits_2(no_triton, capsys):
+    assert cli.main(["run", str(EXAMPLES / "swiglu.epi"), "--shape", "4,5,3"]) == 2
+    assert "N must be even" in capsys.readouterr().err
+
+
 def test_explain_prints_the_ir(capsys):
     assert cli.main(["explain", str(EXAMPLES / "swiglu.epi")]) == 0
     out = capsys.readouterr().out
@@ -229,6 +249,14 @@ def test_check_backend_triton_runs_the_real_kernels_in_the_interpreter():
                      "--backend", "triton")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "triton" in result.stdout and "PASS: 2 passed, 0 failed" in result.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU interpreter path")
+def test_run_backend_triton_runs_the_real_kernel_in_the_interpreter():
+    result = run_cli("run", str(EXAMPLES / "residual_rms_stats.epi"), "--shape", "9,10,5",
+                     "--backend", "triton")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[9, 10]" in result.stdout and "ss " in result.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU interpreter path")

@@ -1,19 +1,21 @@
-"""The `coda` command line: check, explain and demo epilogue programs.
+"""The `coda` command line: run, check, explain and demo epilogue programs.
 
+    coda run FILE.epi [--shape M,N,K] [--dtype bfloat16] [--seed S] [--backend auto] [--repeat R]
     coda check FILE.epi [--shape M,N,K] [--dtype float16] [--seed S] [--backend all]
     coda explain FILE.epi [--shape M,N,K]
     coda demo
     coda train [--preset tiny] [--steps N] [--compare] ...   (see coda/train.py)
 
-`check` runs a program on random inputs on every available backend and compares each output with
-a float64 reference run; `explain` prints what the compiler made of a program; `demo` checks every
-example program shipped with the package at two shapes and three dtypes.
+`run` launches a program on random inputs and summarizes its outputs (on a GPU: its time beside
+the plain GEMM's); `check` runs a program on random inputs on every available backend and compares
+each output with a float64 reference run; `explain` prints what the compiler made of a program;
+`demo` checks every example program shipped with the package at two shapes and three dtypes.
 
 Exit codes: 0 when everything passed, 1 when a comparison failed, 2 for a bad program, a bad
 launch or a bad command line (the message goes to stderr, never a traceback).
 
 Nothing here imports Triton at module level: on a machine without CUDA, `demo`, `explain --shape`
-and `check --backend triton` switch on the Triton interpreter (TRITON_INTERPRET=1) unless the
+and `check` or `run` with `--backend triton` switch on the Triton interpreter (TRITON_INTERPRET=1) unless the
 variable is already set, and that must happen before Triton is imported.
 """
 
@@ -329,6 +331,56 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """`coda run`: launch a program on random inputs and summarize its outputs; on a GPU also
+    time the launch against `torch.matmul`'s plain GEMM of the same operands (cuBLAS)."""
+    prog = load_program(args.file)
+    dtype = DTYPES[args.dtype]
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    a, b, operands, out = make_inputs(prog, args.shape, dtype, args.seed, device)
+    m, n, k = args.shape
+
+    def launch() -> dict[str, torch.Tensor]:
+        return prog(a, b, backend=args.backend, seed=args.seed,
+                    out=None if out is None else out.clone(), **operands)
+
+    outs = launch()
+    print(f"{prog!r}")
+    print(f"M={m} N={n} K={k}, {args.dtype}, seed {args.seed}, on {device.type}")
+    rows = []
+    for name, t in outs.items():
+        t64 = t.detach().to(torch.float64)
+        finite = t64[torch.isfinite(t64)]
+        stats = ([f"{finite.mean().item():.4g}", f"{finite.abs().max().item():.4g}"] if finite.numel()
+                 else ["-", "-"])
+        rows.append([name, str(list(t.shape)), str(t.dtype).removeprefix("torch."), *stats,
+                     str(t.numel() - finite.numel())])
+    print(format_table(("output", "shape", "dtype", "mean", "abs max", "not finite"), rows))
+    if device.type != "cuda":
+        note("timings need a CUDA GPU")
+        return 0
+    fused, plain = median_ms(launch, args.repeat), median_ms(lambda: torch.matmul(a, b), args.repeat)
+    print(f"time: {1e3 * fused:.1f} us a launch (median of {args.repeat}); torch.matmul's plain GEMM "
+          f"{1e3 * plain:.1f} us: {fused / plain:.2f}x its time")
+    return 0
+
+
+def median_ms(fn, repeat: int) -> float:
+    """The median of `repeat` timings of `fn()` on the current CUDA stream, in ms, after 3
+    warm-up calls (CUDA events, each call synchronized)."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
 def example_files() -> list[Path]:
     """The .epi programs shipped in the package's examples folder, sorted by name."""
     folder = resources.files("coda") / "examples"
@@ -410,8 +462,8 @@ def describe_backends(backends: Sequence[str]) -> None:
 
 def prepare_interpreter() -> None:
     """On a machine without CUDA, run Triton kernels in the interpreter unless the user chose
-    (TRITON_INTERPRET already set, to 0 or 1). Used by `demo`, `explain --shape` and
-    `check --backend triton`; a plain `check` leaves the choice to the environment.
+    (TRITON_INTERPRET already set, to 0 or 1). Used by `demo`, `explain --shape` and `check` or
+    `run` with `--backend triton`; without it they leave the choice to the environment.
 
     Must run before anything imports triton (the interpreter is picked when kernels are made).
     """
@@ -424,8 +476,8 @@ def prepare_interpreter() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="coda", description="GEMM + epilogue programs: check, "
-                                     "explain and demo epilogue (.epi) files.")
+    parser = argparse.ArgumentParser(prog="coda", description="GEMM + epilogue programs: run, "
+                                     "check, explain and demo epilogue (.epi) files.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     check = commands.add_parser("check", help="run a program on every backend and compare "
@@ -438,6 +490,18 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--backend", choices=("all", "reference", "triton"), default="all",
                        help="backends to check (default: every available one)")
     check.set_defaults(func=cmd_check)
+
+    run = commands.add_parser("run", help="launch a program on random inputs: its outputs, and on a "
+                              "GPU its time against the plain GEMM")
+    run.add_argument("file", help="an epilogue program (.epi)")
+    run.add_argument("--shape", type=parse_shape, default=DEFAULT_SHAPE, metavar="M,N,K",
+                     help="GEMM sizes (default: %(default)s)")
+    run.add_argument("--dtype", choices=list(DTYPES), default="float32")
+    run.add_argument("--seed", type=int, default=0, help="seed of the inputs and of dropout")
+    run.add_argument("--backend", choices=("auto", "reference", "triton"), default="auto",
+                     help="auto: Triton on a GPU (or with TRITON_INTERPRET=1), else the reference")
+    run.add_argument("--repeat", type=int, default=20, help="timed launches on a GPU (default 20)")
+    run.set_defaults(func=cmd_run)
 
     explain = commands.add_parser("explain", help="print the IR (and, with --shape, the kernel)")
     explain.add_argument("file", help="an epilogue program (.epi)")
@@ -466,7 +530,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:  # --help, or a usage error argparse already printed
         return int(exit_.code or 0)
     if args.command == "demo" or (args.command == "explain" and args.shape is not None) or (
-            args.command == "check" and args.backend == "triton"):
+            args.command in ("check", "run") and args.backend == "triton"):
         prepare_interpreter()
     if args.command == "demo":  # tiny shapes: the heuristic config, no time spent tuning
         os.environ.setdefault("CODA_AUTOTUNE", "0")
