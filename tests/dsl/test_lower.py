@@ -158,7 +158,7 @@ def test_compile_needs_text():
     ("EPILOGUE (a, a) { output = input + a; }", 1, 14, ("parameter 'a' is declared twice",)),
     # outputs written twice
     ("save s = input;\nsave s = input;\noutput = input;", 2, 6, ("output 's' is written twice",)),
-    ("save output = input;", 1, 6, ("output 'output' is written twice",)),
+    ("save output = input;", 1, 6, ("`output` is the primary output: assign it as `output = ...;`",)),
     ("h = input;\nsave h = input;\noutput = h;", 2, 6, ("'h' already names a value",)),
     # rope tables must be operands
     ("output = rope(input, 1, s);", 1, 22, ("rope's cos and sin must be operands",)),

@@ -278,7 +278,7 @@ def test_errors_name_the_argument():
     w1, w2 = torch.randn(10, 8, dtype=F64), torch.randn(6, 10, dtype=F64)
     cases = [
         (lambda: linear(x, w, b, "gelu_tanh"), "activation"),
-        (lambda: linear(x, w[:, :5], b), "w is"),
+        (lambda: linear(x, w[:, :5], b), "w is .* but x's last dimension is"),
         (lambda: linear(x, w[0], b), "w must be a 2-D"),
         (lambda: linear(x, w.float(), b), "w is torch.float32 on cpu but x is torch.float64"),
         (lambda: linear(x.long(), w, b), "x has dtype"),
@@ -286,7 +286,7 @@ def test_errors_name_the_argument():
         (lambda: linear(x, w, b[:5]), "bias must be"),
         (lambda: linear(x, w, b, dropout_p=1.5), "dropout_p"),
         (lambda: linear(x, w, b, dropout_p=0.1, seed=1.5), "seed"),
-        (lambda: mlp(x, w1, None, w2.T), "w2 is"),
+        (lambda: mlp(x, w1, None, w2.T), "w2 is .* but w1's out_features is"),
         (lambda: mlp(x, w1, torch.zeros(6, dtype=F64), w2), "b1 must be"),
         (lambda: mlp(x, w1, None, w2, torch.zeros(8, dtype=F64)), "b2 must be"),
         (lambda: mlp(x, w1, None, w2, residual=torch.zeros(4, 5, dtype=F64)), "residual must be"),

@@ -364,11 +364,23 @@ def test_triton_backend_on_cpu_without_the_interpreter(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     prog = coda.compile("output = input;")
     a, b = _ab()
-    with pytest.raises(coda.LaunchError, match="needs CUDA tensors, or TRITON_INTERPRET=1"):
+    with pytest.raises(coda.LaunchError, match="needs CUDA tensors, or CPU tensors with TRITON_INTERPRET=1"):
         prog(a, b, backend="triton")
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(coda.LaunchError, match="TRITON_INTERPRET=1"):
         prog(a, b, backend="triton")
+
+
+def test_meta_tensors_take_the_reference_even_under_the_interpreter(monkeypatch):
+    """No kernel runs on meta tensors: `auto` gives the reference (shapes only), `triton` a
+    LaunchError naming the device."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    prog = coda.compile("output = gelu(input) + r; s = row_sum(input);")
+    a, b, r = (torch.empty(shape, device="meta") for shape in ((8, 4), (4, 6), (8, 6)))
+    outs = prog(a, b, r=r)
+    assert outs["output"].shape == (8, 6) and outs["s"].shape == (8,) and outs["s"].is_meta
+    with pytest.raises(coda.LaunchError, match="A is on meta"):
+        prog(a, b, r=r, backend="triton")
 
 
 def test_errors_come_before_any_backend_runs(monkeypatch):

@@ -91,7 +91,10 @@ class _Lowering:
         self.bind(target, node)
 
     def declare_output(self, target: ast.Name) -> None:
-        if target.name == "output" or any(o.name == target.name for o in self.outputs):
+        if target.name == "output":
+            raise DslError("`output` is the primary output: assign it as `output = ...;`, without "
+                           "`save`", target.loc)
+        if any(o.name == target.name for o in self.outputs):
             raise DslError(f"output {target.name!r} is written twice", target.loc)
         if target.name in self.env:
             raise DslError(f"{target.name!r} already names a value; an output needs a new name",

@@ -544,11 +544,11 @@ def _bert_activation(module: nn.Module, fn: object) -> str:
 
 
 def _hf_activation_name(fn: object) -> str:
-    """BERT's modules keep no config: the HF name of its activation module's class, else the class
-    name (a callable `hidden_act` is never supported)."""
+    """BERT's modules keep no config: the HF name (`hidden_act`) of its activation module's class,
+    the supported ones' first, else the class name (a callable `hidden_act` is never supported)."""
     from transformers.activations import ACT2CLS
 
-    for name in BERT_ACTIVATIONS:
+    for name in (*BERT_ACTIVATIONS, *ACT2CLS):
         cls = ACT2CLS[name]
         if type(fn) is (cls[0] if isinstance(cls, tuple) else cls):
             return name

@@ -10,14 +10,15 @@ from ..errors import LaunchError
 from ..runtime.binding import describe as describe  # the runtime's, for the ops' messages
 
 
-def weight(name: str, w: object, x: torch.Tensor, in_features: int) -> int:
-    """`w` is an nn.Linear weight [out_features, in_features] of x's dtype and device; returns
-    out_features."""
+def weight(name: str, w: object, x: torch.Tensor, in_features: int,
+           source: str = "x's last dimension") -> int:
+    """`w` is an nn.Linear weight [out_features, in_features] of x's dtype and device, its
+    in_features what `source` holds; returns out_features."""
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         raise LaunchError(f"{name} must be a 2-D tensor [out_features, in_features], got {describe(w)}")
     if w.shape[1] != in_features:
-        raise LaunchError(f"{name} is {list(w.shape)} = [out_features, in_features]; expected "
-                          f"in_features = {in_features}")
+        raise LaunchError(f"{name} is {list(w.shape)} = [out_features, in_features] but {source} is "
+                          f"{in_features}: the two must match")
     if w.dtype != x.dtype or w.device != x.device:
         raise LaunchError(f"{name} is {w.dtype} on {w.device} but x is {x.dtype} on {x.device}: "
                           f"they must match")

@@ -306,7 +306,7 @@ def _gated_mlp(activation: str, x, w_gate_up, w_down, residual, rstd, stats: boo
     if w_gate_up.shape[0] % 2:
         raise LaunchError(f"w_gate_up is {list(w_gate_up.shape)}: expected [2F, H] with interleaved "
                           f"gate and up rows (an even number of rows)")
-    checks.weight("w_down", w_down, x, w_gate_up.shape[0] // 2)
+    checks.weight("w_down", w_down, x, w_gate_up.shape[0] // 2, "half of w_gate_up's out_features")
     checks.optional_tensor("residual", residual, (*lead, w_down.shape[0]), x)
     checks.optional_tensor("rstd", rstd, tuple(lead), x)
     checks.flag("stats", stats)

@@ -279,7 +279,7 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Te
     _check_activation(activation)
     _check_input(x)
     n1 = checks.weight("w1", w1, x, x.shape[-1])
-    n2 = checks.weight("w2", w2, x, n1)
+    n2 = checks.weight("w2", w2, x, n1, "w1's out_features")
     checks.optional_tensor("b1", b1, (n1,), x)
     checks.optional_tensor("b2", b2, (n2,), x)
     if residual is not None and (not isinstance(residual, torch.Tensor)

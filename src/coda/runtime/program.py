@@ -75,13 +75,18 @@ def interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def triton_runs_on(a: torch.Tensor) -> bool:
+    """Whether Triton kernels can run on `a`'s device: a GPU, or the CPU under the interpreter."""
+    return a.is_cuda or (a.device.type == "cpu" and interpreter_enabled())
+
+
 def default_backend(a: torch.Tensor) -> str:
     """The backend `backend="auto"` picks for a launch on `a`: Triton on the GPU or under the
     interpreter, the reference (eager PyTorch) elsewhere and for float64, which Triton does not
     compute in."""
     if a.dtype == torch.float64:
         return "reference"
-    return "triton" if a.is_cuda or interpreter_enabled() else "reference"
+    return "triton" if triton_runs_on(a) else "reference"
 
 
 class Program:
@@ -157,8 +162,7 @@ class Program:
             return outs if out is None else outs | {"output": out}
         key = None
         first = a.pieces[0] if isinstance(a, Concat) else a
-        if backend != "reference" and isinstance(first, torch.Tensor) and (
-                first.is_cuda or interpreter_enabled()):
+        if backend != "reference" and isinstance(first, torch.Tensor) and triton_runs_on(first):
             # The cached fast path: same shapes, strides, dtypes and alignment as a launch
             # that was validated before, so only the values outside this key are checked.
             key = (backend, _meta(a), _meta(b), _meta(out), out_dtype, seed is None,
@@ -235,7 +239,7 @@ class Program:
             raise LaunchError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
         if backend == "auto":
             return default_backend(a)
-        if backend == "triton" and not (a.is_cuda or interpreter_enabled()):
-            raise LaunchError("backend='triton' needs CUDA tensors, or TRITON_INTERPRET=1 to run "
-                              "the kernels on the CPU")
+        if backend == "triton" and not triton_runs_on(a):
+            raise LaunchError(f"backend='triton' needs CUDA tensors, or CPU tensors with "
+                              f"TRITON_INTERPRET=1 to run the kernels on the CPU; A is on {a.device}")
         return backend
