@@ -257,8 +257,27 @@ def test_a_map_may_write_in_place_but_not_shifted():
     want = 2 * x
     prog.map(x, out=x, backend="reference")
     assert torch.equal(x, want)
-    with pytest.raises(coda.LaunchError, match="shares memory with the input: an in-place map"):
+    with pytest.raises(coda.LaunchError, match="shares memory with the input: only a map's input"):
         prog.map(x[:, :4], out=x[:, 1:5], backend="reference")
+
+
+def test_out_may_be_a_tile_operand_itself_but_overlap_no_other_operand():
+    """`residual=x, out=x` is an in-place residual add (each tile reads its residual tile before
+    it stores there); a shifted tile, or a row or column operand inside out=, would be read by
+    other tiles after this one's store."""
+    prog = coda.compile("output = input + r * s + c;")
+    a, b = _ab(4, 6, 3)
+    x = torch.randn(4, 6, dtype=F64)
+    want = a @ b + x * 2.0 + 1.0
+    prog.reference(a, b, r=x, s=torch.full((4,), 2.0, dtype=F64), c=torch.ones(6, dtype=F64), out=x)
+    assert torch.allclose(x, want)
+    buffer = torch.zeros(5, 6, dtype=F64)
+    for operands, name in ((dict(r=buffer[1:]), "'r'"), (dict(s=buffer[0, :4]), "'s'"),
+                           (dict(c=buffer[0]), "'c'")):
+        values = dict(r=torch.zeros(4, 6, dtype=F64), s=torch.ones(4, dtype=F64),
+                      c=torch.zeros(6, dtype=F64)) | operands
+        text = _launch_error(prog, a, b, out=buffer[:4], **values)
+        assert f"out= shares memory with operand {name}" in text
 
 
 def test_expanded_out_is_refused():

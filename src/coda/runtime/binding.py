@@ -195,7 +195,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     specs = _stored_as(specs, dtypes)
     if out is not None:
         _check_out(out, specs[0], a.device)
-        check_out_overlap(concat or a, b, out)
+        check_out_overlap(concat or a, b, out, values)
     elif epi.accumulates:
         raise LaunchError("the program accumulates into `output` (it reads the prior output, as "
                           "`output += ...` does): pass the tensor to accumulate into as out=")
@@ -378,19 +378,23 @@ def _check_out(out, spec: OutputSpec, device) -> None:
                           f"each element")
 
 
-def check_out_overlap(a, b, out: torch.Tensor) -> None:
+def check_out_overlap(a, b, out: torch.Tensor, operands: dict) -> None:
     """`out=` may not share memory with a GEMM's A or B: other tiles still read them after this
-    one's output is stored. A map's output may be its input itself, element for element (an
-    in-place map: each tile reads its input before it stores), and nothing else of it."""
+    one's output is stored. Only what a tile reads at its own elements before it stores may be
+    `out=` itself, element for element: a map's input (an in-place map) or a tile operand (an
+    in-place residual add); no other operand may overlap it."""
     pieces = a.pieces if isinstance(a, Concat) else (a,)
-    for name, x in [("A" if b is not None else "the input", p) for p in pieces] + [("B", b)]:
-        if x is None or not _overlap(x, out):
+    name = "A" if b is not None else "the input"
+    reads = [(name, p, b is None and len(pieces) == 1) for p in pieces] + [("B", b, False)]
+    reads += [(f"operand {key!r}", value.parts if isinstance(value, Partials) else value, True)
+              for key, value in operands.items()]
+    for name, x, in_place in reads:
+        if not isinstance(x, torch.Tensor) or not _overlap(x, out):
             continue
-        if b is None and not isinstance(a, Concat) and (
-                x.data_ptr(), x.shape, x.stride()) == (out.data_ptr(), out.shape, out.stride()):
+        if in_place and (x.data_ptr(), x.shape, x.stride()) == (out.data_ptr(), out.shape, out.stride()):
             continue
-        how = ("an in-place map must pass its input itself as out=" if b is None else
-               "the kernel would overwrite values it has still to read")
+        how = ("only a map's input or a tile operand may be out= itself, element for element"
+               if in_place else "other tiles still read it after a tile's output is stored")
         raise LaunchError(f"out= shares memory with {name}: {how}; write to a separate tensor")
 
 

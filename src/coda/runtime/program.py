@@ -175,7 +175,7 @@ class Program:
                 if seed is not None or self.probabilities:
                     check_per_call(self.probabilities, operands, seed)
                 if out is not None:
-                    check_out_overlap(a, b, out)
+                    check_out_overlap(a, b, out, operands)
                 return plan.run(a, b, operands, out, seed_word(seed), limits)
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
                       outputs=outputs, dtypes=dtypes, m_limit=limits[0], k_limit=limits[1],
