@@ -382,31 +382,43 @@ def check_out_overlap(a, b, out: torch.Tensor, operands: dict) -> None:
     """`out=` may not share memory with a GEMM's A or B: other tiles still read them after this
     one's output is stored. Only what a tile reads at its own elements before it stores may be
     `out=` itself, element for element: a map's input (an in-place map) or a tile operand (an
-    in-place residual add); no other operand may overlap it."""
+    in-place residual add); no other operand may overlap it. Runs on cached launches too."""
+    o0, o1 = _byte_range(out)
+    if o0 == o1:
+        return
     pieces = a.pieces if isinstance(a, Concat) else (a,)
-    name = "A" if b is not None else "the input"
-    reads = [(name, p, b is None and len(pieces) == 1) for p in pieces] + [("B", b, False)]
-    reads += [(f"operand {key!r}", value.parts if isinstance(value, Partials) else value, True)
-              for key, value in operands.items()]
-    for name, x, in_place in reads:
-        if not isinstance(x, torch.Tensor) or not _overlap(x, out):
-            continue
-        if in_place and (x.data_ptr(), x.shape, x.stride()) == (out.data_ptr(), out.shape, out.stride()):
-            continue
-        how = ("only a map's input or a tile operand may be out= itself, element for element"
-               if in_place else "other tiles still read it after a tile's output is stored")
-        raise LaunchError(f"out= shares memory with {name}: {how}; write to a separate tensor")
+    in_place_map = b is None and len(pieces) == 1
+    for x in pieces:
+        if _overlaps(x, o0, o1) and not (in_place_map and _same(x, out)):
+            raise _shared_with("A" if b is not None else "the input", in_place_map)
+    if b is not None and _overlaps(b, o0, o1):
+        raise _shared_with("B", False)
+    for name, value in operands.items():
+        x = value.parts if isinstance(value, Partials) else value
+        if isinstance(x, torch.Tensor) and _overlaps(x, o0, o1) and not _same(x, out):
+            raise _shared_with(f"operand {name!r}", True)
 
 
-def _overlap(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Whether the byte ranges that hold x's and y's elements intersect."""
-    if x.numel() == 0 or y.numel() == 0:
-        return False
+def _shared_with(name: str, may_be_out: bool) -> LaunchError:
+    how = ("only a map's input or a tile operand may be out= itself, element for element"
+           if may_be_out else "other tiles still read it after a tile's output is stored")
+    return LaunchError(f"out= shares memory with {name}: {how}; write to a separate tensor")
+
+
+def _overlaps(x: torch.Tensor, start: int, end: int) -> bool:
     x0, x1 = _byte_range(x)
-    y0, y1 = _byte_range(y)
-    return x0 < y1 and y0 < x1
+    return x0 < end and start < x1
+
+
+def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
+    return x.data_ptr() == y.data_ptr() and x.shape == y.shape and x.stride() == y.stride()
 
 
 def _byte_range(x: torch.Tensor) -> tuple[int, int]:
-    last = sum((size - 1) * stride for size, stride in zip(x.shape, x.stride(), strict=True))
-    return x.data_ptr(), x.data_ptr() + (last + 1) * x.element_size()
+    """[first, last + 1) bytes of x's elements; empty for an empty tensor."""
+    start, last = x.data_ptr(), 0
+    for size, stride in zip(x.shape, x.stride(), strict=True):
+        if size == 0:
+            return start, start
+        last += (size - 1) * stride
+    return start, start + (last + 1) * x.element_size()
