@@ -249,6 +249,26 @@ def test_row_sums_of_one_column_tile_are_written_in_place(config, monkeypatch):
     assert calls == []
 
 
+@pytest.mark.parametrize("mainloop", sorted(MAINLOOPS))
+@pytest.mark.parametrize("where", ["row", "column"])
+def test_maxima_keep_a_nan_in_every_mainloop(mainloop, where):
+    """A NaN row (column) of A @ B is that row's (column's) maximum and every column's (row's),
+    as torch.amax has it, through each mainloop's tile partials and the finishing merge."""
+    prog = coda.compile("EPILOGUE { output = input; r = row_max(input); c = col_max(input); }")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    a = torch.randn(4096, 768, device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.randn(3072, 768, device="cuda", generator=g).to(torch.bfloat16)
+    (a if where == "row" else w)[1234, 7] = float("nan")
+    config = MAINLOOPS[mainloop]
+    outs = prog.triton.launch(prog.bind(a, w.T), config) if config else prog(a, w.T)
+    one, every = ("r", "c") if where == "row" else ("c", "r")
+    assert outs[one].isnan().nonzero().flatten().tolist() == [1234]
+    assert outs[every].isnan().all()
+    want = (a.double() @ w.double().T).amax(1 if one == "r" else 0)
+    keep = torch.arange(want.numel(), device="cuda") != 1234
+    torch.testing.assert_close(outs[one][keep].double(), want[keep], rtol=1e-4, atol=1e-2)
+
+
 def test_kept_partials_on_two_streams_at_once():
     """A plan's reductions keep one set of partial buffers per stream: launches on two streams
     at once, each with its own input, each finish their own sums."""
