@@ -197,24 +197,30 @@ def _source_file(filename: str, source: str) -> Path:
     file): in the cache directory's `kernels/`, or, where that cannot be written (a read-only
     home, a bad CODA_CACHE_DIR), in a temporary directory of this process's own."""
     global _fallback_dir
-    for folder in (tuning.cache_dir() / "kernels", _fallback_dir):
-        if folder is None:
-            _fallback_dir = folder = Path(tempfile.mkdtemp(prefix="coda-kernels-"))
+    try:
+        return _written(tuning.cache_dir() / "kernels" / filename, source)
+    except OSError:
+        pass
+    try:
+        if _fallback_dir is None:
+            _fallback_dir = Path(tempfile.mkdtemp(prefix="coda-kernels-"))
             warnings.warn(f"CODA cannot write its kernel cache in {tuning.cache_dir()}; generated "
-                          f"kernels go to {folder} for this process (set CODA_CACHE_DIR to a "
+                          f"kernels go to {_fallback_dir} for this process (set CODA_CACHE_DIR to a "
                           f"writable directory to keep them)", stacklevel=4)
-        path = folder / filename
-        try:
-            if not path.exists():
-                folder.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-                tmp.write_text(source)
-                os.replace(tmp, path)
-            return path
-        except OSError:
-            continue
-    raise LaunchError(f"CODA cannot write its generated kernel source to {tuning.cache_dir()} nor to "
-                      f"a temporary directory; set CODA_CACHE_DIR to a writable directory")
+        return _written(_fallback_dir / filename, source)
+    except OSError as err:
+        raise LaunchError(f"CODA cannot write generated kernel source to {tuning.cache_dir()} nor to a "
+                          f"temporary directory ({err}); set CODA_CACHE_DIR to a writable one") from None
+
+
+def _written(path: Path, source: str) -> Path:
+    """`path`, holding `source` (written once, atomically: another process may be writing it too)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    return path
 
 
 _fallback_dir: Path | None = None
