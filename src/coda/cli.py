@@ -475,6 +475,15 @@ def prepare_interpreter() -> None:
 # Entry point
 
 
+def add_launch_arguments(command: argparse.ArgumentParser) -> None:
+    """The program file and its random launch: `FILE --shape M,N,K --dtype D --seed S`."""
+    command.add_argument("file", help="an epilogue program (.epi)")
+    command.add_argument("--shape", type=parse_shape, default=DEFAULT_SHAPE, metavar="M,N,K",
+                         help="GEMM sizes (default: %(default)s)")
+    command.add_argument("--dtype", choices=list(DTYPES), default="float32")
+    command.add_argument("--seed", type=int, default=0, help="seed of the inputs and of dropout")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="coda", description="GEMM + epilogue programs: run, "
                                      "check, explain and demo epilogue (.epi) files.")
@@ -482,22 +491,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check", help="run a program on every backend and compare "
                                 "with a float64 reference")
-    check.add_argument("file", help="an epilogue program (.epi)")
-    check.add_argument("--shape", type=parse_shape, default=DEFAULT_SHAPE, metavar="M,N,K",
-                       help="GEMM sizes (default: %(default)s)")
-    check.add_argument("--dtype", choices=list(DTYPES), default="float32")
-    check.add_argument("--seed", type=int, default=0, help="seed of the inputs and of dropout")
+    add_launch_arguments(check)
     check.add_argument("--backend", choices=("all", "reference", "triton"), default="all",
                        help="backends to check (default: every available one)")
     check.set_defaults(func=cmd_check)
 
     run = commands.add_parser("run", help="launch a program on random inputs: its outputs, and on a "
                               "GPU its time against the plain GEMM")
-    run.add_argument("file", help="an epilogue program (.epi)")
-    run.add_argument("--shape", type=parse_shape, default=DEFAULT_SHAPE, metavar="M,N,K",
-                     help="GEMM sizes (default: %(default)s)")
-    run.add_argument("--dtype", choices=list(DTYPES), default="float32")
-    run.add_argument("--seed", type=int, default=0, help="seed of the inputs and of dropout")
+    add_launch_arguments(run)
     run.add_argument("--backend", choices=("auto", "reference", "triton"), default="auto",
                      help="auto: Triton on a GPU (or with TRITON_INTERPRET=1), else the reference")
     run.add_argument("--repeat", type=int, default=20, help="timed launches on a GPU (default 20)")
