@@ -254,3 +254,52 @@ def test_follows_autocast_casts_what_it_should():
     with torch.autocast("cpu", dtype=torch.bfloat16):   # tensors passed by keyword only
         op(x=args[0], w=args[1], **extra)
     assert seen["x"] == torch.bfloat16
+
+
+
+def _second_derivative_cases() -> dict:
+    """name -> a function that runs the op on fresh float64 leaves: (output, [leaves])."""
+    from coda import nn as cnn
+    from coda import ops
+
+    def leaf(*shape):
+        return torch.randn(*shape, dtype=torch.float64).requires_grad_()
+
+    def case(op, *shapes):
+        def run():
+            leaves = [leaf(*shape) for shape in shapes]
+            return op(*leaves), leaves
+        return run
+
+    angles = torch.rand(3, 2, dtype=torch.float64)
+    cos, sin, ids = angles.cos(), angles.sin(), torch.tensor([1, 4, 9])
+    return {
+        "linear": case(lambda x, w: ops.linear(x, w, activation="gelu"), (3, 8), (6, 8)),
+        "mlp": case(lambda x, w1, w2: ops.mlp(x, w1, None, w2), (3, 8), (6, 8), (8, 6)),
+        "dropout": case(lambda x: ops.dropout(x, 0.5, seed=1), (3, 8)),
+        "rms_norm_linear": case(ops.rms_norm_linear, (3, 8), (8,), (6, 8)),
+        "layer_norm_linear": case(ops.layer_norm_linear, (3, 8), (8,), (8,), (6, 8)),
+        "out_proj_residual": case(lambda x, w, r: ops.out_proj_residual(x, w, r)[0], (3, 8), (6, 8), (3, 6)),
+        "swiglu_mlp": case(ops.swiglu_mlp, (3, 8), (12, 8), (8, 6)),
+        "interleave": case(lambda w, u, g: ops.interleave(w, u, gain=g), (6, 8), (6, 8), (8,)),
+        "rope": case(lambda x: ops.rope(x, cos, sin, head_dim=4), (3, 8)),
+        "qkv_rope": case(lambda x, w: ops.qkv_rope(x, w, cos, sin, 2, 1, 4)[0], (3, 8), (16, 8)),
+        "linear_cross_entropy": case(lambda x, w: ops.linear_cross_entropy(x, w, ids), (3, 8), (10, 8)),
+        "embedding": case(lambda w: ops.embedding(ids, w), (10, 8)),
+        "rms_rstd": case(lambda h: ops.rms_rstd(h, (h * h).sum(1), 1e-6), (3, 8)),
+        "layer_norm": case(cnn.layer_norm, (3, 8), (8,), (8,)),
+        "rms_norm": case(cnn.rms_norm, (3, 8), (8,)),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_second_derivative_cases()))
+def test_a_second_derivative_is_refused_not_wrong(name):
+    """The ops' backward programs have no derivative: asked for a graph of the gradient
+    (create_graph=True, a second derivative's first step) they raise, where a graph of their
+    eager parts would give a wrong second derivative. A plain backward is unaffected."""
+    run = _second_derivative_cases()[name]
+    out, leaves = run()
+    with pytest.raises(coda.CodaError, match="differentiable once"):
+        torch.autograd.grad(out.square().sum(), leaves, create_graph=True)
+    out, leaves = run()
+    assert all(g is not None for g in torch.autograd.grad(out.square().sum(), leaves))

@@ -106,9 +106,20 @@ OP_NAMES: list[str] = []
 
 
 def _custom_op(name: str) -> Callable:
-    """`torch.library.custom_op(name)`, recorded in OP_NAMES (none of the ops mutates its inputs)."""
+    """`torch.library.custom_op(name)`, recorded in OP_NAMES (none of the ops mutates its inputs).
+    Its kernel runs with grad mode off: an opaque op records no graph of what it runs inside,
+    and the ops' backward refuses to run under grad mode (`first_order`), which PyTorch's
+    checks of a custom op (`opcheck`) switch on."""
     OP_NAMES.append(name)
-    return torch.library.custom_op(name, mutates_args=())
+    define = torch.library.custom_op(name, mutates_args=())
+
+    def register(kernel: Callable) -> Callable:
+        @functools.wraps(kernel)
+        def without_grad(*args, **kwargs):
+            with torch.no_grad():
+                return kernel(*args, **kwargs)
+        return define(without_grad)
+    return register
 
 
 def _register_fake(op) -> Callable:

@@ -35,7 +35,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..ops import checks
-from ..ops.common import as_rows, follows_autocast, note_column_sums, notes_from
+from ..ops.common import as_rows, first_order, follows_autocast, note_column_sums, notes_from
 from ..ops.norms import (
     LN_ROW,
     LN_ROW_PARAMS,
@@ -108,6 +108,7 @@ class NormFunction(torch.autograd.Function):
         return (y, x) if passthrough else y
 
     @staticmethod
+    @first_order
     def backward(ctx, dy: torch.Tensor | None, dres: torch.Tensor | None = None):
         x, g, ss, *s = ctx.saved_tensors
         rms = not s

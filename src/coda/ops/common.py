@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from .. import compile as compile_program
-from ..errors import LaunchError
+from ..errors import CodaError, LaunchError
 from ..runtime.binding import Concat
 
 PLAIN = compile_program("EPILOGUE plain() { output = input; }")
@@ -33,6 +33,21 @@ SCALE_ROWS = compile_program("EPILOGUE scale_rows(c: row) { output = input * c; 
 ROUNDING: dict[torch.dtype, str] = {torch.bfloat16: "round_bf16", torch.float16: "round_fp16"}
 #: stats= of out_proj_residual and mlp -> the row sums of the output their epilogue stores
 STATS: dict[str | None, list[str]] = {None: [], "rms": ["ss"], "layer": ["ss", "s"]}
+
+
+def first_order(backward: Callable) -> Callable:
+    """For an autograd.Function's backward: its programs have no derivative of their own, so a
+    backward asked to build a graph for a second derivative (`create_graph=True`, which runs it
+    with grad mode on) raises a CodaError, where a graph of its eager parts would give a wrong
+    second derivative. The usual backward pays one check."""
+    @functools.wraps(backward)
+    def run(ctx, *grads):
+        if torch.is_grad_enabled():
+            name = backward.__qualname__.split(".")[0]
+            raise CodaError(f"{name}: CODA's ops are differentiable once; a second derivative "
+                            f"(a backward with create_graph=True) is not supported")
+        return backward(ctx, *grads)
+    return run
 
 
 def follows_autocast(*keep: str, widest: bool = False) -> Callable[[Callable], Callable]:

@@ -137,6 +137,7 @@ from .common import (
     ROUNDING,
     SCALE_ROWS,
     as_rows,
+    first_order,
     follows_autocast,
     present,
     weight_grad,
@@ -369,6 +370,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         return result
 
     @staticmethod
+    @first_order
     def backward(ctx, grad: torch.Tensor):
         label_smoothing, softcap, chunk_size, low_memory, lead = ctx.options
         need = list(ctx.needs_input_grad[:2]) + list(ctx.needs_input_grad[3:5])

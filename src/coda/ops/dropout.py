@@ -20,7 +20,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from . import checks
-from .common import as_rows
+from .common import as_rows, first_order
 
 # The element-wise step, run as a map program over x (forward) or dy (backward).
 DROPOUT = compile_program("EPILOGUE dropout_map(p: scalar) { output = dropout(input, p); }")
@@ -59,6 +59,7 @@ class DropoutFunction(torch.autograd.Function):
         return DROPOUT.map(as_rows(x)[0], p=p, seed=seed)["output"].reshape(x.shape)
 
     @staticmethod
+    @first_order
     def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         dx = DROPOUT.map(as_rows(dy)[0], p=ctx.p, seed=ctx.seed)["output"]
         return dx.reshape(dy.shape), None, None

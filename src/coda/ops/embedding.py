@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from ..errors import LaunchError
 from ..runtime.program import default_backend
 from . import checks
+from .common import first_order
 
 
 class EmbeddingFunction(torch.autograd.Function):
@@ -36,6 +37,7 @@ class EmbeddingFunction(torch.autograd.Function):
         return (y, w.detach()) if tied else y
 
     @staticmethod
+    @first_order
     def backward(ctx, dy: torch.Tensor, dw: torch.Tensor | None = None
                  ) -> tuple[None, torch.Tensor, None, None]:
         (ids,) = ctx.saved_tensors

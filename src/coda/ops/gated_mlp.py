@@ -47,7 +47,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import PLAIN, as_rows, follows_autocast, matmul, present, weight_grad
+from .common import PLAIN, as_rows, first_order, follows_autocast, matmul, present, weight_grad
 from .norms import FOLD, NORM_DW, RMS_ROW, RMS_ROW_PARAMS
 
 #: activation -> (f, f') by primitive name; the op names follow the activation.
@@ -172,6 +172,7 @@ class InterleaveGain(torch.autograd.Function):
         return pairs.view(2 * f, h)
 
     @staticmethod
+    @first_order
     def backward(ctx, d: torch.Tensor):
         w_gate, w_up, gain = ctx.saved_tensors
         f, h = w_gate.shape
@@ -219,6 +220,7 @@ class GatedMLPFunction(torch.autograd.Function):
         return y
 
     @staticmethod
+    @first_order
     def backward(ctx, dy: torch.Tensor | None, dss: torch.Tensor | None = None):
         if dy is None and dss is None:   # no gradient reached the outputs
             return (None,) * 10

@@ -55,6 +55,7 @@ from .common import (
     STATS,
     as_rows,
     column_sum,
+    first_order,
     follows_autocast,
     input_and_bias_grad,
     input_grad,
@@ -160,6 +161,7 @@ class LinearFunction(torch.autograd.Function):
         return outs["output"].reshape(*lead, w.shape[0])
 
     @staticmethod
+    @first_order
     def backward(ctx, dy: torch.Tensor):
         x, w, slope = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
@@ -207,6 +209,7 @@ class MLPFunction(torch.autograd.Function):
         return (y, *sums) if sums else y
 
     @staticmethod
+    @first_order
     def backward(ctx, dy: torch.Tensor | None, *unused_stat_grads):
         if dy is None:   # only the row sums were used
             return (None,) * 11

@@ -104,6 +104,7 @@ from .common import (
     as_rows,
     check_split,
     column_sum,
+    first_order,
     follows_autocast,
     input_and_bias_grad,
     joined_grad,
@@ -239,6 +240,7 @@ class RMSNormLinearFunction(torch.autograd.Function):
         return (y, x) if passthrough else y
 
     @staticmethod
+    @first_order
     def backward(ctx, dy: torch.Tensor | None, dres: torch.Tensor | None = None):
         x, g, w, ss = ctx.saved_tensors
         if dy is None:   # only the passed-through x was used
@@ -321,6 +323,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
         return (*y, x) if passthrough else y if split else y[0]
 
     @staticmethod
+    @first_order
     def backward(ctx, *grads: torch.Tensor | None):
         x, g, beta, w, s, ss = ctx.saved_tensors
         need_x, need_g, need_beta, need_w, need_b = ctx.needs_input_grad[:5]
@@ -426,6 +429,7 @@ class OutProjResidualFunction(torch.autograd.Function):
         return (y, *sums) if sums else y
 
     @staticmethod
+    @first_order
     def backward(ctx, dy: torch.Tensor | None, *unused_stat_grads):
         if dy is None:   # only the row sums were used
             return (None,) * 7
@@ -605,6 +609,7 @@ class RmsRstd(torch.autograd.Function):
         return rstd.to(h.dtype)
 
     @staticmethod
+    @first_order
     def backward(ctx, drstd: torch.Tensor):
         h, rstd = ctx.saved_tensors
         coef = -drstd.to(rstd.dtype) * rstd ** 3 / h.shape[-1]

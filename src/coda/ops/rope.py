@@ -48,7 +48,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import as_rows, follows_autocast, matmul, weight_grad
+from .common import as_rows, first_order, follows_autocast, matmul, weight_grad
 from .norms import RMS_ROW, RMS_ROW_PARAMS, rms_fold, rms_norm_linear_grads
 
 
@@ -113,6 +113,7 @@ class QKVRopeFunction(torch.autograd.Function):
         return split_heads(out, lead, heads)
 
     @staticmethod
+    @first_order
     def backward(ctx, dq: torch.Tensor | None, dk: torch.Tensor | None, dv: torch.Tensor | None):
         x, w_qkv, cos, sin = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
@@ -144,6 +145,7 @@ class RMSNormQKVRopeFunction(torch.autograd.Function):
         return (*qkv, x) if passthrough else qkv
 
     @staticmethod
+    @first_order
     def backward(ctx, dq: torch.Tensor | None, dk: torch.Tensor | None, dv: torch.Tensor | None,
                  dres: torch.Tensor | None = None):
         x, g, w_qkv, ss, cos, sin = ctx.saved_tensors
@@ -258,6 +260,7 @@ class RopeFunction(torch.autograd.Function):
         return rotate(x, cos, sin, n_rot)
 
     @staticmethod
+    @first_order
     def backward(ctx, dy: torch.Tensor):
         cos, sin = ctx.saved_tensors
         return rotate(dy, cos, -sin, ctx.n_rot), None, None, None
