@@ -105,7 +105,8 @@ def test_bad_arguments_raise():
 def test_tied_table_gradient_joins_the_output_layers(dtype, padding_idx):
     """tied_embedding's table used as an output layer's weight (GPT-2's tied head): w's gradient
     is the lookup's plus the layer's, against float64 autograd of the untied formula; the
-    layer's gradient arrives in the embedding's backward, which adds into it in place."""
+    layer's gradient arrives in the embedding's backward, which adds into a copy of it (a
+    gradient from plain autograd may be shared)."""
     from coda.ops import tied_embedding
 
     rows, h = 37, 24
@@ -118,6 +119,44 @@ def test_tied_table_gradient_joins_the_output_layers(dtype, padding_idx):
     torch.autograd.backward([y, x @ table.T], [dy, dz])
     want = reference_grad(ids, dy, rows, padding_idx) + dz.T.to(F64) @ x.to(F64)
     torch.testing.assert_close(w.grad.to(F64), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+@needs_interpreter
+def test_tied_table_gradient_shared_with_another_branch_is_left_alone():
+    """`table + e` hands one gradient tensor to both branches: the table's backward adds into a
+    copy, so e's gradient is what it would be without the embedding."""
+    from coda.ops import tied_embedding
+
+    w = torch.randn(10, 8, requires_grad=True)
+    extra, c = torch.randn(10, 8, requires_grad=True), torch.randn(10, 8)
+    ids = batch(10, 3)
+    doubled = extra * 2   # made first, so autograd runs its backward after the table's
+    y, table = tied_embedding(ids, w)
+    ((y ** 2).sum() + ((table + doubled) * c).sum()).backward()
+    torch.testing.assert_close(extra.grad, 2 * c, rtol=0, atol=0)
+    want = reference_grad(ids, 2 * y.detach(), 10, None) + c.to(F64)
+    torch.testing.assert_close(w.grad.to(F64), want, rtol=1e-5, atol=1e-5)
+
+
+@needs_interpreter
+def test_the_lm_heads_gradient_is_added_into_in_place(monkeypatch):
+    """A gradient that its producer made for this one use (linear_cross_entropy's, marked
+    `sole_use`) is added into in place: no copy of a [V, H] table (GPT-2's tied LM head)."""
+    import sys
+
+    from coda.ops import linear_cross_entropy, tied_embedding
+
+    module = sys.modules["coda.ops.embedding"]
+    seen = []
+    add = module.table_grad
+    monkeypatch.setattr(module, "table_grad",
+                        lambda *args, into=None: seen.append(into) or add(*args, into=into))
+    w = torch.randn(10, 8, requires_grad=True)
+    ids = batch(10, 2).reshape(-1)
+    y, table = tied_embedding(ids, w)
+    linear_cross_entropy(y * 1.0, table, ids.flip(0)).backward()
+    assert len(seen) == 1 and getattr(seen[0], module.SOLE_USE, False)
+    assert torch.equal(seen[0], w.grad)   # the lookup's gradient was added into it
 
 
 @needs_interpreter

@@ -142,6 +142,7 @@ from .common import (
     present,
     weight_grad,
 )
+from .embedding import sole_use
 
 REDUCTIONS = ("mean", "sum", "none")
 #: Chunk widths are multiples of this (half a 256-wide GEMM tile) when that wide, except the last.
@@ -391,6 +392,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
             alpha = grad.reshape(-1).to(weight.dtype) * weight
             dx, dw, db, dg = blocks.backward(lse, alpha, need, low_memory)
         dx = dx.reshape(*lead, dx.shape[-1]) if need[0] else None
+        dw = sole_use(dw) if need[1] else None   # fresh: a tied table's gradient may add into it
         db = db.to(bias_dtype) if need[2] else None
         dg = dg.to(g_dtype) if need[3] else None
         return dx, dw, None, db, dg, None, None, None, None, None, None, None, None, None, None

@@ -45,12 +45,25 @@ class EmbeddingFunction(torch.autograd.Function):
                                 ctx.padding_idx, into=dw), None, None
 
 
+#: An attribute set on a gradient tensor that its producer made for this one use (`sole_use`):
+#: the tied table's backward may then add into it in place. Any other incoming gradient may also
+#: be what autograd hands to another branch (`table + e` gives both the same tensor), which an
+#: in-place add would change under it.
+SOLE_USE = "_coda_sole_use"
+
+
+def sole_use(grad: torch.Tensor) -> torch.Tensor:
+    """`grad`, marked as made by its producer for its one consumer (see SOLE_USE)."""
+    setattr(grad, SOLE_USE, True)
+    return grad
+
+
 def table_grad(dy: torch.Tensor, ids: torch.Tensor, rows: int, padding_idx: int | None,
                into: torch.Tensor | None = None) -> torch.Tensor:
     """[rows, H] gradient of the table from dy [N, H] and ids [N], plus `into` (the gradient of
     the layer that shares the table), added in place when it is a contiguous tensor of dy's
-    dtype: the Triton kernel where CODA's programs run Triton (`default_backend`), PyTorch's own
-    backward where they run the reference."""
+    dtype marked `sole_use` (else into a copy of it): the Triton kernel where CODA's programs
+    run Triton (`default_backend`), PyTorch's own backward where they run the reference."""
     if default_backend(dy) == "reference":
         grad = torch.ops.aten.embedding_dense_backward(dy, ids, rows, -1 if padding_idx is None
                                                        else padding_idx, False)
@@ -60,8 +73,8 @@ def table_grad(dy: torch.Tensor, ids: torch.Tensor, rows: int, padding_idx: int 
     if into is None:
         dw = torch.zeros(rows, dy.shape[1], device=dy.device, dtype=dy.dtype)
     else:
-        dw = into if into.is_contiguous() and into.dtype == dy.dtype else into.to(dy.dtype, copy=True,
-                                                                                 memory_format=torch.contiguous_format)
+        in_place = getattr(into, SOLE_USE, False) and into.is_contiguous() and into.dtype == dy.dtype
+        dw = into if in_place else into.to(dy.dtype, copy=True, memory_format=torch.contiguous_format)
     if ids.numel():
         embedding_grad.launch(dy.contiguous(), ids, dw, padding_idx, accumulate=into is not None)
     return dw
