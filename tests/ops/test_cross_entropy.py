@@ -174,11 +174,20 @@ def test_a_forward_that_forms_the_gradients_keeps_only_them():
     assert not any(t.data_ptr() == x.data_ptr() for t in saved)
 
 
-def test_all_rows_ignored_gives_nan_mean_like_torch():
-    x, w, target, _, _ = make((3,), 4, 5, bias=False, norm=False, ignored=(0, 1, 2))
-    assert torch.isnan(linear_cross_entropy(x, w, target)).item()
-    assert torch.isnan(reference(x, w, target)).item()
-    assert linear_cross_entropy(x, w, target, reduction="sum").item() == 0.0
+@pytest.mark.parametrize("dtype", [F64, pytest.param(torch.float32, marks=pytest.mark.skipif(
+    not coda.runtime.program.interpreter_enabled() and not torch.cuda.is_available(),
+    reason="float32 runs the Triton kernels"))])
+@pytest.mark.parametrize("options", [{}, dict(exponential=False), dict(low_memory=True),
+                                     dict(label_smoothing=0.1), dict(skip_ignored=True)])
+def test_all_rows_ignored_gives_nan_mean_and_zero_gradients_like_torch(dtype, options):
+    """A batch whose every target is ignored: torch's mean is NaN (0 / 0) but its gradients are
+    zero, so one such micro-batch does not poison the weights; every path agrees."""
+    x, w, target, b, _ = make((3,), 4, 5, bias=True, norm=False, ignored=(0, 1, 2), dtype=dtype)
+    loss = linear_cross_entropy(x, w, target, bias=b, **options)
+    assert torch.isnan(loss).item() and torch.isnan(reference(x, w, target)).item()
+    for grad in torch.autograd.grad(loss, (x, w, b)):
+        assert torch.equal(grad, torch.zeros_like(grad))
+    assert linear_cross_entropy(x, w, target, reduction="sum", **options).item() == 0.0
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

@@ -341,7 +341,8 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         # dL/dloss_i, alpha for an upstream gradient of 1: 1 where the row counts (over their
         # number for "mean"), 0 where it is ignored, NaN where its target is outside [0, V)
         counts = torch.where(outside_vocabulary(target, valid, vocab), float("nan"), valid.to(stat))
-        weight = counts / valid.sum() if reduction == "mean" else counts
+        n_valid = valid.sum()   # none: a NaN mean, as torch's, but zero gradients, as torch's
+        weight = counts / n_valid.clamp_min(1) if reduction == "mean" else counts
         if norm_weight is None:
             a, rstd = h, None
         else:
@@ -361,7 +362,7 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         if label_smoothing:
             loss = loss - (label_smoothing / vocab) * s
         loss = torch.where(valid, loss * counts, 0.0)
-        result = (loss.sum() if reduction == "sum" else (loss * weight).sum() if reduction == "mean"
+        result = (loss.sum() if reduction == "sum" else loss.sum() / n_valid if reduction == "mean"
                   else loss.reshape(lead))
         ctx.dtypes = [None if t is None else t.dtype for t in (w, bias, norm_weight)]
         if ctx.grads_in_forward:   # the backward needs nothing else (not even hg)
