@@ -303,3 +303,24 @@ def test_a_second_derivative_is_refused_not_wrong(name):
         torch.autograd.grad(out.square().sum(), leaves, create_graph=True)
     out, leaves = run()
     assert all(g is not None for g in torch.autograd.grad(out.square().sum(), leaves))
+
+
+@pytest.mark.parametrize("name", sorted(_second_derivative_cases()))
+def test_an_ops_output_may_be_changed_in_place(name):
+    """As with torch's own ops (`nn.ReLU(inplace=True)` after a linear): the output is not a view
+    of the op's buffers. Gradients are those of the unchanged output (+1 moves none of them), or,
+    where the backward reads the output it saved, autograd's error about the in-place change."""
+    run = _second_derivative_cases()[name]
+    torch.manual_seed(1)
+    out, leaves = run()
+    want = torch.autograd.grad(out.sum(), leaves)
+    torch.manual_seed(1)
+    out, leaves = run()
+    out.add_(1.0)
+    try:
+        got = torch.autograd.grad(out.sum(), leaves)
+    except RuntimeError as err:
+        assert "modified by an inplace operation" in str(err)
+        return
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)

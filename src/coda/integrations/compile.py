@@ -108,7 +108,7 @@ OP_NAMES: list[str] = []
 def _custom_op(name: str) -> Callable:
     """`torch.library.custom_op(name)`, recorded in OP_NAMES (none of the ops mutates its inputs).
     Its kernel runs with grad mode off: an opaque op records no graph of what it runs inside,
-    and the ops' backward refuses to run under grad mode (`first_order`), which PyTorch's
+    and the ops' backward refuses to run under grad mode (`op_function`), which PyTorch's
     checks of a custom op (`opcheck`) switch on."""
     OP_NAMES.append(name)
     define = torch.library.custom_op(name, mutates_args=())

@@ -35,7 +35,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from ..ops import checks
-from ..ops.common import as_rows, first_order, follows_autocast, note_column_sums, notes_from
+from ..ops.common import as_rows, follows_autocast, note_column_sums, notes_from, op_function
 from ..ops.norms import (
     LN_ROW,
     LN_ROW_PARAMS,
@@ -79,6 +79,7 @@ def row_operands(rows: torch.Tensor, s: torch.Tensor | None, ss: torch.Tensor, e
     return row if s is None else row | dict(shift=row_shift(rows, shifted), s=s.reshape(-1))
 
 
+@op_function
 class NormFunction(torch.autograd.Function):
     """LayerNorm(x) ⊙ g + beta, or RMSNorm(x) ⊙ g where beta is None: 2 map programs forward (1
     with given sums, or the one-pass kernel), 2 backward (or the one-pass kernel)."""
@@ -108,7 +109,6 @@ class NormFunction(torch.autograd.Function):
         return (y, x) if passthrough else y
 
     @staticmethod
-    @first_order
     def backward(ctx, dy: torch.Tensor | None, dres: torch.Tensor | None = None):
         x, g, ss, *s = ctx.saved_tensors
         rms = not s

@@ -35,19 +35,43 @@ ROUNDING: dict[torch.dtype, str] = {torch.bfloat16: "round_bf16", torch.float16:
 STATS: dict[str | None, list[str]] = {None: [], "rms": ["ss"], "layer": ["ss", "s"]}
 
 
-def first_order(backward: Callable) -> Callable:
-    """For an autograd.Function's backward: its programs have no derivative of their own, so a
-    backward asked to build a graph for a second derivative (`create_graph=True`, which runs it
-    with grad mode on) raises a CodaError, where a graph of its eager parts would give a wrong
-    second derivative. The usual backward pays one check."""
+def op_function(cls: type[torch.autograd.Function]) -> type[torch.autograd.Function]:
+    """Class decorator for an op's autograd.Function. Its forward's outputs are its own tensors
+    (a reshaped view of a buffer the forward made is detached from it, as torch's ops' outputs
+    are not views), so a caller may change them in place. Its backward's programs have no
+    derivative of their own: asked to build a graph for a second derivative (`create_graph=True`,
+    which runs it with grad mode on) it raises a CodaError, where a graph of its eager parts
+    would give a wrong second derivative; the usual backward pays one check."""
+    forward, backward = cls.forward, cls.backward
+
+    @functools.wraps(forward)
+    def owned(ctx, *args):
+        out = forward(ctx, *args)
+        if not isinstance(out, tuple):
+            return _own(out, args)
+        owned = tuple(_own(t, args) for t in out)
+        marked = getattr(ctx, "non_differentiable", ())   # ctx.mark_non_differentiable's
+        if marked:
+            ctx.mark_non_differentiable(*(new for old, new in zip(out, owned, strict=True)
+                                          if any(old is t for t in marked)))
+        return owned
+
     @functools.wraps(backward)
-    def run(ctx, *grads):
+    def first_order(ctx, *grads):
         if torch.is_grad_enabled():
-            name = backward.__qualname__.split(".")[0]
-            raise CodaError(f"{name}: CODA's ops are differentiable once; a second derivative "
-                            f"(a backward with create_graph=True) is not supported")
+            raise CodaError(f"{cls.__name__}: CODA's ops are differentiable once; a second "
+                            f"derivative (a backward with create_graph=True) is not supported")
         return backward(ctx, *grads)
-    return run
+
+    cls.forward, cls.backward = staticmethod(owned), staticmethod(first_order)
+    return cls
+
+
+def _own(out: object, inputs: tuple) -> object:
+    """`out`, detached from the buffer it is a view of, unless that is one of the inputs."""
+    if isinstance(out, torch.Tensor) and out._is_view() and not any(out._base is a for a in inputs):
+        return out.detach()
+    return out
 
 
 def follows_autocast(*keep: str, widest: bool = False) -> Callable[[Callable], Callable]:

@@ -137,8 +137,8 @@ from .common import (
     ROUNDING,
     SCALE_ROWS,
     as_rows,
-    first_order,
     follows_autocast,
+    op_function,
     present,
     weight_grad,
 )
@@ -312,6 +312,7 @@ def _spans(total: int, width: int) -> list[tuple[int, int]]:
     return [(i0, min(i0 + width, total)) for i0 in range(0, total, width)]
 
 
+@op_function
 class LinearCrossEntropyFunction(torch.autograd.Function):
     """Per-row cross-entropy of x @ w.T (+ bias, cap, folded RMSNorm). With `grads_in_forward`
     (a scalar loss, a gradient wanted, not `low_memory`) the forward forms the gradients for an
@@ -372,7 +373,6 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
         return result
 
     @staticmethod
-    @first_order
     def backward(ctx, grad: torch.Tensor):
         label_smoothing, softcap, chunk_size, low_memory, lead = ctx.options
         need = list(ctx.needs_input_grad[:2]) + list(ctx.needs_input_grad[3:5])

@@ -20,7 +20,7 @@ import torch
 from .. import compile as compile_program
 from ..errors import LaunchError
 from . import checks
-from .common import as_rows, first_order
+from .common import as_rows, op_function
 
 # The element-wise step, run as a map program over x (forward) or dy (backward).
 DROPOUT = compile_program("EPILOGUE dropout_map(p: scalar) { output = dropout(input, p); }")
@@ -50,6 +50,7 @@ def resolve_seed(p: float, seed: int | None, name: str = "seed") -> int | None:
     return seed
 
 
+@op_function
 class DropoutFunction(torch.autograd.Function):
     """dropout(x, p) with an explicit seed; backward is the same map with the same seed."""
 
@@ -59,7 +60,6 @@ class DropoutFunction(torch.autograd.Function):
         return DROPOUT.map(as_rows(x)[0], p=p, seed=seed)["output"].reshape(x.shape)
 
     @staticmethod
-    @first_order
     def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         dx = DROPOUT.map(as_rows(dy)[0], p=ctx.p, seed=ctx.seed)["output"]
         return dx.reshape(dy.shape), None, None

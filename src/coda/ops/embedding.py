@@ -22,9 +22,10 @@ import torch.nn.functional as F
 from ..errors import LaunchError
 from ..runtime.program import default_backend
 from . import checks
-from .common import first_order
+from .common import op_function
 
 
+@op_function
 class EmbeddingFunction(torch.autograd.Function):
     """w[ids], and with `tied` also the table itself (`tied_embedding`); backward: the table's
     gradient by `embedding_grad`, added into the gradient that reached the second output."""
@@ -37,7 +38,6 @@ class EmbeddingFunction(torch.autograd.Function):
         return (y, w.detach()) if tied else y
 
     @staticmethod
-    @first_order
     def backward(ctx, dy: torch.Tensor, dw: torch.Tensor | None = None
                  ) -> tuple[None, torch.Tensor, None, None]:
         (ids,) = ctx.saved_tensors

@@ -47,7 +47,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import PLAIN, as_rows, first_order, follows_autocast, matmul, present, weight_grad
+from .common import PLAIN, as_rows, follows_autocast, matmul, op_function, present, weight_grad
 from .norms import FOLD, NORM_DW, RMS_ROW, RMS_ROW_PARAMS
 
 #: activation -> (f, f') by primitive name; the op names follow the activation.
@@ -156,6 +156,7 @@ def interleave(w_gate: torch.Tensor, w_up: torch.Tensor, gain: torch.Tensor | No
     return InterleaveGain.apply(w_gate, w_up, gain)
 
 
+@op_function
 class InterleaveGain(torch.autograd.Function):
     """`interleave(w_gate, w_up) * gain`: the [2F, H] result is [F, 2H] with gate row j in the
     first H columns of row j and up row j in the last, so it is two maps writing halves of one
@@ -172,7 +173,6 @@ class InterleaveGain(torch.autograd.Function):
         return pairs.view(2 * f, h)
 
     @staticmethod
-    @first_order
     def backward(ctx, d: torch.Tensor):
         w_gate, w_up, gain = ctx.saved_tensors
         f, h = w_gate.shape
@@ -193,6 +193,7 @@ def deinterleave(w_gate_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return w_gate_up[0::2].contiguous(), w_gate_up[1::2].contiguous()
 
 
+@op_function
 class GatedMLPFunction(torch.autograd.Function):
     """y = f(gate) * up @ w_down.T + residual (and ss): two GEMMs forward; backward one GEMM for
     dh with the gated derivative in its epilogue, one for dx, two for the weight gradients."""
@@ -220,7 +221,6 @@ class GatedMLPFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    @first_order
     def backward(ctx, dy: torch.Tensor | None, dss: torch.Tensor | None = None):
         if dy is None and dss is None:   # no gradient reached the outputs
             return (None,) * 10

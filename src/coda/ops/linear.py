@@ -55,12 +55,12 @@ from .common import (
     STATS,
     as_rows,
     column_sum,
-    first_order,
     follows_autocast,
     input_and_bias_grad,
     input_grad,
     known_column_sums,
     matmul,
+    op_function,
     present,
     stored,
     weight_grad,
@@ -142,6 +142,7 @@ def grad_at_preactivation(dy: torch.Tensor, activation: str | None, p: float, se
     return outs["output"], outs.get("db")
 
 
+@op_function
 class LinearFunction(torch.autograd.Function):
     """y = dropout(f(x @ w.T + bias), p): one GEMM forward; one map and two GEMMs backward."""
 
@@ -161,7 +162,6 @@ class LinearFunction(torch.autograd.Function):
         return outs["output"].reshape(*lead, w.shape[0])
 
     @staticmethod
-    @first_order
     def backward(ctx, dy: torch.Tensor):
         x, w, slope = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
@@ -179,6 +179,7 @@ class LinearFunction(torch.autograd.Function):
         return dx, dw, db, None, None, None, None
 
 
+@op_function
 class MLPFunction(torch.autograd.Function):
     """y = dropout(f(x @ w1.T + b1) @ w2.T + b2, p) + residual (and its row sums): two GEMMs
     forward; backward one map (with dropout) and five GEMMs, fc1's derivative and bias gradient
@@ -209,7 +210,6 @@ class MLPFunction(torch.autograd.Function):
         return (y, *sums) if sums else y
 
     @staticmethod
-    @first_order
     def backward(ctx, dy: torch.Tensor | None, *unused_stat_grads):
         if dy is None:   # only the row sums were used
             return (None,) * 11

@@ -104,7 +104,6 @@ from .common import (
     as_rows,
     check_split,
     column_sum,
-    first_order,
     follows_autocast,
     input_and_bias_grad,
     joined_grad,
@@ -112,6 +111,7 @@ from .common import (
     matmul,
     note_column_sums,
     notes_from,
+    op_function,
     present,
     split_columns,
     stored,
@@ -223,6 +223,7 @@ def _wanted(**flags: bool) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------
+@op_function
 class RMSNormLinearFunction(torch.autograd.Function):
     """rstd ⊙_row (x @ W'.T) + bias: 2 CODA kernels forward (3 without sumsq); backward, on the
     Triton backend two plain GEMMs around RMSNorm's one-pass backward, else 3 (4 with bias)."""
@@ -240,7 +241,6 @@ class RMSNormLinearFunction(torch.autograd.Function):
         return (y, x) if passthrough else y
 
     @staticmethod
-    @first_order
     def backward(ctx, dy: torch.Tensor | None, dres: torch.Tensor | None = None):
         x, g, w, ss = ctx.saved_tensors
         if dy is None:   # only the passed-through x was used
@@ -292,6 +292,7 @@ def rms_norm_linear_grads(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, w:
     return dx, dg, dw, db
 
 
+@op_function
 class LayerNormLinearFunction(torch.autograd.Function):
     """rstd ⊙_row (x @ W'.T − mean ⊗ u) + cv: 2 CODA kernels forward (3 without rowsum/sumsq,
     where `layer_norm_linear` does not take `_norm_then_linear`), 4 backward. With `split`
@@ -323,7 +324,6 @@ class LayerNormLinearFunction(torch.autograd.Function):
         return (*y, x) if passthrough else y if split else y[0]
 
     @staticmethod
-    @first_order
     def backward(ctx, *grads: torch.Tensor | None):
         x, g, beta, w, s, ss = ctx.saved_tensors
         need_x, need_g, need_beta, need_w, need_b = ctx.needs_input_grad[:5]
@@ -408,6 +408,7 @@ def norm_linear_grads(dy: torch.Tensor | Concat, rows: torch.Tensor, g: torch.Te
     return dx, dg if need_g else None, dbeta if need_beta else None, dw, db
 
 
+@op_function
 class OutProjResidualFunction(torch.autograd.Function):
     """residual + dropout(x @ w.T + bias) and its row sums: 1 CODA kernel forward, 2 backward
     (3 with dropout, or with bias)."""
@@ -429,7 +430,6 @@ class OutProjResidualFunction(torch.autograd.Function):
         return (y, *sums) if sums else y
 
     @staticmethod
-    @first_order
     def backward(ctx, dy: torch.Tensor | None, *unused_stat_grads):
         if dy is None:   # only the row sums were used
             return (None,) * 7
@@ -594,6 +594,7 @@ def _check_bias(op: str, bias, n: int, x: torch.Tensor) -> None:
         checks.vector(op, "bias", bias, n, x)
 
 
+@op_function
 class RmsRstd(torch.autograd.Function):
     """rstd = rsqrt(ss / n + eps) with ss = Σ h² from `out_proj_residual(stats="rms")`.
 
@@ -609,7 +610,6 @@ class RmsRstd(torch.autograd.Function):
         return rstd.to(h.dtype)
 
     @staticmethod
-    @first_order
     def backward(ctx, drstd: torch.Tensor):
         h, rstd = ctx.saved_tensors
         coef = -drstd.to(rstd.dtype) * rstd ** 3 / h.shape[-1]

@@ -48,7 +48,7 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import as_rows, first_order, follows_autocast, matmul, weight_grad
+from .common import as_rows, follows_autocast, matmul, op_function, weight_grad
 from .norms import RMS_ROW, RMS_ROW_PARAMS, rms_fold, rms_norm_linear_grads
 
 
@@ -95,6 +95,7 @@ def permute_for_interleaved_rope(w: torch.Tensor, n_heads: int, head_dim: int,
     return w.reshape(n_heads, *split, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
+@op_function
 class QKVRopeFunction(torch.autograd.Function):
     """q, k, v = split(rope(x @ w_qkv.T + bias)): one GEMM forward; backward three maps (the
     inverse rotation of dq and dk, the copy of dv) and two GEMMs."""
@@ -113,7 +114,6 @@ class QKVRopeFunction(torch.autograd.Function):
         return split_heads(out, lead, heads)
 
     @staticmethod
-    @first_order
     def backward(ctx, dq: torch.Tensor | None, dk: torch.Tensor | None, dv: torch.Tensor | None):
         x, w_qkv, cos, sin = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
@@ -124,6 +124,7 @@ class QKVRopeFunction(torch.autograd.Function):
         return dx, dw, db.to(ctx.bias_dtype) if need_b else None, None, None, None
 
 
+@op_function
 class RMSNormQKVRopeFunction(torch.autograd.Function):
     """q, k, v = split(rope(RMSNorm(x; g) @ w_qkv.T + bias)): the norm folded as in
     rms_norm_linear (one GEMM forward, with the statistics pass unless `sumsq` is given);
@@ -145,7 +146,6 @@ class RMSNormQKVRopeFunction(torch.autograd.Function):
         return (*qkv, x) if passthrough else qkv
 
     @staticmethod
-    @first_order
     def backward(ctx, dq: torch.Tensor | None, dk: torch.Tensor | None, dv: torch.Tensor | None,
                  dres: torch.Tensor | None = None):
         x, g, w_qkv, ss, cos, sin = ctx.saved_tensors
@@ -249,6 +249,7 @@ def qkv_rope(x: torch.Tensor, w_qkv: torch.Tensor, cos: torch.Tensor, sin: torch
     return (*qkv, x) if passthrough else qkv   # autograd adds the two gradients of x
 
 
+@op_function
 class RopeFunction(torch.autograd.Function):
     """RoPE on the first n_rot columns of an existing [M, N] tensor: one map forward, the inverse
     rotation (sin -> -sin) backward."""
@@ -260,7 +261,6 @@ class RopeFunction(torch.autograd.Function):
         return rotate(x, cos, sin, n_rot)
 
     @staticmethod
-    @first_order
     def backward(ctx, dy: torch.Tensor):
         cos, sin = ctx.saved_tensors
         return rotate(dy, cos, -sin, ctx.n_rot), None, None, None
