@@ -324,3 +324,56 @@ def test_an_ops_output_may_be_changed_in_place(name):
         return
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["linear", "mlp", "dropout", "rms_norm_linear", "layer_norm_linear",
+                                  "swiglu_mlp", "layer_norm", "rms_norm"])
+def test_an_empty_batch_runs_forward_and_backward(name):
+    """x [2, 0, 8] (no rows): an empty output of the right shape, and zero gradients for the
+    parameters, as torch gives."""
+    from coda import nn as cnn
+    from coda import ops
+
+    def leaf(*shape):
+        return torch.randn(*shape, dtype=torch.float64).requires_grad_()
+
+    x, w, w2, g, b = leaf(2, 0, 8), leaf(6, 8), leaf(8, 6), leaf(8), leaf(8)
+    op, params, width = {
+        "linear": (lambda: ops.linear(x, w, activation="gelu"), [w], 6),
+        "mlp": (lambda: ops.mlp(x, w, None, w2), [w, w2], 8),
+        "dropout": (lambda: ops.dropout(x, 0.5, seed=1), [], 8),
+        "rms_norm_linear": (lambda: ops.rms_norm_linear(x, g, w), [g, w], 6),
+        "layer_norm_linear": (lambda: ops.layer_norm_linear(x, g, b, w), [g, b, w], 6),
+        "swiglu_mlp": (lambda: ops.swiglu_mlp(x, leaf(12, 8), w2), [w2], 8),
+        "layer_norm": (lambda: cnn.layer_norm(x, g, b), [g, b], 8),
+        "rms_norm": (lambda: cnn.rms_norm(x, g), [g], 8),
+    }[name]
+    out = op()
+    assert out.shape == (2, 0, width)
+    grads = torch.autograd.grad(out.sum(), [x, *params])
+    assert grads[0].shape == x.shape
+    for grad, param in zip(grads[1:], params, strict=True):
+        assert torch.equal(grad, torch.zeros_like(param))
+
+
+def test_no_input_features_is_refused_by_name():
+    """A layer or a norm over zero features is refused, naming the argument."""
+    from coda import nn as cnn
+    from coda import ops
+
+    x = torch.randn(3, 0, dtype=torch.float64)
+    with pytest.raises(coda.LaunchError, match="w: in_features is 0"):
+        ops.linear(x, torch.randn(5, 0, dtype=torch.float64))
+    with pytest.raises(coda.LaunchError, match="layer_norm: x has no features to normalize"):
+        cnn.layer_norm(x, torch.ones(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64))
+    assert ops.dropout(x, 0.5, seed=1).shape == (3, 0)   # element-wise: nothing to refuse
+
+
+@pytest.mark.parametrize("eps", ["x", None, -1.0, True])
+def test_a_norms_eps_is_checked(eps):
+    from coda import nn as cnn
+
+    x = torch.randn(3, 8)
+    for norm, params in ((cnn.layer_norm, (torch.ones(8), torch.zeros(8))), (cnn.rms_norm, (torch.ones(8),))):
+        with pytest.raises(coda.LaunchError, match="eps must be a number >= 0"):
+            norm(x, *params, eps=eps)

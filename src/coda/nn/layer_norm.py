@@ -156,13 +156,14 @@ def layer_norm(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, eps: float 
     x's gradient inside the backward's dx kernel instead of in a separate add.
     """
     _check("layer_norm", x, dict(g=g, beta=beta), dict(rowsum=rowsum, sumsq=sumsq), passthrough)
+    eps = checks.eps("layer_norm", eps)
     if (rowsum is None) != (sumsq is None):
         raise LaunchError("layer_norm: rowsum and sumsq come together; give both or neither")
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::layer_norm, no graph break
-        y = custom.layer_norm_op(x, g, beta, float(eps), rowsum, sumsq)
+        y = custom.layer_norm_op(x, g, beta, eps, rowsum, sumsq)
         return (y, x) if passthrough else y   # autograd adds the two gradients of x
-    return NormFunction.apply(x, g, beta, float(eps), rowsum, sumsq, passthrough)
+    return NormFunction.apply(x, g, beta, eps, rowsum, sumsq, passthrough)
 
 
 @follows_autocast("sumsq", widest=True)
@@ -175,11 +176,12 @@ def rms_norm(x: torch.Tensor, g: torch.Tensor, eps: float = 1e-6, sumsq: torch.T
     (y, x) with `passthrough=True`, as `layer_norm` does.
     """
     _check("rms_norm", x, dict(g=g), dict(sumsq=sumsq), passthrough)
+    eps = checks.eps("rms_norm", eps)
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::rms_norm, no graph break
-        y = custom.rms_norm_op(x, g, float(eps), sumsq)
+        y = custom.rms_norm_op(x, g, eps, sumsq)
         return (y, x) if passthrough else y   # autograd adds the two gradients of x
-    return NormFunction.apply(x, g, None, float(eps), None, sumsq, passthrough)
+    return NormFunction.apply(x, g, None, eps, None, sumsq, passthrough)
 
 
 def _check(op: str, x: object, params: dict[str, object], sums: dict[str, object], passthrough: object
@@ -189,6 +191,8 @@ def _check(op: str, x: object, params: dict[str, object], sums: dict[str, object
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or not x.is_floating_point():
         raise LaunchError(f"{op}: x must be a floating-point tensor [..., n]")
     n = x.shape[-1]
+    if n == 0:
+        raise LaunchError(f"{op}: x has no features to normalize (its last dimension is 0)")
     for name, t in params.items():
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != (n,) or t.device != x.device:
             raise LaunchError(f"{op}: {name} must be a tensor of shape [{n}] on {x.device}")

@@ -16,6 +16,9 @@ def weight(name: str, w: object, x: torch.Tensor, in_features: int,
     in_features what `source` holds; returns out_features."""
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         raise LaunchError(f"{name} must be a 2-D tensor [out_features, in_features], got {describe(w)}")
+    if in_features == 0:
+        raise LaunchError(f"{name}: in_features is 0 ({source}): a layer needs at least one input "
+                          f"feature")
     if w.shape[1] != in_features:
         raise LaunchError(f"{name} is {list(w.shape)} = [out_features, in_features] but {source} is "
                           f"{in_features}: the two must match")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -185,14 +186,14 @@ def joined_grad(grads: Sequence[torch.Tensor | None], widths: tuple[int, ...] | 
     if all(g is None for g in grads):
         return None
     if widths is None:
-        return grads[0].reshape(rows, -1)
+        return grads[0].reshape(rows, grads[0].shape[-1])
     return Concat(tuple(like.new_zeros(rows, w) if g is None else g.reshape(rows, w)
                         for g, w in zip(grads, widths, strict=True)), 1)
 
 
 def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:
     """`x` as [rows, features] (a view when possible) and its leading shape, to restore later."""
-    return x.reshape(-1, x.shape[-1]), x.shape[:-1]
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1]), x.shape[:-1]   # -1: ambiguous when empty
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
