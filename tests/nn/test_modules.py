@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import coda
 import oracle
 from coda.nn import FusedMLP, LayerNormLinear, Linear, RMSNormLinear, SwiGLUMLP
 
@@ -152,6 +153,28 @@ def test_from_torch():
     converted = LayerNormLinear.from_torch(ln.norm, ln.linear)
     torch.testing.assert_close(converted(x), ln(x))
     assert converted.linear.weight is not ln.linear.weight   # a copy
+
+
+@pytest.mark.parametrize("norm", [nn.LayerNorm(16, bias=False), nn.LayerNorm(16, elementwise_affine=False),
+                                  nn.RMSNorm(16, elementwise_affine=False)],
+                         ids=["ln_no_bias", "ln_plain", "rms_plain"])
+def test_from_torch_norms_without_a_gain_or_a_bias(norm):
+    """A norm without its gain or bias folds in too: the missing part is a frozen one or zero,
+    which computes the same, and gets no gradient (it is no parameter of the original)."""
+    x = torch.randn(6, 16, dtype=F64)
+    ref = randomize(TorchNormLinear(norm, nn.Linear(16, 8)))
+    fused_class = RMSNormLinear if isinstance(norm, nn.RMSNorm) else LayerNormLinear
+    fused = fused_class.from_torch(ref.norm, ref.linear)
+    torch.testing.assert_close(fused(x), ref(x))
+    trained = {name for name, p in fused.named_parameters() if p.requires_grad}
+    theirs = {f"norm.{name}" for name, _ in ref.norm.named_parameters()}
+    assert trained == theirs | {"linear.weight", "linear.bias"}
+
+
+def test_from_torch_needs_a_norm_over_the_last_dimension():
+    ref = TorchNormLinear(nn.LayerNorm((4, 16)), nn.Linear(16, 8))
+    with pytest.raises(coda.CodaError, match=r"normalizes over \[4, 16\]"):
+        LayerNormLinear.from_torch(ref.norm, ref.linear)
 
 
 def test_dropout_only_in_training():

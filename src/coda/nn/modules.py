@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from .. import ops
+from ..errors import CodaError
 
 
 class Linear(nn.Linear):
@@ -127,7 +128,7 @@ class RMSNormLinear(nn.Module):
         eps = norm.eps if norm.eps is not None else torch.finfo(w.dtype).eps   # nn.RMSNorm's default
         new = cls(linear.in_features, linear.out_features, eps, linear.bias is not None, device=w.device,
                   dtype=w.dtype)
-        new.norm.load_state_dict(norm.state_dict())
+        _copy_norm(norm, new.norm, linear.in_features)
         new.linear.load_state_dict(linear.state_dict())
         return new
 
@@ -154,6 +155,24 @@ class LayerNormLinear(nn.Module):
         w = linear.weight
         new = cls(linear.in_features, linear.out_features, norm.eps, linear.bias is not None,
                   device=w.device, dtype=w.dtype)
-        new.norm.load_state_dict(norm.state_dict())
+        _copy_norm(norm, new.norm, linear.in_features)
         new.linear.load_state_dict(linear.state_dict())
         return new
+
+
+def _copy_norm(norm: nn.Module, into: nn.Module, dim: int) -> None:
+    """A torch norm's parameters into the fused module's norm. It must normalize x's last
+    dimension, of the linear's in_features; a gain or bias it lacks (`elementwise_affine=False`,
+    `bias=False`) stays the constructor's one or zero, frozen, which computes the same."""
+    if tuple(norm.normalized_shape) != (dim,):
+        raise CodaError(f"from_torch: the norm normalizes over {list(norm.normalized_shape)}; only a "
+                        f"norm over the last dimension, the linear's in_features = {dim}, folds into it")
+    with torch.no_grad():
+        for name in ("weight", "bias"):
+            theirs, ours = getattr(norm, name, None), getattr(into, name, None)
+            if ours is None:
+                continue
+            if theirs is None:
+                ours.requires_grad_(False)
+            else:
+                ours.copy_(theirs)
