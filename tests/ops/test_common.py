@@ -377,3 +377,17 @@ def test_a_norms_eps_is_checked(eps):
     for norm, params in ((cnn.layer_norm, (torch.ones(8), torch.zeros(8))), (cnn.rms_norm, (torch.ones(8),))):
         with pytest.raises(coda.LaunchError, match="eps must be a number >= 0"):
             norm(x, *params, eps=eps)
+
+
+def test_rms_rstd_checks_its_arguments():
+    from coda import ops
+
+    h = torch.randn(5, 8)
+    for args, words in (((h, torch.rand(4), 1e-6), r"ss must have one value per row .* got \[4\]"),
+                        ((h.long(), torch.rand(5), 1e-6), "h has dtype torch.int64"),
+                        ((h, [1.0] * 5, 1e-6), "ss must be a torch.Tensor"),
+                        ((h, torch.rand(5), "x"), "eps must be a number >= 0")):
+        with pytest.raises(coda.LaunchError, match=words):
+            ops.rms_rstd(*args)
+    ss = (h * h).sum(1)
+    torch.testing.assert_close(ops.rms_rstd(h, ss, 1e-6), torch.rsqrt(ss / 8 + 1e-6))

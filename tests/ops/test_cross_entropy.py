@@ -493,6 +493,7 @@ def test_errors_name_the_argument():
         (dict(reduction="avg"), "reduction"),
         (dict(label_smoothing=1.5), "label_smoothing"),
         (dict(softcap=0.0), "softcap"),
+        (dict(softcap=float("inf")), "softcap must be None or a positive finite number"),
         (dict(chunk_size=0), "chunk_size"),
         (dict(ignore_index=1.0), "ignore_index"),
         (dict(norm_eps=-1.0), "norm_eps"),

@@ -123,6 +123,7 @@ with the device, its row's loss weight is NaN, so the loss and the gradients it 
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -740,8 +741,8 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
         raise LaunchError(f"ignore_index must be an int, got {ignore_index!r}")
     if not _is_number(label_smoothing) or not 0.0 <= label_smoothing <= 1.0:
         raise LaunchError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
-    if softcap is not None and (not _is_number(softcap) or not softcap > 0):
-        raise LaunchError(f"softcap must be None or a positive number, got {softcap!r}")
+    if softcap is not None and (not _is_number(softcap) or not 0 < softcap < math.inf):
+        raise LaunchError(f"softcap must be None or a positive finite number, got {softcap!r}")
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
                                    or chunk_size < 1):
         raise LaunchError(f"chunk_size must be None or a positive int, got {chunk_size!r}")

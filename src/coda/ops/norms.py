@@ -87,6 +87,7 @@ gradient that no input needs is stored.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -621,7 +622,12 @@ class RmsRstd(torch.autograd.Function):
 def rms_rstd(h: torch.Tensor, ss: torch.Tensor, eps: float) -> torch.Tensor:
     """The RMSNorm row scale of h from its row sums of squares `ss` (as `out_proj_residual`
     emits them), differentiable with respect to h, for ops that take `rstd=` (swiglu_mlp)."""
+    checks.float_tensor("rms_rstd", "h", h)
+    if h.dim() == 0:
+        raise LaunchError(f"rms_rstd: h must be [..., n], got {checks.describe(h)}")
+    checks.row_stats("rms_rstd", h, math.prod(h.shape[:-1]), ss=ss)
+    eps = checks.eps("rms_rstd", eps)
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::rms_rstd, no graph break
-        return custom.rms_rstd_op(h, ss, float(eps))
+        return custom.rms_rstd_op(h, ss, eps)
     return RmsRstd.apply(h, ss, eps)
