@@ -93,9 +93,9 @@ def tied_embedding(ids: torch.Tensor, w: torch.Tensor, padding_idx: int | None =
     """(embedding(ids, w, padding_idx), table): `table` holds w's values; give it, in place of w,
     to the output layer that shares the table with this embedding (GPT-2's LM head). That
     layer's gradient for the table then arrives in this op's backward, whose kernel adds the
-    tokens' rows into it in place: no zero-filled [V, H] table and no third kernel by autograd
-    to add the two gradients. The gradient that reaches `table` is modified in place, as
-    autograd's own accumulation may do with a gradient it owns. Under torch.compile, or
+    tokens' rows into it: no zero-filled [V, H] table and no third kernel by autograd to add
+    the two gradients. It adds in place into a gradient its producer made for this one use
+    (`linear_cross_entropy`'s, `sole_use`), into a copy of any other. Under torch.compile, or
     without a gradient for w, `table` is w itself."""
     return _embedding(ids, w, padding_idx, tied=True)
 
