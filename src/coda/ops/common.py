@@ -50,12 +50,12 @@ def op_function(cls: type[torch.autograd.Function]) -> type[torch.autograd.Funct
         out = forward(ctx, *args)
         if not isinstance(out, tuple):
             return _own(out, args)
-        owned = tuple(_own(t, args) for t in out)
+        outs = tuple(_own(t, args) for t in out)
         marked = getattr(ctx, "non_differentiable", ())   # ctx.mark_non_differentiable's
         if marked:
-            ctx.mark_non_differentiable(*(new for old, new in zip(out, owned, strict=True)
+            ctx.mark_non_differentiable(*(new for old, new in zip(out, outs, strict=True)
                                           if any(old is t for t in marked)))
-        return owned
+        return outs
 
     @functools.wraps(backward)
     def first_order(ctx, *grads):

@@ -110,10 +110,12 @@ def _embedding(ids: torch.Tensor, w: torch.Tensor, padding_idx: int | None, tied
     if padding_idx is not None and not -w.shape[0] <= padding_idx < w.shape[0]:
         raise LaunchError(f"padding_idx must be in [-{w.shape[0]}, {w.shape[0]}), got {padding_idx}")
     padding_idx = None if padding_idx is None else padding_idx % w.shape[0]
-    if ids.device.type == "cpu" and ids.numel() and not 0 <= int(ids.min()) <= int(ids.max()) < w.shape[0]:
-        raise LaunchError(f"ids must lie in [0, {w.shape[0]}) (w's rows); got values from "
-                          f"{int(ids.min())} to {int(ids.max())}")   # (on a GPU: no synchronizing check)
     from ..integrations import compile as custom  # here: that module imports this one
+    # ids in range, where reading them costs no synchronization (not on a GPU, not in a graph)
+    if not custom.routed() and ids.device.type == "cpu" and ids.numel() and not (
+            0 <= int(ids.min()) <= int(ids.max()) < w.shape[0]):
+        raise LaunchError(f"ids must lie in [0, {w.shape[0]}) (w's rows); got values from "
+                          f"{int(ids.min())} to {int(ids.max())}")
     if custom.routed() or not (torch.is_grad_enabled() and w.requires_grad):
         y = F.embedding(ids, w, padding_idx)
         return (y, w) if tied else y
