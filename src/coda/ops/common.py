@@ -69,10 +69,14 @@ def op_function(cls: type[torch.autograd.Function]) -> type[torch.autograd.Funct
 
 
 def _own(out: object, inputs: tuple) -> object:
-    """`out`, detached from the buffer it is a view of, unless that is one of the inputs."""
-    if isinstance(out, torch.Tensor) and out._is_view() and not any(out._base is a for a in inputs):
-        return out.detach()
-    return out
+    """`out`, detached from the buffer it is a view of, unless that is an input's memory (a view
+    of an input stays a view, which autograd tracks)."""
+    if not isinstance(out, torch.Tensor) or not out._is_view():
+        return out
+    base = out._base
+    if any(base is a or (isinstance(a, torch.Tensor) and base is a._base) for a in inputs):
+        return out
+    return out.detach()
 
 
 def follows_autocast(*keep: str, widest: bool = False) -> Callable[[Callable], Callable]:
