@@ -8,7 +8,7 @@
 #     differentiable once; tied_embedding's in-place add only into the LM head's marked gradient;
 #     all-ignored cross-entropy) in the GPU op, GPT and HF tests (no false refusal in a real step);
 # (3) `coda run` at GPT-2's fc1 shape: its outputs and its time beside torch.matmul's.
-export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
+export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,power.limit --format=csv,noheader
 timeout 170 python -m pytest -q -x tests/gpu/test_triton_gpu.py -k "maxima or lse_max" \
@@ -18,6 +18,6 @@ timeout 300 python -m pytest -q tests/gpu/test_ops_*.py tests/gpu/test_nn_gpt.py
     tests/runtime/test_binding.py tests/ops/test_common.py tests/ops/test_embedding.py \
     > "$out/gpu_tests_ops_hf.txt" 2>&1
 echo "ops + hf + binding tests rc=$? at ${SECONDS}s"; tail -3 "$out/gpu_tests_ops_hf.txt"
-PYTHONPATH=$PWD/src timeout 60 python -m coda run src/coda/examples/bias_gelu_dropout_residual.epi \
+timeout 60 python -m coda run src/coda/examples/bias_gelu_dropout_residual.epi \
     --shape 16384,3072,768 --dtype bfloat16 | tee "$out/coda_run_fc1.txt"
 echo "done at ${SECONDS}s"
