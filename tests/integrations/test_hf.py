@@ -138,6 +138,50 @@ def test_llama_without_labels_and_base_model_match():
                                ref.model(input_ids=ids).last_hidden_state, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("build", ["llama", "gpt2", "bert"])
+def test_return_dict_false_gives_a_tuple(build):
+    """With labels and `return_dict=False` (the argument or the config's), the patched LM heads
+    give a tuple, as HF's do: `to_tuple()` of their output, the loss first."""
+    ref = {"llama": tiny_llama, "gpt2": tiny_gpt2, "bert": tiny_bert}[build](torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    ids, labels = batch()
+    expected = model(input_ids=ids, labels=labels).loss
+    got = model(input_ids=ids, labels=labels, return_dict=False)
+    assert isinstance(got, tuple)
+    torch.testing.assert_close(got[0], expected, rtol=0, atol=0)
+    model.config.return_dict = False
+    assert isinstance(model(input_ids=ids, labels=labels), tuple)
+
+
+@pytest.mark.parametrize("build", ["llama", "gpt2"])
+def test_inference_mode(build):
+    """Under torch.inference_mode (HF pipelines, evaluation loops) the blocks' outputs are
+    inference tensors, which have no version counter: their row sums are not carried, and the
+    logits and the loss are the unpatched model's."""
+    ref = tiny_llama(torch.float64) if build == "llama" else tiny_gpt2(torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    ids, labels = batch()
+    with torch.inference_mode():
+        torch.testing.assert_close(model(input_ids=ids).logits, ref(input_ids=ids).logits,
+                                   rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(model(input_ids=ids, labels=labels).loss, reference_loss(ref, ids, labels),
+                                   rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("build", ["llama", "gpt2", "bert"])
+def test_output_attentions_gives_hfs_maps(build):
+    """HF records attention maps with hooks on its attention modules, which the patched layers
+    do not call: while it records them the layers run HF's forward, so the maps are HF's, not
+    an empty tuple."""
+    ref = {"llama": tiny_llama, "gpt2": tiny_gpt2, "bert": tiny_bert}[build](torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    ids, _ = batch()
+    got, want = (m(input_ids=ids, output_attentions=True).attentions for m in (model, ref))
+    assert len(got) == len(want) == 2
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+
+
 def test_num_items_in_batch_is_a_sum_over_given_count():
     ref = tiny_llama(torch.float64)
     model = coda.patch(copy.deepcopy(ref))

@@ -177,6 +177,35 @@ def test_from_torch_needs_a_norm_over_the_last_dimension():
         LayerNormLinear.from_torch(ref.norm, ref.linear)
 
 
+class BiasedSwiGLU(TorchSwiGLU):  # HF's LlamaMLP with mlp_bias=True
+    def __init__(self, dim: int, hidden: int):
+        super().__init__(dim, hidden)
+        self.gate_proj = nn.Linear(dim, hidden)
+
+
+class GeGLU(TorchSwiGLU):  # HF's LlamaMLP with hidden_act="gelu" (Gemma's MLP): an `act_fn`
+    def __init__(self, dim: int, hidden: int):
+        super().__init__(dim, hidden)
+        self.act_fn = nn.GELU()
+
+
+@pytest.mark.parametrize("module, match", [(BiasedSwiGLU(16, 24), "gate_proj carry a bias"),
+                                           (GeGLU(16, 24), r"act_fn is GELU\(.*\), not SiLU")],
+                         ids=["bias", "gelu"])
+def test_swiglu_from_torch_refuses_what_it_would_drop(module, match):
+    """SwiGLUMLP has no biases and computes silu(gate) * up: a source MLP with biases or another
+    activation would convert into a different function, so it is refused."""
+    with pytest.raises(coda.CodaError, match=match):
+        SwiGLUMLP.from_torch(module)
+
+
+def test_fused_mlp_from_torch_refuses_a_bias_in_one_layer_only():
+    mlp = TorchMLP(16, 24, nn.GELU(approximate="tanh"))
+    mlp.fc2 = nn.Linear(24, 16, bias=False)
+    with pytest.raises(coda.CodaError, match="bias in only one of fc1 and fc2"):
+        FusedMLP.from_torch(mlp, "gelu")
+
+
 def test_dropout_only_in_training():
     torch.manual_seed(0)
     layer = Linear(16, 32, dropout=0.5).double()

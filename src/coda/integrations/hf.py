@@ -37,7 +37,8 @@ Per family (docs/integrations.md, "HuggingFace models"):
   and ELECTRA, built module for module as BERT's): `BertSelfAttention`'s query, key and value
   projections -> one `linear` against the concatenated `[wq; wk; wv]` (one GEMM forward, its dx
   in one GEMM instead of three and two adds, its bias gradient in one column sum instead of
-  three), HF's attention (its weights are not returned: `attn_weights` is None);
+  three), HF's attention (its weights are not returned: `attn_weights` is None; with
+  `output_attentions=True` the layers run HF's forward, `_guarded`);
   `BertSelfOutput` (dense + dropout + residual + post-LN) -> `out_proj_residual(stats="layer")` +
   `coda.nn.layer_norm` on the sums; `BertLayer`'s feed-forward (`BertIntermediate` +
   `BertOutput`) -> one `mlp(..., residual=x, stats="layer")` + `coda.nn.layer_norm` on the sums
@@ -207,15 +208,38 @@ def _unpickled(cls: type, state: dict) -> nn.Module:
 def _guarded(method: Callable, original: Callable, watched) -> Callable:
     """`method`, run while every watched submodule has the type it had when the module was
     patched; HF's `original` once one has been replaced (a LoRA adapter injected after
-    `coda.patch`, say, which the CODA forward would not call): never a silent wrong answer."""
+    `coda.patch`, say, which the CODA forward would not call): never a silent wrong answer.
+    HF's `original` too while HF records attention maps (`output_attentions=True`)."""
+    recording_attentions = _attention_recorder()
 
     @functools.wraps(method)   # its signature: HF's feed-forward chunking counts the parameters
     def forward(self, *args, **kwargs):
-        if all(type(m) is kind for m, (_, kind) in zip(_reached(self, watched), watched, strict=True)):
+        if not recording_attentions() and all(
+                type(m) is kind for m, (_, kind) in zip(_reached(self, watched), watched, strict=True)):
             return method(self, *args, **kwargs)
         return original(self, *args, **kwargs)
 
     return forward
+
+
+def _attention_recorder() -> Callable[[], bool]:
+    """Whether HF is collecting attention maps now. transformers 5 records them with hooks on its
+    attention modules' outputs while `output_attentions` is on; the patched forwards call no such
+    module (and return no weights), so the maps would silently be missing: the layers then run
+    HF's forward. Releases without that collector: never. While Dynamo traces, the collector is
+    readable only once HF has set it for the trace (its `compiling` flag): before, nothing records."""
+    try:
+        from transformers.utils.output_capturing import _active_collector
+    except ImportError:
+        return lambda: False
+
+    def recording() -> bool:
+        if torch.compiler.is_compiling() and not getattr(_active_collector, "compiling", False):
+            return False   # Dynamo cannot trace the ContextVar's get
+        collected = _active_collector.get()
+        return collected is not None and "attentions" in collected
+
+    return recording
 
 
 def _patch_input_embeddings(model: nn.Module) -> None:
@@ -447,12 +471,13 @@ def _gpt2_model(model: nn.Module) -> Callable:
 #: the attribute by which a block's output carries its row sums Σ y and Σ y² (taken in the
 #: epilogue of the GEMM that formed y) to the norm that reads y next, which then needs no map
 #: of its own to sum them; with y's version counter, so that a change in place drops them.
-#: Not under torch.compile (Dynamo keeps no tensor attribute): there each norm sums its input.
+#: Not under torch.compile (Dynamo keeps no tensor attribute), nor on inference tensors
+#: (`torch.inference_mode`: they have no version counter): there each norm sums its input.
 CARRIED_SUMS = "_coda_row_sums"
 
 
 def _carry_sums(y: torch.Tensor, s: torch.Tensor | None, ss: torch.Tensor) -> torch.Tensor:
-    if not torch.compiler.is_compiling():   # Dynamo would not keep a tensor's attribute
+    if not torch.compiler.is_compiling() and not y.is_inference():
         setattr(y, CARRIED_SUMS, (s, ss, y._version))
     return y
 
@@ -574,8 +599,9 @@ def _causal_lm(model: nn.Module) -> Callable:
         kwargs.pop("logits_to_keep", None)
         num_items = kwargs.pop("num_items_in_batch", None)
         shift_labels = kwargs.pop("shift_labels", None)
+        return_dict = _return_dict(self, kwargs)
         _ask_tied_table(self)
-        outputs = getattr(self, self.base_model_prefix)(*args, **kwargs)
+        outputs = getattr(self, self.base_model_prefix)(*args, return_dict=True, **kwargs)
         hidden = outputs.last_hidden_state
         if shift_labels is None:  # HF: pad one ignored label at the end, then shift left
             pad = labels.new_full((*labels.shape[:-1], 1), IGNORE_INDEX)
@@ -584,9 +610,10 @@ def _causal_lm(model: nn.Module) -> Callable:
                           self._coda_skip_ignored)
         if num_items is not None:
             loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
-        return CausalLMOutputWithPast(loss=loss, logits=None, hidden_states=outputs.hidden_states,
-                                      attentions=outputs.attentions,
-                                      **{field: getattr(outputs, field, None)})
+        output = CausalLMOutputWithPast(loss=loss, logits=None, hidden_states=outputs.hidden_states,
+                                        attentions=outputs.attentions,
+                                        **{field: getattr(outputs, field, None)})
+        return output if return_dict else output.to_tuple()
 
     return forward
 
@@ -602,15 +629,24 @@ def _masked_lm(model: nn.Module) -> Callable:
             return original(self, *args, **kwargs)
         from transformers.modeling_outputs import MaskedLMOutput
 
-        kwargs["return_dict"] = True
+        return_dict = _return_dict(self, kwargs)
         _ask_tied_table(self)
-        outputs = self.bert(*args, **kwargs)
+        outputs = self.bert(*args, return_dict=True, **kwargs)
         hidden = self.cls.predictions.transform(outputs.last_hidden_state)
-        return MaskedLMOutput(loss=_head_loss(self, hidden, labels, "mean", self._coda_skip_ignored),
-                              logits=None,
-                              hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        output = MaskedLMOutput(loss=_head_loss(self, hidden, labels, "mean", self._coda_skip_ignored),
+                                logits=None,
+                                hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return output if return_dict else output.to_tuple()
 
     return forward
+
+
+def _return_dict(model: nn.Module, kwargs: dict) -> bool:
+    """HF's `return_dict` for this call (the argument, taken out of `kwargs`, else the config's).
+    The patched heads run their base model with `return_dict=True` (they read its fields) and,
+    as HF's `can_return_tuple` does, give `output.to_tuple()` where it is False."""
+    wanted = kwargs.pop("return_dict", None)
+    return getattr(model.config, "return_dict", True) if wanted is None else bool(wanted)
 
 
 def _head_loss(model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, reduction: str,

@@ -21,6 +21,7 @@ counter-based masks (same p as torch, not torch's RNG stream).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .. import ops
@@ -67,8 +68,12 @@ class FusedMLP(nn.Module):
 
     @classmethod
     def from_torch(cls, module: nn.Module, activation: str | None = "gelu", dropout: float = 0.0) -> FusedMLP:
-        """From any module with `fc1` and `fc2` nn.Linear children (e.g. timm's / ViT's `Mlp`)."""
+        """From any module with `fc1` and `fc2` nn.Linear children (e.g. timm's / ViT's `Mlp`), both
+        biased or neither (FusedMLP has one `bias` flag for the two)."""
         fc1, fc2 = module.fc1, module.fc2
+        if (fc1.bias is None) != (fc2.bias is None):
+            raise CodaError(f"FusedMLP.from_torch: {type(module).__name__} has a bias in only one of fc1 and "
+                            f"fc2; FusedMLP has both or neither")
         new = cls(fc1.in_features, fc1.out_features, activation, fc1.bias is not None, dropout,
                   device=fc1.weight.device, dtype=fc1.weight.dtype)
         new.load_state_dict({f"{name}.{key}": t for name, fc in (("fc1", fc1), ("fc2", fc2))
@@ -99,11 +104,22 @@ class SwiGLUMLP(nn.Module):
 
     @classmethod
     def from_torch(cls, module: nn.Module) -> SwiGLUMLP:
-        """From any module with bias-free `gate_proj`, `up_proj`, `down_proj` (e.g. HF's LlamaMLP)."""
+        """From any module with bias-free `gate_proj`, `up_proj`, `down_proj` (e.g. HF's LlamaMLP)
+        and, if it has an `act_fn`, a SiLU one. Biases or another activation (HF's `mlp_bias=True`,
+        a GeGLU's GELU) raise CodaError: this module has neither, and would drop them silently."""
+        names = ("gate_proj", "up_proj", "down_proj")
+        biased = [name for name in names if getattr(getattr(module, name), "bias", None) is not None]
+        if biased:
+            raise CodaError(f"SwiGLUMLP.from_torch: {type(module).__name__}'s {', '.join(biased)} carry a "
+                            f"bias; SwiGLUMLP (swiglu_mlp) has none")
+        act = getattr(module, "act_fn", None)
+        probe = torch.linspace(-4.0, 4.0, 17, dtype=torch.float64)
+        if act is not None and not torch.allclose(act(probe), F.silu(probe)):
+            raise CodaError(f"SwiGLUMLP.from_torch: {type(module).__name__}.act_fn is {act!r}, not SiLU; "
+                            f"SwiGLUMLP computes silu(gate) * up")
         w = module.gate_proj.weight
         new = cls(w.shape[1], w.shape[0], device=w.device, dtype=w.dtype)
-        new.load_state_dict({f"{name}.weight": getattr(module, name).weight
-                             for name in ("gate_proj", "up_proj", "down_proj")})
+        new.load_state_dict({f"{name}.weight": getattr(module, name).weight for name in names})
         return new
 
 
