@@ -7,7 +7,6 @@ float64 runs the reference backend; float32 the real Triton kernels through the 
 from __future__ import annotations
 
 import copy
-import types
 
 import pytest
 import torch
@@ -30,8 +29,10 @@ def tiny_llama(dtype: torch.dtype, family: str = "Llama", exact_norms: bool = Tr
         attn_implementation="eager", **overrides)
     model = getattr(transformers, f"{family}ForCausalLM")(config).to(dtype).eval()
     for module in model.modules():  # HF's RMSNorm computes in float32 even for a float64 model
-        if exact_norms and type(module).__name__ == f"{family}RMSNorm":
-            module.forward = types.MethodType(exact_rms_norm, module)
+        if exact_norms and type(module).__name__ == f"{family}RMSNorm":   # (a class of that name,
+            cls = type(module)                                             # as coda.patch looks for)
+            module.__class__ = type(cls.__name__, (cls,), {"forward": exact_rms_norm,
+                                                            "__module__": cls.__module__})
     with torch.no_grad():  # non-trivial norm gains, so that folding them into weights is tested
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):   # Qwen3's q_norm and k_norm too
@@ -286,13 +287,17 @@ def _counting_maps(monkeypatch, *programs) -> dict[str, int]:
 
 @pytest.mark.parametrize("build", ["gpt2", "llama"])
 def test_blocks_hand_their_row_sums_to_the_next_norm(monkeypatch, build):
-    """Each block's last GEMM sums its output's rows for the next block's norm (and GPT-2's
-    ln_f): only the first block's norm runs a statistics map, and the results still match."""
+    """Each block's last GEMM sums its output's rows for the next block's norm and for the
+    model's final norm (GPT-2's ln_f, LLaMA's norm, both CODA's: a normalizing map on the sums,
+    after GPT-2's two ln_2): only the first block's norm runs a statistics map, and the results
+    still match."""
+    from coda.nn.layer_norm import LAYER_NORM, RMS_NORM
     from coda.ops import norms
-    counts = _counting_maps(monkeypatch, norms.LN_STATS, norms.RMS_STATS)
+    counts = _counting_maps(monkeypatch, norms.LN_STATS, norms.RMS_STATS, LAYER_NORM, RMS_NORM)
     ref = tiny_gpt2(torch.float64) if build == "gpt2" else tiny_llama(torch.float64)
     assert_causal_lm_matches(ref, 1e-10)
-    assert counts == ({"ln_stats": 1} if build == "gpt2" else {"rms_stats": 1})
+    assert counts == ({"ln_stats": 1, "layer_norm": 3} if build == "gpt2"
+                      else {"rms_stats": 1, "rms_norm": 1})
 
 
 def test_gpt2_norms_hand_their_dx_column_sums_back(monkeypatch):

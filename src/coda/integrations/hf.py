@@ -24,7 +24,8 @@ Per family (docs/integrations.md, "HuggingFace models"):
   `swiglu_mlp` with the norm folded (`sumsq=` those statistics, the gain in the weight: one
   `interleave(w_gate, w_up, gain=)` pass); its dx kernel adds the residual's and the norm's
   gradients, so h's whole gradient from the MLP comes out of one kernel. Its down GEMM sums
-  Σ y² for the next layer's `input_layernorm`, which then runs no statistics map.
+  Σ y² for the next layer's `input_layernorm`, which then runs no statistics map; the last
+  layer's, for the model's final `norm` -> `coda.nn.rms_norm` (`_final_norm`).
 - GPT-2 (`GPT2Model`, `GPT2LMHeadModel`), each `GPT2Block`: `ln_1` + `c_attn` ->
   `layer_norm_linear` (Conv1D weights [in, out] are used as `w.T` views, no copies), HF's attention,
   `c_proj` + residual -> `out_proj_residual(stats="layer")`, `ln_2` -> `coda.nn.layer_norm` on those
@@ -82,6 +83,8 @@ IGNORE_INDEX = -100  # HF's causal-LM loss default
 BERT_LIKE = ("Bert", "Roberta", "XLMRoberta", "Camembert", "Electra")
 #: the method a patcher replaces, where it is not `forward`
 PATCHED_METHODS = {f"{family}Layer": "feed_forward_chunk" for family in BERT_LIKE}
+#: the base models whose last norm is patched (`_final_norm`), their own forward staying HF's
+FINAL_NORM_MODELS = ("GPT2Model", "LlamaModel", "MistralModel", "Qwen2Model", "Qwen3Model", "Phi3Model")
 
 
 #: the LM heads, and whether each skips its ignored labels' rows unless told (`patch`)
@@ -142,9 +145,9 @@ NATIVE = ("torch.", "transformers.")
 def _watched(module: nn.Module, name: str) -> tuple[tuple[tuple[str, ...], type], ...]:
     """What a patched forward reads, as (path of submodule names from `module`, the submodule's
     type): a layer's every submodule below it; an LM head's output embedding (the layers are
-    patched on their own); BERT's feed-forward, its two halves; GPT-2's model, nothing (its ln_f
-    is patched in place)."""
-    if name == "GPT2Model":
+    patched on their own); BERT's feed-forward, its two halves; a base model, nothing (its last
+    norm is patched in place, `_final_norm`)."""
+    if name in FINAL_NORM_MODELS:
         return ()
     roots = ([module.get_output_embeddings()] if name in SKIPS_IGNORED
              else [module.intermediate, module.output] if name in PATCHED_METHODS else [module])
@@ -284,7 +287,8 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
             "Qwen2DecoderLayer": _llama_layer, "Qwen2ForCausalLM": _causal_lm,
             "Qwen3DecoderLayer": _llama_layer, "Qwen3ForCausalLM": _causal_lm,
             "Phi3DecoderLayer": _llama_layer, "Phi3ForCausalLM": _causal_lm,
-            "GPT2Block": _gpt2_block, "GPT2Model": _gpt2_model, "GPT2LMHeadModel": _causal_lm,
+            "GPT2Block": _gpt2_block, "GPT2LMHeadModel": _causal_lm,
+            **{name: _final_norm for name in FINAL_NORM_MODELS},
             "BertPredictionHeadTransform": _bert_head_transform, "BertForMaskedLM": _masked_lm,
             **{f"{family}{part}": patcher for family in BERT_LIKE for part, patcher in (
                 ("SelfAttention", _bert_self_attention), ("SelfOutput", _bert_output),
@@ -453,18 +457,27 @@ def _gpt2_block(block: nn.Module) -> Callable:
     return forward
 
 
-def _gpt2_model(model: nn.Module) -> Callable:
-    """GPT2Model: `ln_f` -> `coda.nn.layer_norm` on the row sums the last block's fc2 took (the
-    blocks are patched on their own); the model's own forward stays HF's."""
-    from ..nn.layer_norm import layer_norm
+def _final_norm(model: nn.Module) -> Callable:
+    """A base model's last norm -> CODA's on the row sums the last layer's closing GEMM took
+    (`_carry_sums`), so that it runs no statistics map of its own: GPT-2's `ln_f` (an
+    nn.LayerNorm) -> `coda.nn.layer_norm`, LLaMA's and its kin's `norm` (the family's RMSNorm,
+    HF's float32 round trip) -> `coda.nn.rms_norm` in one pass. Patched in place (the layers are
+    patched on their own); the model's own forward stays HF's, and a norm of another kind HF's."""
+    from ..nn.layer_norm import layer_norm, rms_norm
 
     def ln_f(self, x: torch.Tensor) -> torch.Tensor:
         s, ss = _carried_sums(x)
         return layer_norm(x, self.weight, self.bias, self.eps, rowsum=s, sumsq=ss)
 
-    norm = model.ln_f
+    def rms_f(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.variance_epsilon, sumsq=_carried_sums(x)[1])
+
+    family = type(model).__name__.removesuffix("Model")
+    norm = getattr(model, "ln_f" if family == "GPT2" else "norm", None)
     if isinstance(norm, nn.LayerNorm) and norm.weight is not None and norm.bias is not None:
         _replace_method(norm, "forward", ln_f)
+    elif type(norm).__name__ == f"{family}RMSNorm" and type(norm).__module__.startswith("transformers."):
+        _replace_method(norm, "forward", rms_f)
     return type(model).forward
 
 
