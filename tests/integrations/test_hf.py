@@ -111,6 +111,11 @@ def test_llama_loss_and_gradients_match(dtype, tol, attention_bias):
     assert_causal_lm_matches(ref, tol)
 
 
+def test_llama_with_swish_named_activation_matches():
+    """hidden_act="swish" is HF's other name of SiLU: patched as "silu" is."""
+    assert_causal_lm_matches(tiny_llama(torch.float64, hidden_act="swish"), 1e-10)
+
+
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
 @pytest.mark.parametrize("family, overrides", [
     ("Mistral", dict(sliding_window=6)),                 # a window shorter than the sequence

@@ -171,6 +171,31 @@ def test_from_torch_norms_without_a_gain_or_a_bias(norm):
     assert trained == theirs | {"linear.weight", "linear.bias"}
 
 
+class OnePlusGainRMSNorm(nn.Module):   # a gain of (1 + weight), as Gemma's, under LLaMA's names
+    def __init__(self, dim: int):
+        super().__init__()
+        self.weight, self.variance_epsilon = nn.Parameter(torch.zeros(dim)), 1e-6
+
+    def forward(self, x):
+        return (1 + self.weight) * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+
+
+def test_rms_norm_linear_from_hfs_llama_rms_norm():
+    """HF's LlamaRMSNorm (no `eps`, no `normalized_shape`: `variance_epsilon` and its gain's
+    length) folds in and computes what it and the linear compute; a module under the same names
+    computing another formula is refused."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    x = torch.randn(6, 16, dtype=F64)
+    ref = randomize(TorchNormLinear(LlamaRMSNorm(16, eps=1e-5), nn.Linear(16, 8)))
+    # HF's norm rounds through float32: float32's tolerance
+    fused = RMSNormLinear.from_torch(ref.norm, ref.linear)
+    torch.testing.assert_close(fused(x), ref(x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(coda.CodaError, match="does not compute"):
+        RMSNormLinear.from_torch(OnePlusGainRMSNorm(16), nn.Linear(16, 8))
+    with pytest.raises(coda.CodaError, match=r"neither an nn\.RMSNorm"):
+        RMSNormLinear.from_torch(nn.LayerNorm(16), nn.Linear(16, 8))
+
+
 def test_from_torch_needs_a_norm_over_the_last_dimension():
     ref = TorchNormLinear(nn.LayerNorm((4, 16)), nn.Linear(16, 8))
     with pytest.raises(coda.CodaError, match=r"normalizes over \[4, 16\]"):

@@ -324,8 +324,8 @@ def _refuse(module: nn.Module, option: str, value: object, supported: str) -> No
 
 def _llama_layer(layer: nn.Module) -> Callable:
     config = layer.self_attn.config
-    if config.hidden_act != "silu":
-        _refuse(layer, "hidden_act", config.hidden_act, "only 'silu': the MLP runs as swiglu_mlp")
+    if config.hidden_act not in ("silu", "swish"):   # HF's names of one function
+        _refuse(layer, "hidden_act", config.hidden_act, "only 'silu' or 'swish': the MLP runs as swiglu_mlp")
     if getattr(config, "mlp_bias", False):
         _refuse(layer, "mlp_bias", True, "swiglu_mlp has no biases")
     if (getattr(config, "pretraining_tp", 1) or 1) != 1:

@@ -20,6 +20,8 @@ counter-based masks (same p as torch, not torch's RNG stream).
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -139,9 +141,11 @@ class RMSNormLinear(nn.Module):
                                    sumsq)
 
     @classmethod
-    def from_torch(cls, norm: nn.RMSNorm, linear: nn.Linear) -> RMSNormLinear:
+    def from_torch(cls, norm: nn.Module, linear: nn.Linear) -> RMSNormLinear:
+        """From an nn.RMSNorm, or HF's RMSNorm of LLaMA and its kin (`weight`, `variance_epsilon`),
+        and the nn.Linear after it."""
         w = linear.weight
-        eps = norm.eps if norm.eps is not None else torch.finfo(w.dtype).eps   # nn.RMSNorm's default
+        eps = _rms_norm_eps(norm, w.dtype)
         new = cls(linear.in_features, linear.out_features, eps, linear.bias is not None, device=w.device,
                   dtype=w.dtype)
         _copy_norm(norm, new.norm, linear.in_features)
@@ -176,12 +180,35 @@ class LayerNormLinear(nn.Module):
         return new
 
 
+def _rms_norm_eps(norm: nn.Module, dtype: torch.dtype) -> float:
+    """The eps of an nn.RMSNorm (its dtype's epsilon where None, nn.RMSNorm's default), or of a
+    module with a gain `weight` [n] and a float `variance_epsilon` (HF's LlamaRMSNorm and its
+    kin), once a probe shows it computes weight * x * rsqrt(mean(x²) + eps): a norm of another
+    formula under those names (a (1 + weight) gain, say) would fold in wrong, silently."""
+    if isinstance(norm, nn.RMSNorm):
+        return norm.eps if norm.eps is not None else torch.finfo(dtype).eps
+    g, eps = getattr(norm, "weight", None), getattr(norm, "variance_epsilon", None)
+    if not isinstance(g, torch.Tensor) or g.dim() != 1 or not isinstance(eps, float):
+        raise CodaError(f"RMSNormLinear.from_torch: {type(norm).__name__} is neither an nn.RMSNorm nor an "
+                        f"RMSNorm with a gain `weight` [n] and a float `variance_epsilon` (HF's LLaMA's)")
+    probe = torch.randn(4, g.shape[0], dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = copy.deepcopy(norm).to(device="cpu", dtype=torch.float64)(probe)
+        want = g.detach().cpu().double() * probe * torch.rsqrt(probe.pow(2).mean(-1, keepdim=True) + eps)
+    if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-4, atol=1e-6):
+        raise CodaError(f"RMSNormLinear.from_torch: {type(norm).__name__} does not compute "
+                        f"weight * x * rsqrt(mean(x²) + variance_epsilon); it cannot fold into the GEMM")
+    return eps
+
+
 def _copy_norm(norm: nn.Module, into: nn.Module, dim: int) -> None:
     """A torch norm's parameters into the fused module's norm. It must normalize x's last
-    dimension, of the linear's in_features; a gain or bias it lacks (`elementwise_affine=False`,
-    `bias=False`) stays the constructor's one or zero, frozen, which computes the same."""
-    if tuple(norm.normalized_shape) != (dim,):
-        raise CodaError(f"from_torch: the norm normalizes over {list(norm.normalized_shape)}; only a "
+    dimension, of the linear's in_features (an HF RMSNorm, without `normalized_shape`: its
+    gain's length); a gain or bias it lacks (`elementwise_affine=False`, `bias=False`) stays the
+    constructor's one or zero, frozen, which computes the same."""
+    shape = tuple(norm.normalized_shape if hasattr(norm, "normalized_shape") else norm.weight.shape)
+    if shape != (dim,):
+        raise CodaError(f"from_torch: the norm normalizes over {list(shape)}; only a "
                         f"norm over the last dimension, the linear's in_features = {dim}, folds into it")
     with torch.no_grad():
         for name in ("weight", "bias"):
