@@ -356,9 +356,14 @@ def test_gpt2_state_dict_is_unchanged():
 @pytest.mark.parametrize("option, value", [("activation_function", "relu"), ("add_cross_attention", True),
                                            ("reorder_and_upcast_attn", True)])
 def test_unsupported_gpt2_config_raises(option, value):
+    """The refusal leaves the model as it was: the head and ln_f, met before the blocks, are not
+    left patched either."""
     model = tiny_gpt2(torch.float64, **{option: value})
+    classes = [type(m) for m in model.modules()]
     with pytest.raises(coda.CodaError, match=option):
         coda.patch(model)
+    assert [type(m) for m in model.modules()] == classes
+    assert not any("_coda_patched" in m.__dict__ for m in model.modules())
 
 
 # ----------------------------------------------------------------------------------------------- BERT

@@ -94,7 +94,8 @@ SKIPS_IGNORED = {"LlamaForCausalLM": False, "MistralForCausalLM": False, "Qwen2F
 
 
 def patch(model: nn.Module, *, skip_ignored_labels: bool | None = None) -> nn.Module:
-    """Patch `model` (and its submodules) in place; returns it. Idempotent.
+    """Patch `model` (and its submodules) in place; returns it. Idempotent. All or nothing: where
+    a configuration is refused (`CodaError`), no module is left patched.
 
     `skip_ignored_labels`: whether the LM head's cross-entropy spends no GEMM work on the rows
     labelled -100 (`linear_cross_entropy(skip_ignored=True)`): worth it where many rows are
@@ -106,6 +107,26 @@ def patch(model: nn.Module, *, skip_ignored_labels: bool | None = None) -> nn.Mo
     if skip_ignored_labels is not None and not isinstance(skip_ignored_labels, bool):
         raise CodaError(f"coda.patch: skip_ignored_labels must be None or a bool, got "
                         f"{skip_ignored_labels!r}")
+    # all or nothing: a configuration refused part way leaves the model as it was
+    kept = [(m, type(m), {k: m.__dict__[k] for k in PATCH_ATTRIBUTES if k in m.__dict__})
+            for m in model.modules()]
+    try:
+        _patch_modules(model, skip_ignored_labels)
+    except CodaError:
+        for module, cls, attributes in kept:
+            module.__class__ = cls
+            for key in PATCH_ATTRIBUTES:
+                module.__dict__.pop(key, None)
+            module.__dict__.update(attributes)
+        raise
+    return model
+
+
+#: what `patch` sets on a module besides its class (`_replace_method`)
+PATCH_ATTRIBUTES = ("_coda_patched", "_coda_skip_ignored")
+
+
+def _patch_modules(model: nn.Module, skip_ignored_labels: bool | None) -> None:
     patchers = _patchers()
     found = False
     for module in model.modules():
@@ -134,7 +155,6 @@ def patch(model: nn.Module, *, skip_ignored_labels: bool | None = None) -> nn.Mo
         raise CodaError(f"coda.patch: no supported HuggingFace module in {type(model).__name__}; "
                         f"supported: {', '.join(sorted(patchers))}")
     _patch_input_embeddings(model)
-    return model
 
 
 #: where the submodules a CODA forward replaces come from (others, such as PEFT's LoRA layers or
