@@ -19,12 +19,20 @@ def optimizer(**options) -> torch.optim.Optimizer:
     return torch.optim.AdamW([torch.nn.Parameter(torch.zeros(3))], **options)
 
 
+def one_group_not_capturable() -> torch.optim.Optimizer:
+    """Capturable by default, but a parameter group of its own says otherwise."""
+    return torch.optim.AdamW([{"params": [torch.nn.Parameter(torch.zeros(3))]},
+                              {"params": [torch.nn.Parameter(torch.zeros(2))], "capturable": False}],
+                             capturable=True)
+
+
 def step(x: torch.Tensor) -> torch.Tensor:
     return x.sum()
 
 
 @pytest.mark.parametrize(("args", "options", "message"), [
     ((step, optimizer()), dict(x=torch.zeros(2)), "AdamW must be created with capturable=True"),
+    ((step, one_group_not_capturable()), dict(x=torch.zeros(2)), "in every parameter group"),
     ((step, "sgd"), dict(x=torch.zeros(2)), "optimizer must be a torch.optim.Optimizer, got str"),
     ((step, optimizer(capturable=True)), dict(warmup=0, x=torch.zeros(2)), "warmup must be an int >= 1"),
     ((step, optimizer(capturable=True)), dict(warmup=True, x=torch.zeros(2)), "warmup must be an int >= 1"),

@@ -80,9 +80,9 @@ def capture_step(step: Callable[..., torch.Tensor], optimizer: torch.optim.Optim
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise CodaError("capture_step: optimizer must be a torch.optim.Optimizer, got "
                         f"{type(optimizer).__name__}")
-    if optimizer.defaults.get("capturable") is False:
+    if any(group.get("capturable") is False for group in optimizer.param_groups):   # a group's own too
         raise CodaError(f"capture_step: {type(optimizer).__name__} must be created with capturable=True "
-                        "to be captured in a CUDA graph")
+                        "(in every parameter group) to be captured in a CUDA graph")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
         raise CodaError(f"capture_step: warmup must be an int >= 1 (the kernels compile there), "
                         f"got {warmup!r}")
