@@ -127,6 +127,7 @@ PATCH_ATTRIBUTES = ("_coda_patched", "_coda_skip_ignored")
 
 
 def _patch_modules(model: nn.Module, skip_ignored_labels: bool | None) -> None:
+    """`patch`'s work: every supported module's forward replaced, then the input embedding's."""
     patchers = _patchers()
     found = False
     for module in model.modules():
