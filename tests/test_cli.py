@@ -194,6 +194,24 @@ def test_run_bad_launch_exits_2(no_triton, capsys):
     assert "N must be even" in capsys.readouterr().err
 
 
+def test_run_bfloat16_under_the_interpreter_uses_the_reference(monkeypatch, capsys):
+    """The interpreter does not support bfloat16: `auto` gave outputs of order 1e21 through it."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["run", str(EXAMPLES / "swiglu.epi"), "--shape", "16,32,8", "--dtype", "bfloat16"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("output  ["))
+    assert float(row.split()[5]) < 100, row   # abs max of SiLU(x) * y with x, y of order one
+    assert cli.main(["run", str(EXAMPLES / "swiglu.epi"), "--dtype", "bfloat16", "--backend", "triton"]) == 2
+    assert "bfloat16 (not supported by the interpreter)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("repeat", ["0", "-3"])
+def test_run_repeat_must_be_positive(capsys, repeat):
+    """`--repeat 0` took the median of no timings on a GPU (an IndexError traceback)."""
+    assert cli.main(["run", str(EXAMPLES / "swiglu.epi"), "--repeat", repeat]) == 2
+    assert "argument --repeat: expected a positive int" in capsys.readouterr().err
+
+
 def test_explain_prints_the_ir(capsys):
     assert cli.main(["explain", str(EXAMPLES / "swiglu.epi")]) == 0
     out = capsys.readouterr().out

@@ -72,6 +72,39 @@ def test_cuda_without_a_gpu_is_an_error(capsys):
     assert "no CUDA GPU" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag,value", [("--steps", "0"), ("--steps", "-5"), ("--batch-size", "0"),
+                                        ("--lr", "0"), ("--lr", "-1"), ("--lr", "nan")])
+def test_non_positive_numbers_are_usage_errors(capsys, monkeypatch, flag, value):
+    """0 once meant "the preset's" (1500 steps instead of none); a negative lr was AdamW's traceback."""
+    monkeypatch.setattr(train, "train", lambda *args, **kwargs: pytest.fail("trained anyway"))
+    assert cli.main(["train", flag, value]) == 2
+    assert f"argument {flag}: expected a positive" in capsys.readouterr().err
+
+
+def test_unwritable_out_fails_before_training(tmp_path, capsys, monkeypatch):
+    """A bad --out is reported at once (exit 2, one line), not after the whole run."""
+    monkeypatch.setattr(train, "train", lambda *args, **kwargs: pytest.fail("trained anyway"))
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for out in (blocker / "loss.png", tmp_path):   # a folder under a file; a folder itself
+        assert cli.main(["train", "--steps", "1", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"coda: error: --out {out}: ") and err.count("\n") == 1, err
+    assert train.main(["--steps", "1", "--out", str(blocker / "loss.png")]) == 2   # python -m coda.train
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_out_is_written_exactly_where_said(tmp_path, capsys, reference_backend):
+    """Whatever its suffix, --out gets the PNG at that very path (matplotlib would append ".png"
+    to a bare name and reject an unknown suffix with a traceback)."""
+    for name in ("curves", "curves.txt"):
+        assert cli.main(["train", "--steps", "1", "--batch-size", "2", "--sample", "0",
+                         "--out", str(tmp_path / name)]) == 0
+        assert (tmp_path / name).read_bytes().startswith(PNG)
+        assert f"loss curve: {tmp_path / name}" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curves", "curves.txt"]
+
+
 def test_corpus_and_batches():
     corpus = train.load_corpus()
     assert corpus.dtype == torch.uint8 and len(corpus) == 4_404_412

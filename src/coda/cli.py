@@ -500,7 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_launch_arguments(run)
     run.add_argument("--backend", choices=("auto", "reference", "triton"), default="auto",
                      help="auto: Triton on a GPU (or with TRITON_INTERPRET=1), else the reference")
-    run.add_argument("--repeat", type=int, default=20, help="timed launches on a GPU (default 20)")
+    run.add_argument("--repeat", type=train.positive(int), default=20,
+                     help="timed launches on a GPU (default 20)")
     run.set_defaults(func=cmd_run)
 
     explain = commands.add_parser("explain", help="print the IR (and, with --shape, the kernel)")

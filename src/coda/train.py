@@ -26,9 +26,10 @@ from __future__ import annotations
 import argparse
 import gzip
 import math
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -217,20 +218,48 @@ def plot(runs: Sequence[Run], path: Path, title: str) -> None:
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, format="png")   # exactly `path`: no ".png" appended, no format from its suffix
 
 
 # ------------------------------------------------------------------------------------------------
 # Command line
 
 
+def positive(kind: type) -> Callable[[str], int | float]:
+    """An argparse type: a number of `kind` above zero (0 must not silently mean "the preset's",
+    and AdamW rejects a negative learning rate only after the model is built)."""
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0 or not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        return value
+    return parse
+
+
+def check_output(path: Path) -> None:
+    """Fail before training, not after it, when the loss-curve PNG cannot be written at `path`."""
+    if path.is_dir():
+        raise CodaError(f"--out {path}: is a directory (give the PNG's file name)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CodaError(f"--out {path}: cannot create its folder ({err.strerror or err})") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise CodaError(f"--out {path}: not writable")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=list(PRESETS), default=None,
                         help="model size (default: tiny on a CPU, small on a GPU)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
-    parser.add_argument("--batch-size", type=int, default=None,
+    parser.add_argument("--steps", type=positive(int), default=None,
+                        help="training steps (default: the preset's)")
+    parser.add_argument("--batch-size", type=positive(int), default=None,
                         help="sequences per step (default: the preset's)")
-    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the preset's)")
+    parser.add_argument("--lr", type=positive(float), default=None,
+                        help="peak learning rate (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the initialization and the data order")
     parser.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda if available)")
     parser.add_argument("--dtype", choices=list(DTYPES), default=None,
@@ -260,11 +289,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise CodaError(f"--device {args.device}: no CUDA GPU is available")
     preset = args.preset or ("small" if device.type == "cuda" else "tiny")
     recipe = RECIPES[preset]
-    steps, batch_size = args.steps or recipe.steps, args.batch_size or recipe.batch_size
-    lr = args.lr or recipe.lr
+    steps = recipe.steps if args.steps is None else args.steps
+    batch_size = recipe.batch_size if args.batch_size is None else args.batch_size
+    lr = recipe.lr if args.lr is None else args.lr
     dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
-    if steps < 1 or batch_size < 1:
-        raise CodaError("--steps and --batch-size must be positive")
+    if steps < 1 or batch_size < 1 or not lr > 0:   # callers that bypass the parser's checks
+        raise CodaError("--steps, --batch-size and --lr must be positive")
+    check_output(args.out)
 
     corpus = load_corpus()
     split = len(corpus) * 9 // 10
@@ -308,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return cmd_train(args)
-    except CodaError as err:
+    except (CodaError, OSError) as err:   # as `coda train` (cli.main): a message, not a traceback
         print(f"coda train: error: {err}", file=sys.stderr)
         return 2
 

@@ -76,8 +76,9 @@ def interpreter_enabled() -> bool:
 
 
 def triton_runs_on(a: torch.Tensor) -> bool:
-    """Whether Triton kernels can run on `a`'s device: a GPU, or the CPU under the interpreter."""
-    return a.is_cuda or (a.device.type == "cpu" and interpreter_enabled())
+    """Whether Triton kernels can run on `a`'s device: a GPU, or the CPU under the interpreter
+    (not in bfloat16, which the interpreter does not support: its results are garbage)."""
+    return a.is_cuda or (a.device.type == "cpu" and interpreter_enabled() and a.dtype != torch.bfloat16)
 
 
 def default_backend(a: torch.Tensor) -> str:
@@ -240,6 +241,7 @@ class Program:
         if backend == "auto":
             return default_backend(a)
         if backend == "triton" and not triton_runs_on(a):
+            bf16 = ", in bfloat16 (not supported by the interpreter)" if a.dtype == torch.bfloat16 else ""
             raise LaunchError(f"backend='triton' needs CUDA tensors, or CPU tensors with "
-                              f"TRITON_INTERPRET=1 to run the kernels on the CPU; A is on {a.device}")
+                              f"TRITON_INTERPRET=1 to run the kernels on the CPU; A is on {a.device}{bf16}")
         return backend
