@@ -77,6 +77,7 @@ def main() -> None:
             for r in range(args.rounds):
                 order = list(graphs) if r % 2 == 0 else list(graphs)[::-1]
                 for impl in order:
+                    print(f"  replaying {impl}", flush=True)
                     times[impl].append(time_graph(graphs[impl], replays))
             med = {impl: statistics.median(t) for impl, t in times.items()}
             print(f"\n== {op} {size}: " + ", ".join(f"{i} {m:.1f} us" for i, m in med.items())
