@@ -20,7 +20,8 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--cases", default="rms_norm_linear:gpt2,layer_norm_linear:gpt2,layer_norm_linear:llama7b")
+    parser.add_argument("--cases",
+                        default="rms_norm_linear:gpt2,layer_norm_linear:gpt2,layer_norm_linear:llama7b")
     args = parser.parse_args()
     for case_name in args.cases.split(","):
         op, size = case_name.split(":")
@@ -30,11 +31,13 @@ def main() -> None:
             for _ in range(3):
                 step()
             torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+            activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+            with profile(activities=activities, record_shapes=True) as prof:
                 step()
                 torch.cuda.synchronize()
             kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-            print(f"\n== {op} {size} {impl}: {sum(e.device_time for e in kernels):.1f} us in {len(kernels)} kernels")
+            total = sum(e.device_time for e in kernels)
+            print(f"\n== {op} {size} {impl}: {total:.1f} us in {len(kernels)} kernels")
             for e in sorted(kernels, key=lambda e: -e.device_time):
                 print(f"     {e.device_time:8.1f} us  {e.name[:100]}")
             if impl == "coda":
