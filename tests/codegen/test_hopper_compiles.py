@@ -11,7 +11,6 @@ and speed are checked on the GPU (tests/gpu/test_triton_gpu.py, benchmarks/gemm.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -109,8 +108,6 @@ def compile_all() -> dict[str, dict]:
                    "heuristic_k4096": tuning.heuristic("hopper", m, n, 4096, packs=packs),
                    "heuristic_m64": tuning.heuristic("hopper", 64, n, k),
                    "hopper": tuning.heuristic("hopper", m, n, k, pingpong=False)}
-        if "tile" in launch.kinds.values():   # the Triton kernel asking L2 for the tile operands
-            configs["hopper_prefetch"] = dataclasses.replace(configs["heuristic_k4096"], prefetch_tiles=True)
         if name == "heavy":
             configs |= {f"split{split}": Config(128, 256, 64, 8, 3, split_epilogue=split) for split in SPLITS}
             configs |= {f"pingpong_split{split}": Config(128, 128, 64, 4, 3, split_epilogue=split,
@@ -246,7 +243,6 @@ def compile_sm90(kernel_module, built, config, launch) -> dict[str, int]:
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     ptx = compiled.asm["ptx"]
     return dict(wgmma=ptx.count("wgmma.mma_async"), tma=ptx.count("cp.async.bulk.tensor"),
-                prefetches=ptx.count("prefetch.global.L2"),
                 # store_wide's butterfly exchanges (its inline assembly, verbatim in the PTX)
                 wide_exchanges=ptx.count("setp.ne.b32 up"),
                 warp_specialized="setmaxnreg" in ptx, shared=compiled.metadata.shared,
@@ -307,7 +303,6 @@ def test_hopper_kernels_compile_for_sm90():
     results = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(results) == ({f"{p}/{c}" for p in PROGRAMS for c in ("heuristic", "heuristic_k4096",
                                                                      "heuristic_m64", "hopper")}
-                            | {f"{p}/hopper_prefetch" for p, text in PROGRAMS.items() if ": tile" in text}
                             | {f"heavy/{kind}split{s}" for s in SPLITS for kind in ("", "pingpong_")}
                             | {"heavy/pingpong_loads_split8", "heavy/pingpong_register_stores",
                                "concat_k_ln_dxhat/pingpong",
@@ -342,11 +337,6 @@ def test_hopper_kernels_compile_for_sm90():
             continue
         assert found["wgmma"] > 0, key   # the tensor-core path of sm_90
         assert found["tma"] > 0, key     # TMA loads of A and B
-        # L2 prefetches of the tile operands only where the configuration asks for them
-        assert (found["prefetches"] > 0) == key.endswith("/hopper_prefetch"), (key, found)
-        if key.endswith("/hopper_prefetch"):   # no spills where the kernel without them has none
-            without = results[key.replace("/hopper_prefetch", "/heuristic_k4096")]
-            assert found["spilled"] == 0 or without["spilled"] > 0, (key, found, without)
         # a residual comes by TMA except where the ping-pong kernel's epilogue loads it
         if "residual" in PROGRAMS[key.split("/")[0]]:
             assert found["staged"] == ([] if key.endswith("pingpong_loads_split8") else ["op_residual"]), key

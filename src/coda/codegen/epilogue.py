@@ -139,21 +139,6 @@ def descriptor_prologue(program: Program, sig: Signature) -> str:
     return "\n".join(lines)
 
 
-def tile_prefetch(program: Program, sig: Signature) -> str:
-    """The Triton Hopper kernel's lines, run as a tile's K loop starts (`Config.prefetch_tiles`),
-    that ask L2 for the part of every tile operand the tile's epilogue will read."""
-    lines = []
-    for name, kind in sig.kinds:
-        if kind != "tile":
-            continue
-        base = f"op_{name}"
-        col0, block, end = (("pid_n * (BLOCK_N // 2)", "BLOCK_N // 2", "N // 2") if half_width(program, base)
-                            else ("pid_n * BLOCK_N", "BLOCK_N", "N"))
-        lines.append(f"prefetch_l2({base}_ptr, {base}_s0, {base}_s1, pid_m * BLOCK_M, {col0}, M, {end}, "
-                     f"BLOCK_M, {block})")
-    return "\n".join(" " * 16 + line for line in lines or ["pass"])
-
-
 def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
     """The program-specific pieces of the Gluon ping-pong mainloop (codegen/mainloops.py).
 

@@ -41,7 +41,6 @@ from .epilogue import (
     half_width,
     kernel_params,
     pingpong_parts,
-    tile_prefetch,
 )
 from .finish import generate_finish, merge_tile
 from .mainloops import HEADER, MAINLOOPS, ZERO_PAST_EDGES
@@ -174,8 +173,7 @@ class TritonProgram:
         gluon = variant == "pingpong"
         parts = pingpong_parts(self.program, sig) if gluon else {
             "{EPILOGUE_ARGS}": "".join(f", {p}" for p in epilogue_args(self.program, sig)),
-            "{PROLOGUE}": descriptor_prologue(self.program, sig),
-            "{TILE_PREFETCH}": tile_prefetch(self.program, sig)}
+            "{PROLOGUE}": descriptor_prologue(self.program, sig)}
         parts["{EPILOGUE_PARAMS}"] = "".join(f", {p}" for p in kernel_params(self.program, sig))
         # the kernel's name, what profilers show: coda_gemm_<program> or coda_map_<program>
         name = f"coda_{'map' if variant == 'map' else 'gemm'}_" + re.sub(r"\W", "_", self.program.name)

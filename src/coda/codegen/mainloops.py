@@ -4,9 +4,7 @@ each finished tile to the generated `epilogue` function; nothing here knows what
 `{KERNEL}` stands for the kernel's name (`coda_gemm_<program>` or `coda_map_<program>`: what
 profilers show), `{EPILOGUE_PARAMS}` for the epilogue's operand/output parameters, `{EPILOGUE_ARGS}` for
 what the mainloop passes on, and `{PROLOGUE}` for the lines that make the epilogue's TMA
-descriptors (codegen/epilogue.py), and, in `hopper`, `{TILE_PREFETCH}` for the L2 prefetches of
-a tile's epilogue operands (`epilogue.tile_prefetch`). EPILOGUE_N is the width of the tile the
-epilogue sees.
+descriptors (codegen/epilogue.py). EPILOGUE_N is the width of the tile the epilogue sees.
 
 - `portable`: one program per output tile, pointer loads with masks on K, grouped tile order
   (GROUP_M row blocks share B columns in L2). Runs on any GPU Triton supports and under the
@@ -210,21 +208,6 @@ def pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, col_blocks, M, K
 
 HOPPER = '''
 @triton.jit
-def prefetch_l2(ptr, s0, s1, row0, col0, rows_end, cols_end, BLOCK_ROWS: tl.constexpr,
-                BLOCK_COLS: tl.constexpr):
-    # ask L2 for the 128-byte lines of the [BLOCK_ROWS, BLOCK_COLS] block of a tile operand at
-    # (row0, col0): one `prefetch.global.L2` a line, which returns nothing and stalls nothing
-    LINE: tl.constexpr = 1024 // ptr.dtype.element_ty.primitive_bitwidth   # elements a line
-    rows = row0 + tl.arange(0, BLOCK_ROWS)
-    cols = col0 + tl.arange(0, BLOCK_COLS // LINE) * LINE
-    lines = ptr + rows[:, None] * s0 + cols[None, :] * s1
-    inside = ((rows < rows_end)[:, None] & (cols < cols_end)[None, :]).to(tl.int32)
-    tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; "
-                              "mov.u32 $0, 0; }", "=r,l,r", [lines, inside], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
 def tile_epilogue(acc, pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr):
     # The epilogue sees EPILOGUE_SPLIT column slices of the tile, one after the other, so its
@@ -254,8 +237,7 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
               GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, A_K_CONTIGUOUS: tl.constexpr,
               B_N_CONTIGUOUS: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr, FLATTEN: tl.constexpr,
               EPILOGUE_N: tl.constexpr, A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr,
-              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr, SUM_A: tl.constexpr, STREAM_K: tl.constexpr,
-              PREFETCH_TILES: tl.constexpr):
+              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr, SUM_A: tl.constexpr, STREAM_K: tl.constexpr):
     M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     # A is [M, K] with K contiguous, or its transpose is: describe whichever is row-major (each
     # piece of a Concat A: `piece_descriptors`; such a launch does not flatten its loops).
@@ -328,8 +310,6 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
         epilogue_tile = tl.program_id(0) - NUM_SMS
         for tile_id in tl.range(tl.program_id(0), row_blocks * col_blocks, NUM_SMS, flatten=FLATTEN):
             pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
-            if PREFETCH_TILES:   # the epilogue's tile operands, on their way to L2 under the K loop
-{TILE_PREFETCH}
             if A_PIECES > 1:
                 acc = pieces_product(a_descs, b_desc, starts, ends, pid_m, pid_n, col_blocks, M, K,
                                      (A, A1, A2, A3), stride_am, stride_ak, A_SUMS, BLOCK_M, BLOCK_N, BLOCK_K,

@@ -41,9 +41,6 @@ class Config:
                                    # together by warp shuffles (an option, not a candidate:
                                    # slower with computing epilogues, docs/performance.md,
                                    # thirtieth session)
-    prefetch_tiles: bool = False   # hopper (Triton): ask L2 for the tile's epilogue operands
-                                   # (a residual, a saved activation) when its K loop starts, so
-                                   # the epilogue's reads of them hit L2 instead of DRAM
 
     def meta(self, variant: str) -> dict:
         """The kernel's compile-time arguments for this configuration."""
@@ -53,8 +50,7 @@ class Config:
             return dict(BLOCK_M=self.block_m, BLOCK_N=self.block_n, num_warps=self.num_warps)
         if variant == "hopper":
             meta.update(EPILOGUE_SPLIT=self.split_epilogue, FLATTEN=self.flatten,
-                        EPILOGUE_N=self.epilogue_block_n, STREAM_K=self.stream_k,
-                        PREFETCH_TILES=self.prefetch_tiles)
+                        EPILOGUE_N=self.epilogue_block_n, STREAM_K=self.stream_k)
         if variant == "pingpong":
             # two MMA warpgroups of 4 warps and a 1-warp loader share 168 registers a thread
             # on average: the loader gives all but 40 of its share to the MMA warpgroups
