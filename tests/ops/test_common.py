@@ -218,6 +218,37 @@ def test_a_gradient_that_autograd_adds_to_takes_no_note(monkeypatch):
     assert taken == [None]
 
 
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "layer_norm_linear", "rms_norm_linear"])
+def test_a_leafs_gradient_takes_no_note(op, monkeypatch):
+    """A norm's one-pass backward notes dx's column sums for the op that produced x; a leaf x has
+    none, and a note (which holds dx) would make autograd store a copy of dx as x.grad. So a
+    leaf's gradient is not noted and x.grad is the kernel's dx; an x made by an op is noted. The
+    gradients are float64 autograd's (float32 on TRITON_DEVICE)."""
+    c, m = 32, 12
+    g, beta, w = _weights(11, [(c,), (c,), (24, c)])
+    calls = {"layer_norm": lambda x, g, b, w: layer_norm(x, g, b),
+             "rms_norm": lambda x, g, b, w: rms_norm(x, g),
+             "layer_norm_linear": lambda x, g, b, w: layer_norm_linear(x, g, b, w / c**0.5, None, 1e-5),
+             "rms_norm_linear": lambda x, g, b, w: norms.rms_norm_linear(x, g, w / c**0.5, 1e-6)}
+    exact = {"layer_norm": lambda x, g, b, w: F.layer_norm(x, (c,), g, b, 1e-5),
+             "rms_norm": lambda x, g, b, w: F.rms_norm(x, (c,), g, 1e-6),
+             "layer_norm_linear": lambda x, g, b, w: F.linear(F.layer_norm(x, (c,), g, b, 1e-5), w / c**0.5),
+             "rms_norm_linear": lambda x, g, b, w: F.linear(F.rms_norm(x, (c,), g, 1e-6), w / c**0.5)}
+    params = [t.float().to(TRITON_DEVICE) for t in (g, beta, w)]
+    for leaf in (True, False):
+        monkeypatch.setattr(common, "_NOTED_SUMS", [])
+        x0 = torch.randn(m, c, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+        x = x0.float().to(TRITON_DEVICE).requires_grad_()
+        y = calls[op](x if leaf else x * 1.0, *params)
+        y.backward(torch.ones_like(y))
+        notes = [noted for noted, _, _ in common._NOTED_SUMS]
+        assert len(notes) == (0 if leaf else 1), (leaf, len(notes))
+        x64 = x0.clone().requires_grad_()
+        exact[op](x64, *(t.double() for t in (g, beta, w))).sum().backward()
+        torch.testing.assert_close(x.grad.double().cpu(), x64.grad, rtol=FLOAT32_RTOL,
+                                   atol=FLOAT32_RTOL * x64.grad.abs().max().item())
+
+
 def test_ops_follow_autocast():
     """Inside torch.autocast a GEMM op's float32 arguments are cast to the region's dtype (float16
     here, which the interpreter computes right) and its result comes out in it, float32

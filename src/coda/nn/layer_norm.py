@@ -122,7 +122,7 @@ class NormFunction(torch.autograd.Function):
             from . import layer_norm_grad  # Triton, imported on first use
 
             params = (g.dtype, ctx.beta_dtype)[:1 if rms else 2] if need_g or need_beta else None
-            note = need_x and notes_from(ctx)   # for the op that produced x: its bias gradient
+            note = need_x and notes_from(ctx, x)   # for the op that produced x: its bias gradient
             dx, dg, dbeta, _, dx_sums = layer_norm_grad.launch(
                 dy, rows, g, **row, dres=dres, need_dx=need_x, param_dtypes=params,
                 sum_dx=g.dtype if note else None)

@@ -247,7 +247,7 @@ class RMSNormLinearFunction(torch.autograd.Function):
         if dy is None:   # only the passed-through x was used
             return dres, None, None, None, None, None, None
         grads = rms_norm_linear_grads(as_rows(dy)[0], x, g, w, ss, ctx.eps, ctx.needs_input_grad[:4],
-                                      dres, ctx.bias_dtype, notes_from(ctx))
+                                      dres, ctx.bias_dtype, notes_from(ctx, x))
         return *grads, None, None, None
 
 
@@ -339,7 +339,7 @@ class LayerNormLinearFunction(torch.autograd.Function):
         if need_x and layer_norm_one_pass(dy, rows):
             dx, dg, dbeta, dw, db = norm_linear_grads(dy, rows, g, beta, w, row, dres,
                                                       (need_g, need_beta, need_w, need_b),
-                                                      ctx.bias_dtype, x.shape, notes_from(ctx))
+                                                      ctx.bias_dtype, x.shape, notes_from(ctx, x))
             return dx, dg, dbeta, dw, db, None, None, None, None, None
         dx = dg = dbeta = dw = db = None
         # the bias gradient (float32 while LN_DW reads it, else the bias's dtype): the column
