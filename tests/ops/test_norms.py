@@ -113,6 +113,33 @@ def test_layer_norm_linear_float64(with_bias, given_stats):
     assert_matches(forward_backward(fn, inputs), forward_backward(ref_ln, upcast(inputs)), 1e-12)
 
 
+@pytest.mark.parametrize("op", ["layer_norm_linear", "out_proj_residual"])
+def test_long_k_bias_gradient_comes_from_a_map(op, monkeypatch):
+    """From common.SUMS_IN_GEMM_MAX_K on (lowered here to the test's width) dx's GEMM takes no
+    column sums: the bias gradient comes from a column-sum map and dx from a plain GEMM (the
+    Triton backend, float32), both matching float64; below it one GEMM takes both."""
+    from coda.ops import common, norms
+
+    summed, plain = [], common.PLAIN
+    for module in (common, norms):
+        monkeypatch.setattr(module, "PLAIN", lambda *a, **k: summed.append(k.get("a_col_sums", False))
+                            or plain(*a, **k))
+    for limit, sums_in_gemm in ((4096, True), (16, False)):
+        monkeypatch.setattr(common, "SUMS_IN_GEMM_MAX_K", limit)
+        summed.clear()
+        if op == "layer_norm_linear":
+            inputs = make((19, 45), (45,), (45,), (64, 45), (64,), dtype=F32, seed=9)
+            inputs[3].data /= 45**0.5
+            got, want = (forward_backward(fn, ins) for fn, ins in ((layer_norm_linear, inputs),
+                                                                    (ref_ln, upcast(inputs))))
+        else:
+            inputs = make((19, 40), (64, 40), (19, 64), (64,), dtype=F32, seed=9)
+            first = lambda *t: out_proj_residual(*t, stats="rms")[0]  # noqa: E731
+            got, want = forward_backward(first, inputs), forward_backward(ref_out_proj, upcast(inputs))
+        assert_matches(got, want, TOL32)
+        assert any(summed) == sums_in_gemm, (limit, summed)
+
+
 @pytest.mark.parametrize(("stats", "p", "with_bias"), [("rms", 0.0, True), ("layer", 0.4, True),
                                                        (None, 0.4, False), ("rms", 0.0, False)])
 def test_out_proj_residual_float64(stats, p, with_bias):

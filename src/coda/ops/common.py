@@ -217,16 +217,31 @@ def input_grad(dpre: torch.Tensor, w: torch.Tensor, dres: torch.Tensor | None = 
     return ADD_PARTIAL(dpre, w, partial=as_rows(dres)[0])["output"]
 
 
+#: From this K (the width of dpre, the gradient at a bias) on, a layer's dx GEMM leaves the bias
+#: gradient to a column-sum map: the CODA GEMM that sums dpre's columns from its K loop is the
+#: ping-pong kernel (the Triton one reads A twice for them), whose 128x128 mainloop falls behind
+#: cuBLAS's at long K. layer_norm_linear's dx at LLaMA-7B size, 8192x4096x12288: 1195 us against
+#: cuBLAS's 991 and 80 for the sums (H100, fifty-third session); at GPT-2's and BERT's K (768 to
+#: 3072) the one kernel is ahead.
+SUMS_IN_GEMM_MAX_K = 4096
+
+
+def sums_in_gemm(dpre: torch.Tensor) -> bool:
+    """Whether dx's GEMM over dpre [M, K] should also sum dpre's columns (`a_col_sums=True`)."""
+    return dpre.shape[-1] < SUMS_IN_GEMM_MAX_K
+
+
 def input_and_bias_grad(dpre: torch.Tensor, w: torch.Tensor, need_x: bool, bias_dtype: torch.dtype | None,
                         sums: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(dx, db) of a linear layer from dpre, the gradient at its bias: dx = dpre @ w (None unless
     `need_x`) and db = the column sums of dpre stored in `bias_dtype` (None when that is None).
     With both wanted, one CODA GEMM sums dpre's columns from the tiles its K loop loads
-    (`a_col_sums=True`), where a separate map would read dpre once more; given `sums` (dpre's
-    column sums in `bias_dtype`, `known_column_sums`) db is those and dx cuBLAS's GEMM."""
+    (`a_col_sums=True`), where a separate map would read dpre once more (below
+    SUMS_IN_GEMM_MAX_K); given `sums` (dpre's column sums in `bias_dtype`, `known_column_sums`)
+    db is those and dx cuBLAS's GEMM."""
     if sums is not None:
         return matmul(dpre, w) if need_x else None, sums
-    if need_x and bias_dtype is not None:
+    if need_x and bias_dtype is not None and sums_in_gemm(dpre):
         outs = PLAIN(dpre, w, a_col_sums=True, dtypes=stored(a_col_sums=bias_dtype))
         return outs["output"], outs["a_col_sums"]
     return (matmul(dpre, w) if need_x else None,

@@ -47,7 +47,8 @@ layer_norm_linear(x, g, beta, w, bias, eps, rowsum, sumsq):
             xhat = (x − mean) rstd; a = Σ_k dxhat, b = Σ_k dxhat xhat per row)
     on the Triton backend, rows of up to ONE_PASS_MAX_N values (and dx wanted):
             dln           = PLAIN  GEMM dy @ w; db = Σ_rows dy from its K loop (`a_col_sums=True`);
-                            cuBLAS where there is no bias and dy is one tensor
+                            cuBLAS where there is no bias and dy is one tensor, and with db
+                            as SUMS.map(dy) from N = common.SUMS_IN_GEMM_MAX_K on
             dx, dg, dbeta, xn = coda.nn.layer_norm_grad: one pass over whole rows, a and b
                             complete in the program, dx = rstd (dxhat − (a + xhat b) / n),
                             dg = Σ_m dln xhat, dbeta = Σ_m dln, xn = xhat g + beta (the norm's output),
@@ -116,6 +117,7 @@ from .common import (
     present,
     split_columns,
     stored,
+    sums_in_gemm,
     weight_grad,
     weight_grad_out,
 )
@@ -389,11 +391,11 @@ def norm_linear_grads(dy: torch.Tensor | Concat, rows: torch.Tensor, g: torch.Te
 
     need_g, need_beta, need_w, need_b = needs
     gathered = isinstance(dy, Concat)   # column blocks read in place: CODA's GEMMs
-    if need_b or gathered:
+    if gathered or (need_b and sums_in_gemm(dy)):
         outs = PLAIN(dy, w, a_col_sums=need_b, dtypes=stored(a_col_sums=bias_dtype if need_b else None))
         dln, db = outs["output"], outs.get("a_col_sums")
     else:
-        dln, db = matmul(dy, w), None
+        dln, db = matmul(dy, w), column_sum(dy, bias_dtype) if need_b else None
     params = (g.dtype, *(() if beta is None else (beta.dtype,))) if need_g or need_beta else None
     dx, dg, dbeta, xn, dx_sums = layer_norm_grad.launch(dln, rows, g, **row,
                                                         dres=None if dres is None else as_rows(dres)[0],
