@@ -117,7 +117,6 @@ from .common import (
     present,
     split_columns,
     stored,
-    sums_in_gemm,
     weight_grad,
     weight_grad_out,
 )
@@ -391,11 +390,11 @@ def norm_linear_grads(dy: torch.Tensor | Concat, rows: torch.Tensor, g: torch.Te
 
     need_g, need_beta, need_w, need_b = needs
     gathered = isinstance(dy, Concat)   # column blocks read in place: CODA's GEMMs
-    if gathered or (need_b and sums_in_gemm(dy)):
+    if gathered:
         outs = PLAIN(dy, w, a_col_sums=need_b, dtypes=stored(a_col_sums=bias_dtype if need_b else None))
         dln, db = outs["output"], outs.get("a_col_sums")
     else:
-        dln, db = matmul(dy, w), column_sum(dy, bias_dtype) if need_b else None
+        dln, db = input_and_bias_grad(dy, w, True, bias_dtype if need_b else None)
     params = (g.dtype, *(() if beta is None else (beta.dtype,))) if need_g or need_beta else None
     dx, dg, dbeta, xn, dx_sums = layer_norm_grad.launch(dln, rows, g, **row,
                                                         dres=None if dres is None else as_rows(dres)[0],
