@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The fifty-fourth session's first call: the 53rd's call 6 (dx's GEMM leaving the long-K bias
+# gradient to a column-sum map: layer_norm_linear's kernels at LLaMA-7B size), then the whole
+# micro suite with Liger carried, on the current build.
+#   run(command="bash benchmarks/results/session54/call1.sh", carry=[".whl"], timeout_s=598)
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
+out=${OUT:-/tmp}
+nvidia-smi --query-gpu=name,power.limit --format=csv,noheader
+PYTHONPATH=$PWD/src timeout 80 python benchmarks/results/session53/norm_linear_kernels.py \
+    --cases layer_norm_linear:llama7b > "$out/kernels.log" 2>&1
+echo "kernels rc=$? at ${SECONDS}s"; grep -v -i warn "$out/kernels.log" | grep -A9 "^== " | cut -c1-120 | head -40
+PYTHONPATH=/tmp/site timeout 480 python benchmarks/micro.py --max-autotune '' --json "$out/micro.json" \
+    > "$out/micro.log" 2>&1
+echo "micro rc=$? at ${SECONDS}s"; grep -A24 "replayed from CUDA" "$out/micro.log" | cut -c1-130
