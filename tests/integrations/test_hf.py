@@ -211,6 +211,25 @@ def test_state_dict_is_unchanged_and_loads_both_ways():
     model.load_state_dict(before)
 
 
+@pytest.mark.parametrize("tail", [(5,), ()])   # a weight's rows, a bias
+def test_stacked_qkv_rows_and_their_gradients(tail):
+    """The q/k/v stack's row gathers, both ways, against permute_for_interleaved_rope's views
+    and torch.cat, differentiated by autograd (float64, fresh random parts)."""
+    from coda.integrations.hf import StackedRows
+
+    d, sizes = 8, (4 * 8, 2 * 8, 2 * 8)
+    parts = [torch.randn(n, *tail, dtype=torch.float64, requires_grad=True) for n in sizes]
+    heads = [n // d for n in sizes]
+    expected = torch.cat([coda.ops.permute_for_interleaved_rope(parts[0], heads[0], d),
+                          coda.ops.permute_for_interleaved_rope(parts[1], heads[1], d), parts[2]])
+    grad = torch.randn_like(expected)
+    want = torch.autograd.grad(expected, parts, grad)
+    stacked = StackedRows.apply(2, d, *parts)
+    assert torch.equal(stacked, expected)
+    for got, ref in zip(torch.autograd.grad(stacked, parts, grad), want, strict=True):
+        assert got.is_contiguous() and torch.equal(got, ref)
+
+
 @pytest.mark.parametrize("option, value", [("hidden_act", "gelu"), ("mlp_bias", True)])
 def test_unsupported_llama_config_raises(option, value):
     model = tiny_llama(torch.float64, **{option: value})
