@@ -2,14 +2,14 @@
 # The fifty-fourth session's first call: the q/k/v stack's probe (row gathers against the cat of
 # permuted views); the 53rd's call 6 (dx's GEMM leaving the long-K bias gradient to a column-sum
 # map: layer_norm_linear's kernels at LLaMA-7B size); the whole micro suite with Liger; LLaMA
-# against compile+graph, 6 interleaved rounds, on the current build.
+# and GPT-2 against compile+graph, 6 interleaved rounds each, on the current build.
 #   run(command="bash benchmarks/results/session54/call1.sh", carry=[".whl"], timeout_s=598)
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,power.limit --format=csv,noheader
-PYTHONPATH=$PWD/src timeout 60 python benchmarks/results/session54/qkv_rows_probe.py 2>&1 | grep -v -i warn | tail -4
-PYTHONPATH=$PWD/src timeout 80 python benchmarks/results/session53/norm_linear_kernels.py \
+PYTHONPATH=$PWD/src timeout 40 python benchmarks/results/session54/qkv_rows_probe.py 2>&1 | grep -v -i warn | tail -4
+PYTHONPATH=$PWD/src timeout 70 python benchmarks/results/session53/norm_linear_kernels.py \
     --cases layer_norm_linear:llama7b > "$out/kernels.log" 2>&1
 echo "kernels rc=$? at ${SECONDS}s"; grep -v -i warn "$out/kernels.log" | grep -A9 "^== " | cut -c1-120 | head -40
 PYTHONPATH=/tmp/site timeout 215 python benchmarks/micro.py --max-autotune '' --json "$out/micro.json" \
@@ -19,3 +19,7 @@ timeout 125 python benchmarks/train.py --models llama --modes compile+graph,coda
     --steps 20 --rounds 6 --warmup 3 --curve none --profile none --timeout 118 \
     --json "$out/train_llama.json" > "$out/train_llama.log" 2>&1
 echo "llama rc=$? at ${SECONDS}s"; grep -E "tokens/s|round by round|rror" "$out/train_llama.log" | head -6
+timeout 125 python benchmarks/train.py --models gpt2 --modes compile+graph,coda+graph --pad-mm always \
+    --steps 20 --rounds 6 --warmup 3 --curve none --profile none --timeout 118 \
+    --json "$out/train_gpt2.json" > "$out/train_gpt2.log" 2>&1
+echo "gpt2 rc=$? at ${SECONDS}s"; grep -E "tokens/s|round by round|rror" "$out/train_gpt2.log" | head -6
