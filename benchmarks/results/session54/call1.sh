@@ -2,7 +2,7 @@
 # The fifty-fourth session's first call: probes.py (the q/k/v stack by row gathers against the cat of
 # permuted views; the SwiGLU gradient fused and as GEMM + map); the 53rd's call 6 (dx's GEMM leaving the long-K bias gradient to a column-sum
 # map: layer_norm_linear's kernels at LLaMA-7B size); the whole micro suite with Liger; LLaMA
-# and GPT-2 against compile+graph, 6 interleaved rounds each, on the current build.
+# against compile+graph, 6 interleaved rounds, on the current build (GPT-2 runs no changed code).
 #   run(command="bash benchmarks/results/session54/call1.sh", carry=[".whl"], timeout_s=598)
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
@@ -19,7 +19,3 @@ timeout 125 python benchmarks/train.py --models llama --modes compile+graph,coda
     --steps 20 --rounds 6 --warmup 3 --curve none --profile none --timeout 118 \
     --json "$out/train_llama.json" > "$out/train_llama.log" 2>&1
 echo "llama rc=$? at ${SECONDS}s"; grep -E "tokens/s|round by round|rror" "$out/train_llama.log" | head -6
-timeout 125 python benchmarks/train.py --models gpt2 --modes compile+graph,coda+graph --pad-mm always \
-    --steps 20 --rounds 6 --warmup 3 --curve none --profile none --timeout 118 \
-    --json "$out/train_gpt2.json" > "$out/train_gpt2.log" 2>&1
-echo "gpt2 rc=$? at ${SECONDS}s"; grep -E "tokens/s|round by round|rror" "$out/train_gpt2.log" | head -6
