@@ -1,7 +1,7 @@
 """Two probes of LLaMA-492M's layer (bf16), µs per call from CUDA graphs of 20 calls, medians of
 5 replays, each way's results compared with the other's:
 
-- the q/k/v stack, forward and backward (AccumulateGrad included), by the cat of permuted views
+- the q/k/v stack, forward and backward (its gradients made dense), by the cat of permuted views
   (the old `_qkv_rows`, what Inductor still traces) and by `StackedRows`' row gathers;
 - the SwiGLU gradient (dh = dy @ w_down; dpre = pack(dg, du) * rstd, dr = row_sum(...)) fused
   in dh's GEMM as training runs it, against dh from the plain GEMM (CODA's, cuBLAS's) and the
@@ -53,10 +53,8 @@ def qkv_stack(d=64, hidden=2048):
     print("q/k/v stack, equal:", torch.equal(a, b), all(map(torch.equal, ga, gb)))
     for name, fn, args in (("cat of views", by_cat, (parts, 2, d)),
                            ("StackedRows", StackedRows.apply, (2, d, *parts))):
-        def step(fn=fn, args=args):
-            for p in parts:
-                p.grad = None
-            fn(*args).backward(grad)   # AccumulateGrad copies a strided gradient
+        def step(fn=fn, args=args):   # the gradients made dense, as AccumulateGrad keeps them
+            return [g.contiguous() for g in torch.autograd.grad(fn(*args), parts, grad)]
         print(f"  {name}: forward {timed(lambda fn=fn, args=args: fn(*args)):.1f} us, "
               f"forward + backward {timed(step):.1f} us")
 
