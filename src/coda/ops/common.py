@@ -221,8 +221,8 @@ def input_grad(dpre: torch.Tensor, w: torch.Tensor, dres: torch.Tensor | None = 
 #: gradient to a column-sum map: the CODA GEMM that sums dpre's columns from its K loop is the
 #: ping-pong kernel (the Triton one reads A twice for them), whose 128x128 mainloop falls behind
 #: cuBLAS's at long K. layer_norm_linear's dx at LLaMA-7B size, 8192x4096x12288: 1195 us against
-#: cuBLAS's 991 and 80 for the sums (H100, fifty-third session); at GPT-2's and BERT's K (768 to
-#: 3072) the one kernel is ahead.
+#: cuBLAS's 991 and 80 for the sums (H100, fifty-third session); this way 1018 + 73 (fifty-fourth).
+#: At GPT-2's and BERT's K (768 to 3072) the one kernel is ahead.
 SUMS_IN_GEMM_MAX_K = 4096
 
 
