@@ -461,11 +461,21 @@ class StackedRows(torch.autograd.Function):
         return None, None, *grads
 
 
-@functools.cache
 def _interleaved_order(rows: int, d: int, device: torch.device, inverse: bool = False) -> torch.Tensor:
     """Row indices that reorder `rows` rows (whole heads of d) from rotate_half's pairs to
-    interleaved ones (`permute_for_interleaved_rope`'s order), or back with `inverse`."""
+    interleaved ones (`permute_for_interleaved_rope`'s order), or back with `inverse`. Made once
+    per device, except during a CUDA graph's capture: a tensor made there lives in the graph's
+    memory pool, valid only while the graph replays, so it is made afresh (in the graph)."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return _order(rows, d, device, inverse)
+    return _cached_order(rows, d, device, inverse)
+
+
+def _order(rows: int, d: int, device: torch.device, inverse: bool) -> torch.Tensor:
     return ops.permute_for_interleaved_rope(torch.arange(rows, device=device), rows // d, d, inverse)
+
+
+_cached_order = functools.cache(_order)
 
 
 # ---------------------------------------------------------------------------------------------- GPT-2
