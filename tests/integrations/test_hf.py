@@ -230,20 +230,6 @@ def test_stacked_qkv_rows_and_their_gradients(tail):
         assert got.is_contiguous() and torch.equal(got, ref)
 
 
-def test_qkv_row_order_made_in_a_graph_capture_is_not_kept(monkeypatch):
-    """A tensor made during a CUDA graph's capture lives in the graph's pool: the q/k/v row
-    order is then made afresh, not cached for later eager steps."""
-    from coda.integrations import hf
-
-    made = []
-    monkeypatch.setattr(hf, "_order", lambda *args: made.append(args) or torch.arange(16))
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    cached = hf._cached_order.cache_info().currsize
-    hf._interleaved_order(16, 8, torch.device("cuda"))
-    assert made == [(16, 8, torch.device("cuda"), False)]
-    assert hf._cached_order.cache_info().currsize == cached
-
-
 @pytest.mark.parametrize("option, value", [("hidden_act", "gelu"), ("mlp_bias", True)])
 def test_unsupported_llama_config_raises(option, value):
     model = tiny_llama(torch.float64, **{option: value})

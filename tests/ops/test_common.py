@@ -431,3 +431,24 @@ def test_rms_rstd_checks_its_arguments():
             ops.rms_rstd(*args)
     ss = (h * h).sum(1)
     torch.testing.assert_close(ops.rms_rstd(h, ss, 1e-6), torch.rsqrt(ss / 8 + 1e-6))
+
+
+def test_a_device_constant_made_in_a_graph_capture_is_not_kept(monkeypatch):
+    """A tensor first made during a CUDA graph's capture is filled only when the graph replays:
+    it is made afresh then, and kept once made outside a capture."""
+    made = []
+
+    def make():
+        made.append(1)
+        return torch.arange(4)
+
+    key = ("test constant", len(common._DEVICE_CONSTANTS))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    common.device_constant(key, make)
+    common.device_constant(key, make)
+    assert len(made) == 2 and key not in common._DEVICE_CONSTANTS
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    first = common.device_constant(key, make)
+    assert common.device_constant(key, make) is first and len(made) == 3
+    del common._DEVICE_CONSTANTS[key]

@@ -8,40 +8,18 @@
   same epilogue as a map over dh.
 """
 
+import sys
+from pathlib import Path
+
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # benchmarks/
+from kernel_configs import graph_us  # also puts src/ on the path
+
 from coda.integrations.hf import StackedRows
+from coda.integrations.hf import _stacked_views as by_cat
 from coda.ops.common import PLAIN
 from coda.ops.gated_mlp import grad_program
-
-
-def timed(fn, reps=20):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / reps)
-    return sorted(times)[2]
-
-
-def by_cat(parts, rotated, d):
-    tail = parts[0].shape[1:]
-    heads = [p.view(p.shape[0] // d, 2, d // 2, *tail) for p in parts]
-    return torch.cat([h.transpose(1, 2) if i < rotated else h.view(h.shape[0], d // 2, 2, *tail)
-                      for i, h in enumerate(heads)]).view(-1, *tail)
 
 
 def qkv_stack(d=64, hidden=2048):
@@ -55,8 +33,8 @@ def qkv_stack(d=64, hidden=2048):
                            ("StackedRows", StackedRows.apply, (2, d, *parts))):
         def step(fn=fn, args=args):   # the gradients made dense, as AccumulateGrad keeps them
             return [g.contiguous() for g in torch.autograd.grad(fn(*args), parts, grad)]
-        print(f"  {name}: forward {timed(lambda fn=fn, args=args: fn(*args)):.1f} us, "
-              f"forward + backward {timed(step):.1f} us")
+        print(f"  {name}: forward {graph_us(lambda fn=fn, args=args: fn(*args), 20):.1f} us, "
+              f"forward + backward {graph_us(step, 20):.1f} us")
 
 
 def swiglu_gradient(m=16384, f=5632, hidden=2048):
@@ -72,9 +50,9 @@ def swiglu_gradient(m=16384, f=5632, hidden=2048):
     ref = outs["fused"]
     for name, out in outs.items():
         err = {k: ((out[k].float() - ref[k].float()).norm() / ref[k].float().norm()).item() for k in ref}
-        print(f"  {name}: {timed(ways[name]):.1f} us, relative difference from fused {err}")
-    print(f"  CODA plain GEMM alone {timed(lambda: PLAIN(dy, w_down)):.1f} us, cuBLAS "
-          f"{timed(lambda: dy @ w_down):.1f} us")
+        print(f"  {name}: {graph_us(ways[name], 20):.1f} us, relative difference from fused {err}")
+    print(f"  CODA plain GEMM alone {graph_us(lambda: PLAIN(dy, w_down), 20):.1f} us, cuBLAS "
+          f"{graph_us(lambda: dy @ w_down, 20):.1f} us")
 
 
 print(torch.cuda.get_device_name())

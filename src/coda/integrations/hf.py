@@ -75,6 +75,7 @@ from torch import nn
 
 from .. import ops
 from ..errors import CodaError
+from ..ops.common import device_constant
 
 IGNORE_INDEX = -100  # HF's causal-LM loss default
 
@@ -424,11 +425,16 @@ def _qkv_rows(parts: list[torch.Tensor], rotated: int, d: int) -> torch.Tensor:
     `rotated` parts (q and k) reordered per head from rotate_half's pairs (i, i + d/2) to
     interleaved pairs (2i, 2i + 1), as `ops.permute_for_interleaved_rope` does."""
     if torch.compiler.is_compiling():   # Inductor fuses the views and the cat into one kernel
-        tail = parts[0].shape[1:]
-        heads = [p.view(p.shape[0] // d, 2, d // 2, *tail) for p in parts]   # [heads, half, i, ...]
-        return torch.cat([h.transpose(1, 2) if i < rotated else h.view(h.shape[0], d // 2, 2, *tail)
-                          for i, h in enumerate(heads)]).view(-1, *tail)
+        return _stacked_views(parts, rotated, d)
     return StackedRows.apply(rotated, d, *parts)
+
+
+def _stacked_views(parts: list[torch.Tensor], rotated: int, d: int) -> torch.Tensor:
+    """`_qkv_rows` as the cat of permuted views (what torch.compile traces)."""
+    tail = parts[0].shape[1:]
+    heads = [p.view(p.shape[0] // d, 2, d // 2, *tail) for p in parts]   # [heads, half, i, ...]
+    return torch.cat([h.transpose(1, 2) if i < rotated else h.view(h.shape[0], d // 2, 2, *tail)
+                      for i, h in enumerate(heads)]).view(-1, *tail)
 
 
 class StackedRows(torch.autograd.Function):
@@ -463,19 +469,11 @@ class StackedRows(torch.autograd.Function):
 
 def _interleaved_order(rows: int, d: int, device: torch.device, inverse: bool = False) -> torch.Tensor:
     """Row indices that reorder `rows` rows (whole heads of d) from rotate_half's pairs to
-    interleaved ones (`permute_for_interleaved_rope`'s order), or back with `inverse`. Made once
-    per device, except during a CUDA graph's capture: a tensor made there lives in the graph's
-    memory pool, valid only while the graph replays, so it is made afresh (in the graph)."""
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return _order(rows, d, device, inverse)
-    return _cached_order(rows, d, device, inverse)
-
-
-def _order(rows: int, d: int, device: torch.device, inverse: bool) -> torch.Tensor:
-    return ops.permute_for_interleaved_rope(torch.arange(rows, device=device), rows // d, d, inverse)
-
-
-_cached_order = functools.cache(_order)
+    interleaved ones (`permute_for_interleaved_rope`'s order), or back with `inverse`; made once
+    per device (`device_constant`)."""
+    def make() -> torch.Tensor:
+        return ops.permute_for_interleaved_rope(torch.arange(rows, device=device), rows // d, d, inverse)
+    return device_constant(("interleaved order", rows, d, device, inverse), make)
 
 
 # ---------------------------------------------------------------------------------------------- GPT-2

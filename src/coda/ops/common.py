@@ -203,6 +203,22 @@ def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:
     return x.reshape(math.prod(x.shape[:-1]), x.shape[-1]), x.shape[:-1]   # -1: ambiguous when empty
 
 
+_DEVICE_CONSTANTS: dict[tuple, torch.Tensor] = {}
+
+
+def device_constant(key: tuple, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """The tensor `make()` gives, made once per `key` (which names its device) and kept for
+    reuse; its users never write it. Not kept when first made inside a CUDA-graph capture: the
+    kernel that fills it runs only when the graph replays, in the graph's memory pool, so eager
+    launches after it would read garbage."""
+    value = _DEVICE_CONSTANTS.get(key)
+    if value is None:
+        value = make()
+        if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            _DEVICE_CONSTANTS[key] = value
+    return value
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """`a @ b` (any strides: pass `w.T` for an nn.Linear weight)."""
     return torch.matmul(a, b)

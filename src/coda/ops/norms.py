@@ -106,6 +106,7 @@ from .common import (
     as_rows,
     check_split,
     column_sum,
+    device_constant,
     follows_autocast,
     input_and_bias_grad,
     joined_grad,
@@ -199,18 +200,9 @@ def row_shift(rows: torch.Tensor, shifted: bool) -> torch.Tensor:
     return rows[:, 0] if shifted else _zero(rows.device, rows.dtype).expand(rows.shape[0])
 
 
-_ZEROS: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
-
-
 def _zero(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """One zero per device and dtype, never written. Not kept when first made inside a CUDA-graph
-    capture: its fill would run only when the graph replays, so eager launches would read garbage."""
-    zero = _ZEROS.get((device, dtype))
-    if zero is None:
-        zero = torch.zeros((), device=device, dtype=dtype)
-        if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
-            _ZEROS[(device, dtype)] = zero
-    return zero
+    """One zero per device and dtype, never written (`device_constant`)."""
+    return device_constant(("zero", device, dtype), lambda: torch.zeros((), device=device, dtype=dtype))
 
 
 def residual_grad(dres: torch.Tensor | None) -> dict[str, torch.Tensor]:
