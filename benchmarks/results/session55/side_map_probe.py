@@ -28,8 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests" / "codegen"))
 
 import torch  # noqa: E402
+from test_hopper_compiles import Recorder  # noqa: E402  (stands in for the kernel: records its arguments)
 
 from coda.codegen import kernel as km  # noqa: E402
 from coda.ops.common import PLAIN  # noqa: E402
@@ -128,17 +130,6 @@ def load_module(source: str, tag: str):
     return module
 
 
-class Recorder:
-    def __init__(self, arg_names):
-        self.arg_names, self.args, self.meta = arg_names, (), {}
-
-    def __getitem__(self, grid):
-        return self.record
-
-    def record(self, *args, **meta):
-        self.args, self.meta = args, meta
-
-
 def dw_launch(dy, h, config, map_regs, regs):
     """(fn, grid, args without the side ones, meta) of dW_down = dy.T @ h in CODA's ping-pong
     kernel, with the map partition when `map_regs`; `regs`: (maxnreg, MMA_REGS, LOAD_REGS)."""
@@ -161,11 +152,9 @@ def dw_launch(dy, h, config, map_regs, regs):
 def compile_only(variants) -> None:
     """Build each variant for sm_90 without a GPU and print ptxas's registers and spills."""
     import triton
+    from test_hopper_compiles import _type, ptxas_report
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
-
-    sys.path.insert(0, str(ROOT / "tests" / "codegen"))
-    from test_hopper_compiles import _type, ptxas_report
 
     km._num_sms = lambda device: 132
     m, hdim, f = 16384, 2048, 5632
