@@ -30,7 +30,8 @@ PROGRAMS = {
                         " db = col_sum(output); }", {"preact": "tile"}),
     "rope": ("EPILOGUE(cos: head, sin: head) { output = rope(input, cos, sin); }",
              {"cos": "head", "sin": "head"}),
-    # LLaMA's SwiGLU gradient: two tile operands, an [M, 2N] packed output (pointer stores)
+    # LLaMA's SwiGLU gradient: two tile operands, an [M, 2N] packed output (in the ping-pong
+    # kernel staged in the operands' buffers, elsewhere pointer stores)
     "swiglu_grad_pack": ("dg = input * u * silu_grad(g); du = input * silu(g); output = pack(dg, du);"
                          " dr = row_sum(dg * g + du * u);", {"g": "tile", "u": "tile"}),
     "lse_max": ("rm = row_max(input); cm = col_max(input); lse = row_logsumexp(input);"
@@ -88,6 +89,35 @@ def test_error_within_twice_eager(name, dtype, shape, transposed, mainloop):
     for key, value in out.items():
         assert torch.equal(value, again[key]), f"{key}: two runs differ"
         assert torch.isfinite(value.float()).all(), key
+        err, err_eager = rel(value, exact[key]), rel(eager[key], exact[key])
+        assert err <= 2 * err_eager + 1e-6, f"{key}: error {err:.3e} vs eager {err_eager:.3e}"
+
+
+@pytest.mark.parametrize("split", [2, 4, 8])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_packed_output_staged_in_the_operands_buffers(split, dtype):
+    """The ping-pong kernel stores a packed [M, 2N] output by TMA from the buffers its two tile
+    operands came in, a half in each: rows past M (1000 = 7 tiles and 104 rows) and columns
+    past N (1048 = 8 tiles and 24 columns) are clipped, every element of a poisoned `out=` is
+    written, and the error is within twice eager's."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Hopper only")
+    torch.manual_seed(split)
+    m, n, k = 1000, 1048, 520
+    src, spec = PROGRAMS["swiglu_grad_pack"]
+    prog = coda.compile(src)
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = (torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5).T
+    ops = make_operands(spec, m, n, dtype, half=False)
+    out = torch.full((m, 2 * n), float("nan"), device="cuda", dtype=dtype)
+    launch = prog.bind(a, b, out=out, **ops)
+    config = Config(128, 128, 64, 4, 3, split_epilogue=split, pingpong=True)
+    assert prog.triton.kernel(launch, config).source.count("async_copy_shared_to_global(out_output_desc") == 2
+    got = prog.triton.launch(launch, config)
+    exact = evaluate(prog.bind(a.double(), b.double(), **{k: v.double() for k, v in ops.items()}))
+    eager = evaluate(prog.bind(a, b, **ops), compute_dtype=dtype)
+    assert got["output"] is out and torch.isfinite(out.float()).all()
+    for key, value in got.items():
         err, err_eager = rel(value, exact[key]), rel(eager[key], exact[key])
         assert err <= 2 * err_eager + 1e-6, f"{key}: error {err:.3e} vs eager {err_eager:.3e}"
 

@@ -62,9 +62,10 @@ class Signature:
     outputs: tuple[str, ...]            # the outputs this launch writes
     tma: frozenset[str] = frozenset()   # tile operands (`op_x`) and outputs (`out_y`) read or
                                         # written through TMA descriptors (Hopper mainloop)
-    reuse: tuple[tuple[str, str], ...] = ()  # ping-pong: (`out_y`, `op_x`) pairs, output y staged
-                                             # in the buffer operand x was staged in (same dtype
-                                             # and width), which the epilogue has read by then
+    reuse: tuple[tuple[str, tuple[str, ...]], ...] = ()  # ping-pong: (`out_y`, (`op_x`, ...)):
+                                             # output y staged in the buffer operand x was staged
+                                             # in (same dtype and width), which the epilogue has
+                                             # read by then; a packed y's halves in two operands
     wide: frozenset[str] = frozenset()  # ping-pong: outputs (`out_y`) stored from registers in
                                         # 16-byte pieces instead of through TMA
     partials: frozenset[str] = frozenset()    # vector operands given as Partials (summed on load)
@@ -113,8 +114,13 @@ def epilogue_args(program: Program, sig: Signature, gluon: bool = False) -> list
         elif base.startswith("op_"):
             args.append(f"{base}_smem")
         else:
-            args += [f"{base}_desc", f"{base}_smem"]
+            args += [f"{base}_desc", f"{base}_smem", *[f"{base}_smem_hi"] * packed(program, base)]
     return args
+
+
+def packed(program: Program, base: str) -> bool:
+    """Whether the output `out_y` is a pack(...): [M, 2N], its slices staged in two halves."""
+    return program.widths.outputs[base[4:]] == DOUBLE
 
 
 def half_width(program: Program, base: str) -> bool:
@@ -146,8 +152,9 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
     a tile operand one per column slice per warpgroup, filled by TMA when the warpgroup starts
     the tile's K loop (so the load runs under the MMAs) and waited for before the epilogue;
     an output one per warpgroup, written by the epilogue and stored by TMA without waiting,
-    or, for an output in `sig.reuse`, its operand's buffer of the slice: then it needs no
-    shared memory of its own, and no wait until the next tile's operands are fetched."""
+    or, for an output in `sig.reuse`, its operand's buffer of the slice (a packed output, twice
+    the slice's width: two operands' buffers, a half in each, stored as two boxes): then it needs
+    no shared memory of its own, and no wait until the next tile's operands are fetched."""
     tiles = _tma_tiles(program, sig)
     operands = [base for base, _ in tiles if base.startswith("op_")]
     reuse = dict(sig.reuse)
@@ -155,6 +162,8 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
     for base, half in tiles:
         cols, block = ("N // 2", "BLOCK_N // EPILOGUE_SPLIT // 2") if half else (
             "N", "BLOCK_N // EPILOGUE_SPLIT")
+        if base.startswith("out_") and packed(program, base):   # a half of the packed slice
+            cols = "N * 2"
         count = "2 * EPILOGUE_SPLIT" if base in operands else "2"
         prologue += [
             f"{base}_layout: gl.constexpr = smem_layout(BLOCK_M, {block}, {base}_ptr.dtype.element_ty)",
@@ -176,7 +185,8 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
             slice_args.append(f"{base}_bufs.index(WG * EPILOGUE_SPLIT + j)")
         elif base in reuse:
             partition_args.append(f"{base}_desc")
-            slice_args += [f"{base}_desc", f"{reuse[base]}_bufs.index(WG * EPILOGUE_SPLIT + j)"]
+            slice_args += [f"{base}_desc", *(f"{operand}_bufs.index(WG * EPILOGUE_SPLIT + j)"
+                                             for operand in reuse[base])]
         else:
             partition_args += [f"{base}_desc", f"{base}_bufs"]
             slice_args += [f"{base}_desc", f"{base}_bufs.index(WG)"]
@@ -428,6 +438,24 @@ class _Emitter:
         return rotated
 
     # outputs ----------------------------------------------------------------------------------
+    def store_staged(self, base: str, value: str, d: _Domain) -> None:
+        """Gluon: an output tile through this warpgroup's buffer, once the store that last read
+        it is done (a slice's buffer of an operand is free: the epilogue has read it), then by
+        TMA; a packed tile as two halves of its columns, each in a buffer and a box of its own."""
+        if base not in dict(self.sig.reuse):
+            in_flight = sum(1 + packed(self.program, b) for b in self.sig.tma if b.startswith("out_")) - 1
+            self.emit(f"tma.store_wait({in_flight})")
+        halves = [(value, f"{base}_smem", "")]
+        if packed(self.program, base):
+            self.emit(f"{base}_lo, {base}_hi = column_halves({value}, BLOCK_M, BLOCK_N * 2)")
+            halves = [(f"{base}_lo", f"{base}_smem", ""), (f"{base}_hi", f"{base}_smem_hi", " + BLOCK_N")]
+        for part, smem, _ in halves:
+            self.emit(f"{smem}.store({part}.to({base}_desc.dtype))")
+        self.emit("fence_async_shared()")
+        for _, smem, offset in halves:
+            self.emit(f"tma.async_copy_shared_to_global({base}_desc, [pid_m * BLOCK_M, "
+                      f"tile_n * {d.block}{offset}], {smem})")
+
     def store(self, out) -> None:
         width = self.program.widths.outputs[out.name]
         d = _DOMAIN[width]
@@ -435,15 +463,7 @@ class _Emitter:
         if out.reduction is None:
             base = f"out_{out.name}"
             if base in self.sig.tma and self.gluon:
-                # through this warpgroup's buffer, once the store that last read it is done (a
-                # slice's buffer of an operand is free: the epilogue has read it)
-                if base not in dict(self.sig.reuse):
-                    in_flight = sum(b.startswith("out_") for b in self.sig.tma) - 1
-                    self.emit(f"tma.store_wait({in_flight})")
-                self.emit(f"{base}_smem.store({value}.to({base}_desc.dtype))")
-                self.emit("fence_async_shared()")
-                self.emit(f"tma.async_copy_shared_to_global({base}_desc, [pid_m * BLOCK_M, "
-                          f"tile_n * {d.block}], {base}_smem)")
+                self.store_staged(base, value, d)
                 return
             if base in self.sig.tma:
                 self.emit(f"{base}_desc.store([pid_m * BLOCK_M, tile_n * {d.block}], "

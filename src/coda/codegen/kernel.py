@@ -526,48 +526,61 @@ def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
     """The launch's operand kinds and which tiles go through TMA: on Hopper every aligned
     output but a packed [M, 2N] one, and every aligned tile operand, unless the ping-pong kernel
     loads the operands itself (`stage_tiles=False`) or stores the outputs from registers in
-    16-byte pieces (`stage_outputs=False`: `sig.wide`)."""
+    16-byte pieces (`stage_outputs=False`: `sig.wide`). The ping-pong kernel stages a packed
+    output too where two operands' buffers can hold its halves (`_reuse`)."""
     tensors = frozenset(name for name, kind in launch.kinds.items()
                         if kind == "scalar" and isinstance(launch.values[name], torch.Tensor))
     tma, wide = set(), set()
     if variant == "hopper" or (variant == "pingpong" and stage_tiles):
         tma |= {f"op_{name}" for name, kind in launch.kinds.items()
                 if kind == "tile" and _tma_ok(launch.values[name], row_major=True)}
+    packed = set()   # aligned pack(...) outputs: [M, 2N]
     if variant in ("hopper", "pingpong"):
         for spec in launch.outputs:
-            # a pack(...) to [M, 2N] is stored through pointers: its tile is twice the width of
-            # the epilogue's, wider than a TMA box may be in the widest configurations
-            if spec.reduction is not None or launch.program.widths.outputs[spec.name] == DOUBLE:
+            if spec.reduction is not None:
                 continue
             out = launch.out if spec.name == "output" else None
             # an allocated output is contiguous: its row stride is its width; an `out=` tensor
             # may have a wider one (padded rows: the cross-entropy's blocks)
-            if (_tma_ok(out, row_major=True) if out is not None
+            if not (_tma_ok(out, row_major=True) if out is not None
                     else spec.shape[-1] * spec.dtype.itemsize % 16 == 0):
+                continue
+            if launch.program.widths.outputs[spec.name] == DOUBLE:
+                packed.add(f"out_{spec.name}")
+            else:
                 (tma if variant == "hopper" or stage_outputs else wide).add(f"out_{spec.name}")
+    reuse = _reuse(launch, tma, packed if stage_outputs else set()) if variant == "pingpong" else ()
+    # a packed output is stored through pointers unless staged in operands' buffers: its tile is
+    # twice the width of the epilogue's, wider than a TMA box may be in the widest configurations
+    tma |= {out for out, _ in reuse}
     written = tuple(spec.name for spec in launch.outputs)
     partials = frozenset(name for name, value in launch.values.items() if isinstance(value, Partials))
-    return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma),
-                     _reuse(launch, tma) if variant == "pingpong" else (), frozenset(wide), partials,
-                     launch.unfinished)
+    return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma), reuse,
+                     frozenset(wide), partials, launch.unfinished)
 
 
-def _reuse(launch: Launch, tma: set[str]) -> tuple[tuple[str, str], ...]:
-    """(output, operand) pairs of TMA tiles of one dtype and width: the ping-pong kernel stages
-    the output of a slice in the buffer its operand came in (epilogue.pingpong_parts)."""
+def _reuse(launch: Launch, tma: set[str], packed: set[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(output, operands) of TMA tiles of one dtype: the ping-pong kernel stages the output of a
+    slice in the buffer its operand of the same width came in, or a packed output (`packed`,
+    twice the tile's width) in the buffers of two full-width operands, one half in each
+    (epilogue.pingpong_parts). Outputs no buffer is free for keep their own (packed: none)."""
     program = launch.program
     free = {f"op_{name}": (launch.values[name].dtype, half_width(program, f"op_{name}"))
             for name, kind in launch.kinds.items() if kind == "tile" and f"op_{name}" in tma}
     pairs = []
     for spec in launch.outputs:
         base = f"out_{spec.name}"
-        if base not in tma:
+        if base in tma:
+            key, count = (spec.dtype, half_width(program, base)), 1
+        elif base in packed:
+            key, count = (spec.dtype, False), 2
+        else:
             continue
-        key = (spec.dtype, half_width(program, base))
-        operand = next((op for op in sorted(free) if free[op] == key), None)
-        if operand is not None:
-            pairs.append((base, operand))
-            del free[operand]
+        operands = [op for op in sorted(free) if free[op] == key][:count]
+        if len(operands) == count:
+            pairs.append((base, tuple(operands)))
+            for operand in operands:
+                del free[operand]
     return tuple(pairs)
 
 
