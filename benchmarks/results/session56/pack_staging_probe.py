@@ -29,9 +29,12 @@ from coda.ops.common import PLAIN  # noqa: E402
 
 SHAPES = {"gpt2": (16384, 3072, 768), "llama492m": (16384, 5632, 2048),
           "llama1b": (16384, 8192, 2048), "llama7b": (8192, 11008, 4096)}
-CONFIGS = {"pingpong_s3e2": Config(128, 128, 64, 4, 3, split_epilogue=2, pingpong=True),
-           "pingpong_s3e4": Config(128, 128, 64, 4, 3, split_epilogue=4, pingpong=True),
-           "pingpong_s3e8": Config(128, 128, 64, 4, 3, split_epilogue=8, pingpong=True)}
+#: ping-pong configurations: ring depth s, epilogue slices e; x: one set of operand buffers
+#: shared by the two warpgroups (Config.share_tiles), which leaves room for a deeper ring
+CONFIGS = {f"pingpong_s{s}e{e}{'x' * x}": Config(128, 128, 64, 4, s, split_epilogue=e, pingpong=True,
+                                                  share_tiles=x)
+           for s, e, x in ((3, 2, False), (3, 4, False), (4, 2, True), (4, 4, True), (5, 2, True),
+                           (5, 4, True))}
 
 
 def case(m: int, f: int, h: int, rounds: int) -> dict:
@@ -41,16 +44,16 @@ def case(m: int, f: int, h: int, rounds: int) -> dict:
     ops = dict(g=torch.randn(m, f, **bf16), u=torch.randn(m, f, **bf16),
                ss=torch.rand(m, device="cuda") * h + 1, inv_n=1.0 / h, eps=1e-5)
     launch = prog.bind(dy, w_down, **ops)
-    heuristic = prog.triton.config(launch, prog.triton.kernel(launch))
-    plans = {"heuristic": prog.triton.plan(launch, heuristic)}
+    plans = {"heuristic": prog.triton.start(launch)[0]}   # the heuristic's, or the first that fits
+    heuristic = plans["heuristic"].config
     plans |= {label: prog.triton.plan(launch, config) for label, config in CONFIGS.items()}
     run = {label: (lambda p=plan: p.run(dy, w_down, launch.values, None, 0)) for label, plan in plans.items()}
     first = {k: v.clone() for k, v in run["heuristic"]().items()}
     agree = {label: kc.agrees({k: v.clone() for k, v in fn().items()}, first) for label, fn in run.items()}
     plain = PLAIN.bind(dy, w_down)
-    plain_cfg = PLAIN.triton.config(plain, PLAIN.triton.kernel(plain))
-    for label, config in (("plain_heuristic", plain_cfg), ("plain_pingpong_s3e2", CONFIGS["pingpong_s3e2"])):
-        plan = PLAIN.triton.plan(plain, config)
+    for label, plan in (("plain_heuristic", PLAIN.triton.start(plain)[0]),
+                        *((f"plain_pingpong_s{s}e2", PLAIN.triton.plan(plain, Config(
+                            128, 128, 64, 4, s, split_epilogue=2, pingpong=True))) for s in (3, 4, 5))):
         run[label] = lambda p=plan: p.run(dy, w_down, {}, None, 0)
     run["cublas"] = lambda: torch.matmul(dy, w_down)
     times = {label: [] for label in run}
