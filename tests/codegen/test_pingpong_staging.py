@@ -15,15 +15,14 @@ from coda.codegen.epilogue import generate_epilogue, pingpong_parts
 M, N, K = 256, 256, 64
 
 
-def staging(src: str, share_tiles: bool = False, **operands) -> tuple[tuple, str, str]:
+def staging(src: str, **operands) -> tuple[tuple, str, str]:
     """(reuse pairs, the epilogue's source, the kernel prologue and prefetch) of a ping-pong launch."""
     prog = coda.compile(src)
     a = torch.randn(M, K, dtype=torch.bfloat16)
     w = torch.randn(N, K, dtype=torch.bfloat16)
-    sig = kernel_module._signature(prog.bind(a, w.T, **operands), "pingpong", share_tiles=share_tiles)
+    sig = kernel_module._signature(prog.bind(a, w.T, **operands), "pingpong")
     parts = pingpong_parts(prog, sig)
-    return sig.reuse, generate_epilogue(prog, sig, gluon=True), "\n".join(
-        parts[key] for key in ("{PROLOGUE}", "{PREFETCH}", "{PREFETCH_MID_LOOP}", "{TILES_FREE}"))
+    return sig.reuse, generate_epilogue(prog, sig, gluon=True), parts["{PROLOGUE}"] + parts["{PREFETCH}"]
 
 
 def test_an_output_is_staged_in_its_operands_buffer():
@@ -33,8 +32,10 @@ def test_an_output_is_staged_in_its_operands_buffer():
     assert reuse == (("out_output", ("op_residual",)),)
     assert "out_output_bufs" not in kernel and "op_residual_bufs = " in kernel
     assert "tma.store_wait" not in epilogue          # each slice writes a buffer of its own
-    # the stores that read the operand's buffers end before the next tile's operands arrive
-    assert kernel.index("tma.store_wait(0)") < kernel.index("tma.async_copy_global_to_shared")
+    # every warp has read the operand's buffers, and the stores that read them have ended,
+    # before the next tile's operands arrive
+    assert (kernel.index("gl.thread_barrier()") < kernel.index("tma.store_wait(0)")
+            < kernel.index("tma.async_copy_global_to_shared"))
 
 
 def test_only_an_operand_of_the_same_dtype_is_shared_and_each_only_once():
@@ -70,21 +71,3 @@ def test_a_packed_output_without_two_free_buffers_is_stored_through_pointers():
     for u in (torch.randn(M, N, dtype=torch.float32), torch.randn(M, N + 4, dtype=torch.bfloat16)[:, :N]):
         reuse, epilogue, _ = staging(SWIGLU_GRAD, g=g, u=u)
         assert reuse == () and "tl.store(out_output_ptr" in epilogue
-
-
-def test_shared_operand_buffers_take_turns_between_the_warpgroups():
-    """With share_tiles one buffer per slice serves both warpgroups: a warpgroup fetches its
-    operands half-way through its K loop, after the other warpgroup's epilogue has released them
-    (once every warp has read them and the stores staged in them have ended)."""
-    g, u = (torch.randn(M, N, dtype=torch.bfloat16) for _ in range(2))
-    _, _, kernel = staging(SWIGLU_GRAD, share_tiles=True, g=g, u=u)
-    assert "[EPILOGUE_SPLIT, BLOCK_M" in kernel and "WG * EPILOGUE_SPLIT" not in kernel
-    lines = [line.strip() for line in kernel.splitlines()]
-    fetch = lines.index("if kb == k_blocks // 2:")
-    assert lines[fetch + 1] == "mbarrier.wait(tiles_free.index(0), 1 - WG)"
-    copy = next(i for i, line in enumerate(lines) if line.startswith("tma.async_copy_global_to_shared(op_g"))
-    assert copy > fetch and lines[copy].endswith("tiles_ready.index(WG), op_g_bufs.index(j))")
-    release = lines.index("mbarrier.arrive(tiles_free.index(0), count=1)")
-    assert lines[release - 2:release] == ["gl.thread_barrier()", "tma.store_wait(0)"]
-    _, _, alone = staging(SWIGLU_GRAD, g=g, u=u)   # each warpgroup its own: fetched at the tile's start
-    assert "2 * EPILOGUE_SPLIT" in alone and "tiles_free" not in alone and "k_blocks // 2" not in alone

@@ -194,3 +194,34 @@ def test_a_map_over_a_wide_ragged_row_takes_wide_tiles():
     assert tuning.map_config(True, False, 770) == configs["tile"]        # narrow
     assert tuning.map_config(True, True, 50257) == configs["tile+col"]
     assert tuning.map_config(False, False, 50257) == configs["sums"]
+
+
+def test_a_pingpong_config_that_does_not_fit_is_tried_with_shallower_rings_first(monkeypatch):
+    """Shared memory runs out (OutOfResources at launch) for a ping-pong configuration whose
+    epilogue stages several tile operands beside the ring: the same configuration 4 and then
+    3 deep comes before the other candidates."""
+    from triton.runtime.errors import OutOfResources
+
+    from coda.codegen.kernel import TritonProgram
+
+    prog = coda.compile("EPILOGUE(g: tile, u: tile) { output = pack(input * g, input * u); }")
+    chosen = Config(128, 128, 64, 4, 5, split_epilogue=2, pingpong=True)
+    tried = []
+
+    class Plan:
+        def __init__(self, config):
+            self.config = config
+
+        def run(self, *args):
+            tried.append(self.config)
+            if self.config.num_stages > 3 or not self.config.pingpong:
+                raise OutOfResources(262488, 232448, "shared memory")
+            return {"output": "ran"}
+
+    monkeypatch.setattr(TritonProgram, "config", lambda self, launch, kernel: chosen)
+    monkeypatch.setattr(TritonProgram, "plan", lambda self, launch, config: Plan(config))
+    a, w = torch.randn(64, 32), torch.randn(48, 32)
+    plan, outputs = prog.triton.start(prog.bind(a, w.T, g=torch.randn(64, 48), u=torch.randn(64, 48)))
+    assert outputs == {"output": "ran"} and plan.config.num_stages == 3
+    assert [c.num_stages for c in tried] == [5, 4, 3]
+    assert all(c == Config(128, 128, 64, 4, c.num_stages, split_epilogue=2, pingpong=True) for c in tried)

@@ -66,8 +66,6 @@ class Signature:
                                              # output y staged in the buffer operand x was staged
                                              # in (same dtype and width), which the epilogue has
                                              # read by then; a packed y's halves in two operands
-    shared_tiles: bool = False          # ping-pong: both warpgroups' tile operands in one set
-                                        # of buffers (pingpong_parts)
     wide: frozenset[str] = frozenset()  # ping-pong: outputs (`out_y`) stored from registers in
                                         # 16-byte pieces instead of through TMA
     partials: frozenset[str] = frozenset()    # vector operands given as Partials (summed on load)
@@ -156,25 +154,17 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
     an output one per warpgroup, written by the epilogue and stored by TMA without waiting,
     or, for an output in `sig.reuse`, its operand's buffer of the slice (a packed output, twice
     the slice's width: two operands' buffers, a half in each, stored as two boxes): then it needs
-    no shared memory of its own, and no wait until the next tile's operands are fetched.
-
-    With `sig.shared_tiles` the two warpgroups' operands take turns in one set of buffers, half
-    the shared memory (room for a deeper ring where several operands are staged): a warpgroup
-    fetches its tile's operands half-way through its K loop, once the other warpgroup's
-    epilogue, which runs under that K loop, is done with them and with the stores from them
-    (`tiles_free`)."""
+    no shared memory of its own, and no wait until the next tile's operands are fetched."""
     tiles = _tma_tiles(program, sig)
     operands = [base for base, _ in tiles if base.startswith("op_")]
     reuse = dict(sig.reuse)
-    shared = sig.shared_tiles and bool(operands)
-    buffer = "j" if shared else "WG * EPILOGUE_SPLIT + j"   # a warpgroup's buffer of slice j
     prologue = []
     for base, half in tiles:
         cols, block = ("N // 2", "BLOCK_N // EPILOGUE_SPLIT // 2") if half else (
             "N", "BLOCK_N // EPILOGUE_SPLIT")
         if base.startswith("out_") and packed(program, base):   # a half of the packed slice
             cols = "N * 2"
-        count = ("EPILOGUE_SPLIT" if shared else "2 * EPILOGUE_SPLIT") if base in operands else "2"
+        count = "2 * EPILOGUE_SPLIT" if base in operands else "2"
         prologue += [
             f"{base}_layout: gl.constexpr = smem_layout(BLOCK_M, {block}, {base}_ptr.dtype.element_ty)",
             f"{base}_desc = tma.make_tensor_descriptor({base}_ptr, [M, {cols}], [{base}_s0, 1], "
@@ -192,14 +182,15 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
             continue
         elif base in operands:
             partition_args += [f"{base}_desc", f"{base}_bufs"]
-            slice_args.append(f"{base}_bufs.index({buffer})")
+            slice_args.append(f"{base}_bufs.index(WG * EPILOGUE_SPLIT + j)")
         elif base in reuse:
             partition_args.append(f"{base}_desc")
-            slice_args += [f"{base}_desc", *(f"{operand}_bufs.index({buffer})" for operand in reuse[base])]
+            slice_args += [f"{base}_desc", *(f"{operand}_bufs.index(WG * EPILOGUE_SPLIT + j)"
+                                             for operand in reuse[base])]
         else:
             partition_args += [f"{base}_desc", f"{base}_bufs"]
             slice_args += [f"{base}_desc", f"{base}_bufs.index(WG)"]
-    prefetch, prefetch_mid_loop, wait, free = "", "", "", ""
+    prefetch, wait = "", ""
     if operands:
         prologue += ["tiles_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())",
                      "mbarrier.init(tiles_ready.index(0), count=1)",
@@ -208,35 +199,23 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
         nbytes = " + ".join(f"{base}_desc.block_type.nbytes" for base in operands)
         # every warp of the warpgroup has read the buffers (a thread issues the TMA copies), and
         # outputs staged in them are read by their TMA stores until these end
-        done_with_buffers = ["gl.thread_barrier()", *["tma.store_wait(0)"] * bool(reuse)]
-        fetch = ["fence_async_shared()  # the reads of the buffers come first",
-                 f"mbarrier.expect(tiles_ready.index(WG), EPILOGUE_SPLIT * ({nbytes}))",
-                 "for j in gl.static_range(EPILOGUE_SPLIT):"]
+        prefetch_lines = ["gl.thread_barrier()", *["tma.store_wait(0)"] * bool(reuse)]
+        prefetch_lines += ["fence_async_shared()  # this warpgroup's reads of the buffers come first",
+                          f"mbarrier.expect(tiles_ready.index(WG), EPILOGUE_SPLIT * ({nbytes}))",
+                          "for j in gl.static_range(EPILOGUE_SPLIT):"]
         for base in operands:
             block = f"{base}_desc.block_type.shape[1]"
-            fetch.append(f"    tma.async_copy_global_to_shared({base}_desc, [pid_m * BLOCK_M, "
-                         f"(pid_n * EPILOGUE_SPLIT + j) * {block}], tiles_ready.index(WG), "
-                         f"{base}_bufs.index({buffer}))")
-        if shared:
-            prologue += ["tiles_free = gl.allocate_shared_memory(gl.int64, [1, 1], "
-                         "mbarrier.MBarrierLayout())", "mbarrier.init(tiles_free.index(0), count=1)"]
-            partition_args.append("tiles_free")
-            # the tiles alternate between the warpgroups: warpgroup 0's first fetch waits for
-            # nothing, each later one for the other warpgroup's latest epilogue
-            fetch = ["if kb == k_blocks // 2:", "    mbarrier.wait(tiles_free.index(0), 1 - WG)",
-                     *("    " + line for line in fetch)]
-            prefetch_mid_loop = "\n".join("            " + line for line in fetch)
-            free = "\n".join("        " + line for line in [
-                *done_with_buffers, "mbarrier.arrive(tiles_free.index(0), count=1)"])
-        else:
-            prefetch = "\n".join("        " + line for line in done_with_buffers + fetch)
+            prefetch_lines.append(
+                f"    tma.async_copy_global_to_shared({base}_desc, [pid_m * BLOCK_M, "
+                f"(pid_n * EPILOGUE_SPLIT + j) * {block}], tiles_ready.index(WG), "
+                f"{base}_bufs.index(WG * EPILOGUE_SPLIT + j))")
+        prefetch = "\n".join("        " + line for line in prefetch_lines)
         wait = "        mbarrier.wait(tiles_ready.index(WG), rounds & 1)"
     join = "".join
     return {"{PROLOGUE}": "\n".join("    " + line for line in prologue),
             "{PARTITION_ARGS}": join(f", {a}" for a in partition_args),
             "{SLICE_ARGS}": join(f", {a}" for a in slice_args),
-            "{PREFETCH}": prefetch, "{PREFETCH_MID_LOOP}": prefetch_mid_loop, "{TILES_WAIT}": wait,
-            "{TILES_FREE}": free}
+            "{PREFETCH}": prefetch, "{TILES_WAIT}": wait}
 
 
 def generate_epilogue(program: Program, sig: Signature, gluon: bool = False, input_zero: bool = False) -> str:

@@ -86,12 +86,17 @@ class TritonProgram:
               ) -> tuple[Plan, dict[str, torch.Tensor]]:
         """Run a launch for the first time and return its plan (for cached relaunches) and
         outputs. A configuration that does not fit the GPU (shared memory) is replaced by the
-        next candidate."""
+        next candidate; a ping-pong one first by itself with a shallower ring, down to 3 deep
+        (the epilogue's tile operands are staged beside the ring: LLaMA's SwiGLU gradient at
+        K = 768 fits 3 deep, 243.7 us on an H100 against 337.8 in the first candidate, the
+        Triton kernel's 128x256 tiles; benchmarks/results/session56)."""
         _check_dtypes(launch)
         kernel = self.kernel(launch)
         chosen = config or self.config(launch, kernel)
-        fallbacks = [] if config else [c for c in tuning.candidates(kernel.variant, self.pingpong)
-                                       if c != chosen]
+        shallower = [dataclasses.replace(chosen, num_stages=s) for s in range(chosen.num_stages - 1, 2, -1)
+                     if chosen.pingpong]
+        fallbacks = [] if config else list(dict.fromkeys(
+            shallower + [c for c in tuning.candidates(kernel.variant, self.pingpong) if c != chosen]))
         for candidate in (chosen, *fallbacks):
             plan = self.plan(launch, candidate)
             try:
@@ -119,7 +124,7 @@ class TritonProgram:
             raise LaunchError(f"{self.program.name} reads its prior output (`output += ...`), which "
                               f"the ping-pong kernel cannot: give a configuration without pingpong")
         sig = _signature(launch, variant, config is None or config.stage_tiles,
-                         config is None or config.stage_outputs, config is not None and config.share_tiles)
+                         config is None or config.stage_outputs)
         key = (sig, variant)
         kernel = self._kernels.get(key)
         if kernel is None:
@@ -522,13 +527,12 @@ def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callabl
 
 
 def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
-               stage_outputs: bool = True, share_tiles: bool = False) -> Signature:
+               stage_outputs: bool = True) -> Signature:
     """The launch's operand kinds and which tiles go through TMA: on Hopper every aligned
     output but a packed [M, 2N] one, and every aligned tile operand, unless the ping-pong kernel
     loads the operands itself (`stage_tiles=False`) or stores the outputs from registers in
     16-byte pieces (`stage_outputs=False`: `sig.wide`). The ping-pong kernel stages a packed
-    output too where two operands' buffers can hold its halves (`_reuse`), and with
-    `share_tiles` its two warpgroups stage their operands in one set of buffers."""
+    output too where two operands' buffers can hold its halves (`_reuse`)."""
     tensors = frozenset(name for name, kind in launch.kinds.items()
                         if kind == "scalar" and isinstance(launch.values[name], torch.Tensor))
     tma, wide = set(), set()
@@ -556,8 +560,7 @@ def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
     tma |= {out for out, _ in reuse}
     written = tuple(spec.name for spec in launch.outputs)
     partials = frozenset(name for name, value in launch.values.items() if isinstance(value, Partials))
-    shared = share_tiles and variant == "pingpong" and any(base.startswith("op_") for base in tma)
-    return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma), reuse, shared,
+    return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma), reuse,
                      frozenset(wide), partials, launch.unfinished)
 
 

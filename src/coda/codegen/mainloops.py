@@ -20,10 +20,8 @@ descriptors (codegen/epilogue.py). EPILOGUE_N is the width of the tile the epilo
   forth, so each tile's epilogue runs under the other warpgroup's K loop. Its program-specific
   pieces are `{PROLOGUE}` (descriptors and shared-memory buffers of the epilogue's TMA tiles),
   `{PARTITION_ARGS}` (what an MMA warpgroup receives), `{SLICE_ARGS}` (what it passes to the
-  epilogue for column slice `j`), `{PREFETCH}` or `{PREFETCH_MID_LOOP}`, `{TILES_WAIT}` and
-  `{TILES_FREE}` (the TMA loads of the epilogue's tile operands, at the tile's start or half-way
-  through its K loop, the wait for them, and, where the warpgroups share the operands'
-  buffers, the release of those): `epilogue.pingpong_parts`.
+  epilogue for column slice `j`), `{PREFETCH}` and `{TILES_WAIT}` (the TMA loads of the epilogue's
+  tile operands and the wait for them): `epilogue.pingpong_parts`.
 """
 
 PORTABLE = '''
@@ -614,7 +612,6 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS,
                     acc = k_step(a_tile, b_tile, acc, a, b)
             else:
                 acc = k_step(a_tile, b_tile, acc, a, b)
-{PREFETCH_MID_LOOP}
             # the slot of the MMA before this one goes back
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1, pred=kb > 0)
             step += 1
@@ -627,7 +624,6 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS,
         for j in gl.static_range(EPILOGUE_SPLIT):
             epilogue(slices[j], pid_m, pid_n * EPILOGUE_SPLIT + j, M, N, seed{SLICE_ARGS},
                      BLOCK_M, BLOCK_N // EPILOGUE_SPLIT)
-{TILES_FREE}
         rounds += 1
     tma.store_wait(0)
 

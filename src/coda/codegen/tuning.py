@@ -41,9 +41,6 @@ class Config:
                                    # together by warp shuffles (an option, not a candidate:
                                    # slower with computing epilogues, docs/performance.md,
                                    # thirtieth session)
-    share_tiles: bool = False      # ping-pong: the two warpgroups' tile operands in one set of
-                                   # buffers, each fetched half-way through its tile's K loop
-                                   # (half the shared memory: a deeper ring beside several)
 
     def meta(self, variant: str) -> dict:
         """The kernel's compile-time arguments for this configuration."""
