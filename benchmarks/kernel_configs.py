@@ -100,10 +100,11 @@ class Setup:
 
 def config_label(config: Config) -> str:
     """e.g. `triton128x128s4e2`: mainloop, tile, ring depth, epilogue slices; `g`: the
-    ping-pong epilogue loads its tile operands itself, `r`: stores its outputs from registers."""
+    ping-pong epilogue loads its tile operands itself, `r`: stores its outputs from registers,
+    `x`: its warpgroups share one set of tile-operand buffers."""
     return (f"{'pingpong' if config.pingpong else 'triton'}{config.block_m}x{config.block_n}"
             f"s{config.num_stages}e{config.split_epilogue}{'' if config.stage_tiles else 'g'}"
-            f"{'' if config.stage_outputs else 'r'}")
+            f"{'' if config.stage_outputs else 'r'}{'x' if config.share_tiles else ''}")
 
 
 def agrees(got: dict[str, torch.Tensor], first: dict[str, torch.Tensor]) -> bool:
@@ -324,7 +325,7 @@ def sm90(setup: Setup) -> list[dict]:
         for config in configs:
             variant = config.mainloop("hopper")
             built = prog.triton._build(kernel_module._signature(launch, variant, config.stage_tiles,
-                                                                config.stage_outputs),
+                                                                config.stage_outputs, config.share_tiles),
                                        variant)
             found = compile_sm90(kernel_module, built, config, launch)
             results.append(dict(case=name, config=str(config), shared=found["shared"],

@@ -121,7 +121,8 @@ def compile_all() -> dict[str, dict]:
         for label, config in configs.items():
             variant = config.mainloop("hopper")
             built = prog.triton._build(kernel_module._signature(launch, variant, config.stage_tiles,
-                                                                config.stage_outputs), variant)
+                                                                config.stage_outputs, config.share_tiles),
+                                       variant)
             results[f"{name}/{label}"] = compile_sm90(kernel_module, built, config, launch)
             # the tile operands given TMA descriptors (staged in shared memory)
             results[f"{name}/{label}"]["staged"] = sorted(set(re.findall(r"(op_\w+)_desc = ", built.source)))

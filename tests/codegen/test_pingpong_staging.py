@@ -15,14 +15,15 @@ from coda.codegen.epilogue import generate_epilogue, pingpong_parts
 M, N, K = 256, 256, 64
 
 
-def staging(src: str, **operands) -> tuple[tuple, str, str]:
+def staging(src: str, share_tiles: bool = False, **operands) -> tuple[tuple, str, str]:
     """(reuse pairs, the epilogue's source, the kernel prologue and prefetch) of a ping-pong launch."""
     prog = coda.compile(src)
     a = torch.randn(M, K, dtype=torch.bfloat16)
     w = torch.randn(N, K, dtype=torch.bfloat16)
-    sig = kernel_module._signature(prog.bind(a, w.T, **operands), "pingpong")
+    sig = kernel_module._signature(prog.bind(a, w.T, **operands), "pingpong", share_tiles=share_tiles)
     parts = pingpong_parts(prog, sig)
-    return sig.reuse, generate_epilogue(prog, sig, gluon=True), parts["{PROLOGUE}"] + parts["{PREFETCH}"]
+    return sig.reuse, generate_epilogue(prog, sig, gluon=True), "\n".join(
+        parts[key] for key in ("{PROLOGUE}", "{PREFETCH}", "{TILES_FREE}", "{OPERAND_PARTITION}"))
 
 
 def test_an_output_is_staged_in_its_operands_buffer():
@@ -71,3 +72,21 @@ def test_a_packed_output_without_two_free_buffers_is_stored_through_pointers():
     for u in (torch.randn(M, N, dtype=torch.float32), torch.randn(M, N + 4, dtype=torch.bfloat16)[:, :N]):
         reuse, epilogue, _ = staging(SWIGLU_GRAD, g=g, u=u)
         assert reuse == () and "tl.store(out_output_ptr" in epilogue
+
+
+def test_shared_operand_buffers_take_turns_between_the_warpgroups():
+    """With share_tiles one buffer per slice serves both warpgroups: a warp of its own fetches
+    each tile's operands, the warpgroups' tiles in turn, once the other warpgroup's epilogue has
+    released them (every warp has read them and the stores staged in them have ended)."""
+    g, u = (torch.randn(M, N, dtype=torch.bfloat16) for _ in range(2))
+    _, _, kernel = staging(SWIGLU_GRAD, share_tiles=True, g=g, u=u)
+    assert "[EPILOGUE_SPLIT, BLOCK_M" in kernel and "WG * EPILOGUE_SPLIT" not in kernel
+    lines = [line.strip() for line in kernel.splitlines()]
+    release = lines.index("mbarrier.arrive(tiles_free.index(0), count=1)")
+    assert lines[release - 3:release - 1] == ["gl.thread_barrier()", "tma.store_wait(0)"]
+    fetch = lines.index("mbarrier.wait(tiles_free.index(0), (i + 1) & 1)")
+    assert lines[fetch - 1] == "WG = i % 2"
+    assert lines[fetch + 1].startswith("mbarrier.expect(tiles_ready.index(WG)")
+    assert lines[fetch + 3].endswith("tiles_ready.index(WG), op_g_bufs.index(j))")
+    _, _, alone = staging(SWIGLU_GRAD, g=g, u=u)   # each warpgroup its own: fetched at the tile's start
+    assert "2 * EPILOGUE_SPLIT" in alone and "tiles_free" not in alone and "operand_partition" not in alone

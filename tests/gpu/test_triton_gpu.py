@@ -44,8 +44,10 @@ PINGPONG = Config(128, 128, 64, 4, 3, split_epilogue=4, pingpong=True)   # fits 
 PINGPONG_LOADS = Config(128, 128, 64, 4, 4, split_epilogue=8, pingpong=True, stage_tiles=False)
 #: The ping-pong kernel storing its outputs from registers in 16-byte pieces (no staging).
 PINGPONG_REGISTER_STORES = Config(128, 128, 64, 4, 3, split_epilogue=4, pingpong=True, stage_outputs=False)
+#: The ping-pong kernel whose warpgroups share one set of tile-operand buffers (a 5-deep ring).
+PINGPONG_SHARED = Config(128, 128, 64, 4, 5, split_epilogue=2, pingpong=True, share_tiles=True)
 MAINLOOPS = {"default": None, "pingpong": PINGPONG, "pingpong_loads": PINGPONG_LOADS,
-             "pingpong_register_stores": PINGPONG_REGISTER_STORES}
+             "pingpong_register_stores": PINGPONG_REGISTER_STORES, "pingpong_shared": PINGPONG_SHARED}
 
 
 def make_operands(spec: dict, m: int, n: int, dtype, half: bool) -> dict:
@@ -93,9 +95,10 @@ def test_error_within_twice_eager(name, dtype, shape, transposed, mainloop):
         assert err <= 2 * err_eager + 1e-6, f"{key}: error {err:.3e} vs eager {err_eager:.3e}"
 
 
+@pytest.mark.parametrize("share_tiles", [False, True])
 @pytest.mark.parametrize("split", [2, 4, 8])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_packed_output_staged_in_the_operands_buffers(split, dtype):
+def test_packed_output_staged_in_the_operands_buffers(split, dtype, share_tiles):
     """The ping-pong kernel stores a packed [M, 2N] output by TMA from the buffers its two tile
     operands came in, a half in each: rows past M (1000 = 7 tiles and 104 rows) and columns
     past N (1048 = 8 tiles and 24 columns) are clipped, every element of a poisoned `out=` is
@@ -111,7 +114,8 @@ def test_packed_output_staged_in_the_operands_buffers(split, dtype):
     ops = make_operands(spec, m, n, dtype, half=False)
     out = torch.full((m, 2 * n), float("nan"), device="cuda", dtype=dtype)
     launch = prog.bind(a, b, out=out, **ops)
-    config = Config(128, 128, 64, 4, 3, split_epilogue=split, pingpong=True)
+    config = Config(128, 128, 64, 4, 4 if share_tiles else 3, split_epilogue=split, pingpong=True,
+                    share_tiles=share_tiles)
     assert prog.triton.kernel(launch, config).source.count("async_copy_shared_to_global(out_output_desc") == 2
     got = prog.triton.launch(launch, config)
     exact = evaluate(prog.bind(a.double(), b.double(), **{k: v.double() for k, v in ops.items()}))

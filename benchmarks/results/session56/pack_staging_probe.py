@@ -29,9 +29,13 @@ from coda.ops.common import PLAIN  # noqa: E402
 
 SHAPES = {"gpt2": (16384, 3072, 768), "llama492m": (16384, 5632, 2048),
           "llama1b": (16384, 8192, 2048), "llama7b": (8192, 11008, 4096)}
-#: ping-pong configurations: ring depth s, epilogue slices e. (Call 3 ran share_tiles variants
-#: too, `x`: share_tiles.patch beside this script.)
-CONFIGS = {f"pingpong_s3e{e}": Config(128, 128, 64, 4, 3, split_epilogue=e, pingpong=True) for e in (2, 4)}
+#: ping-pong configurations: ring depth s, epilogue slices e; x: one set of operand buffers
+#: shared by the two warpgroups (Config.share_tiles), which leaves room for a deeper ring
+#: (call 3 ran an earlier share_tiles, its fetch in the K loop: share_tiles.patch)
+CONFIGS = {f"pingpong_s{s}e{e}{'x' * x}": Config(128, 128, 64, 4, s, split_epilogue=e, pingpong=True,
+                                                  share_tiles=x)
+           for s, e, x in ((3, 2, False), (3, 4, False), (4, 2, True), (4, 4, True), (5, 2, True),
+                           (5, 4, True))}
 
 
 def case(m: int, f: int, h: int, rounds: int) -> dict:

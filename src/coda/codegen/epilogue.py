@@ -66,6 +66,8 @@ class Signature:
                                              # output y staged in the buffer operand x was staged
                                              # in (same dtype and width), which the epilogue has
                                              # read by then; a packed y's halves in two operands
+    shared_tiles: bool = False          # ping-pong: both warpgroups' tile operands in one set
+                                        # of buffers (pingpong_parts)
     wide: frozenset[str] = frozenset()  # ping-pong: outputs (`out_y`) stored from registers in
                                         # 16-byte pieces instead of through TMA
     partials: frozenset[str] = frozenset()    # vector operands given as Partials (summed on load)
@@ -154,17 +156,25 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
     an output one per warpgroup, written by the epilogue and stored by TMA without waiting,
     or, for an output in `sig.reuse`, its operand's buffer of the slice (a packed output, twice
     the slice's width: two operands' buffers, a half in each, stored as two boxes): then it needs
-    no shared memory of its own, and no wait until the next tile's operands are fetched."""
+    no shared memory of its own, and no wait until the next tile's operands are fetched.
+
+    With `sig.shared_tiles` the two warpgroups' operands take turns in one set of buffers, half
+    the shared memory (room for a deeper ring where several operands are staged): a warp of
+    their own (OPERAND_PARTITION) fetches a tile's operands once the other warpgroup's
+    epilogue, which runs under that tile's K loop, is done with them and with the stores from
+    them (`tiles_free`)."""
     tiles = _tma_tiles(program, sig)
     operands = [base for base, _ in tiles if base.startswith("op_")]
     reuse = dict(sig.reuse)
+    shared = sig.shared_tiles and bool(operands)
+    buffer = "j" if shared else "WG * EPILOGUE_SPLIT + j"   # a warpgroup's buffer of slice j
     prologue = []
     for base, half in tiles:
         cols, block = ("N // 2", "BLOCK_N // EPILOGUE_SPLIT // 2") if half else (
             "N", "BLOCK_N // EPILOGUE_SPLIT")
         if base.startswith("out_") and packed(program, base):   # a half of the packed slice
             cols = "N * 2"
-        count = "2 * EPILOGUE_SPLIT" if base in operands else "2"
+        count = ("EPILOGUE_SPLIT" if shared else "2 * EPILOGUE_SPLIT") if base in operands else "2"
         prologue += [
             f"{base}_layout: gl.constexpr = smem_layout(BLOCK_M, {block}, {base}_ptr.dtype.element_ty)",
             f"{base}_desc = tma.make_tensor_descriptor({base}_ptr, [M, {cols}], [{base}_s0, 1], "
@@ -182,15 +192,15 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
             continue
         elif base in operands:
             partition_args += [f"{base}_desc", f"{base}_bufs"]
-            slice_args.append(f"{base}_bufs.index(WG * EPILOGUE_SPLIT + j)")
+            slice_args.append(f"{base}_bufs.index({buffer})")
         elif base in reuse:
             partition_args.append(f"{base}_desc")
-            slice_args += [f"{base}_desc", *(f"{operand}_bufs.index(WG * EPILOGUE_SPLIT + j)"
-                                             for operand in reuse[base])]
+            slice_args += [f"{base}_desc", *(f"{operand}_bufs.index({buffer})" for operand in reuse[base])]
         else:
             partition_args += [f"{base}_desc", f"{base}_bufs"]
             slice_args += [f"{base}_desc", f"{base}_bufs.index(WG)"]
-    prefetch, wait = "", ""
+    parts = {"{PREFETCH}": "", "{TILES_WAIT}": "", "{TILES_FREE}": "", "{OPERAND_PARTITION}": "",
+             "{OPERAND_WORKER}": "", "{OPERAND_WARPS}": "", "{OPERAND_REGS}": ""}
     if operands:
         prologue += ["tiles_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())",
                      "mbarrier.init(tiles_ready.index(0), count=1)",
@@ -199,23 +209,54 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
         nbytes = " + ".join(f"{base}_desc.block_type.nbytes" for base in operands)
         # every warp of the warpgroup has read the buffers (a thread issues the TMA copies), and
         # outputs staged in them are read by their TMA stores until these end
-        prefetch_lines = ["gl.thread_barrier()", *["tma.store_wait(0)"] * bool(reuse)]
-        prefetch_lines += ["fence_async_shared()  # this warpgroup's reads of the buffers come first",
-                          f"mbarrier.expect(tiles_ready.index(WG), EPILOGUE_SPLIT * ({nbytes}))",
-                          "for j in gl.static_range(EPILOGUE_SPLIT):"]
+        done_with_buffers = ["gl.thread_barrier()", *["tma.store_wait(0)"] * bool(reuse),
+                             "fence_async_shared()  # the reads of the buffers come first"]
+        fetch = [f"mbarrier.expect(tiles_ready.index(WG), EPILOGUE_SPLIT * ({nbytes}))",
+                 "for j in gl.static_range(EPILOGUE_SPLIT):"]
         for base in operands:
             block = f"{base}_desc.block_type.shape[1]"
-            prefetch_lines.append(
-                f"    tma.async_copy_global_to_shared({base}_desc, [pid_m * BLOCK_M, "
-                f"(pid_n * EPILOGUE_SPLIT + j) * {block}], tiles_ready.index(WG), "
-                f"{base}_bufs.index(WG * EPILOGUE_SPLIT + j))")
-        prefetch = "\n".join("        " + line for line in prefetch_lines)
-        wait = "        mbarrier.wait(tiles_ready.index(WG), rounds & 1)"
+            fetch.append(f"    tma.async_copy_global_to_shared({base}_desc, [pid_m * BLOCK_M, "
+                         f"(pid_n * EPILOGUE_SPLIT + j) * {block}], tiles_ready.index(WG), "
+                         f"{base}_bufs.index({buffer}))")
+        parts["{TILES_WAIT}"] = "        mbarrier.wait(tiles_ready.index(WG), rounds & 1)"
+        if shared:
+            prologue += ["tiles_free = gl.allocate_shared_memory(gl.int64, [1, 1], "
+                         "mbarrier.MBarrierLayout())", "mbarrier.init(tiles_free.index(0), count=1)"]
+            partition_args.append("tiles_free")
+            parts["{TILES_FREE}"] = "\n".join("        " + line for line in [
+                *done_with_buffers, "mbarrier.arrive(tiles_free.index(0), count=1)"])
+            operand_args = ", ".join(f"{base}_desc, {base}_bufs" for base in operands)
+            parts["{OPERAND_PARTITION}"] = OPERAND_PARTITION.format(
+                ARGS=operand_args, FETCH="\n".join("        " + line for line in fetch))
+            parts["{OPERAND_WORKER}"] = ("\n        (operand_partition, (tiles_ready, tiles_free, "
+                                         f"{operand_args}, M, N, BLOCK_M, BLOCK_N, GROUP_M, "
+                                         "EPILOGUE_SPLIT)),")
+            parts["{OPERAND_WARPS}"], parts["{OPERAND_REGS}"] = ", 1", ", LOAD_REGS"
+        else:
+            parts["{PREFETCH}"] = "\n".join("        " + line for line in done_with_buffers + fetch)
     join = "".join
-    return {"{PROLOGUE}": "\n".join("    " + line for line in prologue),
-            "{PARTITION_ARGS}": join(f", {a}" for a in partition_args),
-            "{SLICE_ARGS}": join(f", {a}" for a in slice_args),
-            "{PREFETCH}": prefetch, "{TILES_WAIT}": wait}
+    return parts | {"{PROLOGUE}": "\n".join("    " + line for line in prologue),
+                    "{PARTITION_ARGS}": join(f", {a}" for a in partition_args),
+                    "{SLICE_ARGS}": join(f", {a}" for a in slice_args)}
+
+
+#: With shared operand buffers (`Signature.shared_tiles`) a warp of its own fetches every tile's
+#: operands, the two warpgroups' tiles in turn, each once the other warpgroup's epilogue has
+#: released the buffers: the warpgroups' K loops never wait for that.
+OPERAND_PARTITION = '''
+@gluon.jit
+def operand_partition(tiles_ready, tiles_free, {ARGS}, M, N, BLOCK_M: gl.constexpr,
+                      BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr):
+    row_blocks = gl.cdiv(M, BLOCK_M)
+    col_blocks = gl.cdiv(N, BLOCK_N)
+    i = 0   # this program's i-th tile is warpgroup i % 2's; the first fetch waits for nothing
+    for tile_id in range(gl.program_id(0), row_blocks * col_blocks, gl.num_programs(0)):
+        pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
+        WG = i % 2
+        mbarrier.wait(tiles_free.index(0), (i + 1) & 1)
+{FETCH}
+        i += 1
+'''
 
 
 def generate_epilogue(program: Program, sig: Signature, gluon: bool = False, input_zero: bool = False) -> str:

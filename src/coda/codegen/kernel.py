@@ -124,7 +124,7 @@ class TritonProgram:
             raise LaunchError(f"{self.program.name} reads its prior output (`output += ...`), which "
                               f"the ping-pong kernel cannot: give a configuration without pingpong")
         sig = _signature(launch, variant, config is None or config.stage_tiles,
-                         config is None or config.stage_outputs)
+                         config is None or config.stage_outputs, config is not None and config.share_tiles)
         key = (sig, variant)
         kernel = self._kernels.get(key)
         if kernel is None:
@@ -527,12 +527,13 @@ def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callabl
 
 
 def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
-               stage_outputs: bool = True) -> Signature:
+               stage_outputs: bool = True, share_tiles: bool = False) -> Signature:
     """The launch's operand kinds and which tiles go through TMA: on Hopper every aligned
     output but a packed [M, 2N] one, and every aligned tile operand, unless the ping-pong kernel
     loads the operands itself (`stage_tiles=False`) or stores the outputs from registers in
     16-byte pieces (`stage_outputs=False`: `sig.wide`). The ping-pong kernel stages a packed
-    output too where two operands' buffers can hold its halves (`_reuse`)."""
+    output too where two operands' buffers can hold its halves (`_reuse`), and with
+    `share_tiles` its two warpgroups stage their operands in one set of buffers."""
     tensors = frozenset(name for name, kind in launch.kinds.items()
                         if kind == "scalar" and isinstance(launch.values[name], torch.Tensor))
     tma, wide = set(), set()
@@ -560,7 +561,8 @@ def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
     tma |= {out for out, _ in reuse}
     written = tuple(spec.name for spec in launch.outputs)
     partials = frozenset(name for name, value in launch.values.items() if isinstance(value, Partials))
-    return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma), reuse,
+    shared = share_tiles and variant == "pingpong" and any(base.startswith("op_") for base in tma)
+    return Signature(tuple(launch.kinds.items()), tensors, written, frozenset(tma), reuse, shared,
                      frozenset(wide), partials, launch.unfinished)
 
 

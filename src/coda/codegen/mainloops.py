@@ -20,8 +20,10 @@ descriptors (codegen/epilogue.py). EPILOGUE_N is the width of the tile the epilo
   forth, so each tile's epilogue runs under the other warpgroup's K loop. Its program-specific
   pieces are `{PROLOGUE}` (descriptors and shared-memory buffers of the epilogue's TMA tiles),
   `{PARTITION_ARGS}` (what an MMA warpgroup receives), `{SLICE_ARGS}` (what it passes to the
-  epilogue for column slice `j`), `{PREFETCH}` and `{TILES_WAIT}` (the TMA loads of the epilogue's
-  tile operands and the wait for them): `epilogue.pingpong_parts`.
+  epilogue for column slice `j`), `{PREFETCH}`, `{TILES_WAIT}` and `{TILES_FREE}` (the TMA
+  loads of the epilogue's tile operands at the tile's start, the wait for them, and, where the
+  warpgroups share the operands' buffers, their release to `{OPERAND_PARTITION}`, a warp that
+  fetches them instead, `{OPERAND_WORKER}` in the partition list): `epilogue.pingpong_parts`.
 """
 
 PORTABLE = '''
@@ -624,10 +626,11 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS,
         for j in gl.static_range(EPILOGUE_SPLIT):
             epilogue(slices[j], pid_m, pid_n * EPILOGUE_SPLIT + j, M, N, seed{SLICE_ARGS},
                      BLOCK_M, BLOCK_N // EPILOGUE_SPLIT)
+{TILES_FREE}
         rounds += 1
     tma.store_wait(0)
 
-
+{OPERAND_PARTITION}
 @gluon.jit(do_not_specialize=["seed"])
 def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, A3, CUT1, CUT2, CUT3,
               M_LIMIT, K_LIMIT, A_SUMS, seed{EPILOGUE_PARAMS},
@@ -671,8 +674,8 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
                          B_N_CONTIGUOUS, EPILOGUE_SPLIT, SUM_A)),
         (load_partition, (a_descs, b_desc, a_ring, b_ring, ready, empty, starts, ends, M, N, K,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_PIECES, A_CONCAT_K,
-                          A_K_CONTIGUOUS, B_N_CONTIGUOUS)),
-    ], [4, 1], [MMA_REGS, LOAD_REGS])
+                          A_K_CONTIGUOUS, B_N_CONTIGUOUS)),{OPERAND_WORKER}
+    ], [4, 1{OPERAND_WARPS}], [MMA_REGS, LOAD_REGS{OPERAND_REGS}])
 '''
 
 MAP = '''

@@ -41,6 +41,9 @@ class Config:
                                    # together by warp shuffles (an option, not a candidate:
                                    # slower with computing epilogues, docs/performance.md,
                                    # thirtieth session)
+    share_tiles: bool = False      # ping-pong: the two warpgroups' tile operands in one set of
+                                   # buffers, fetched by a warp of their own (half the shared
+                                   # memory: a deeper ring beside several operands)
 
     def meta(self, variant: str) -> dict:
         """The kernel's compile-time arguments for this configuration."""
