@@ -119,14 +119,18 @@ def test_a_launch_under_a_row_limit_takes_128x128_tiles():
     assert tuning.heuristic("hopper", 16384, 30522, 768, limited=True).pingpong
 
 
-def test_a_packed_output_takes_narrower_tiles():
-    """A program storing pack(...) [M, 2N] stores twice its tile's values: 128x128 tiles where
-    others take 128x256 (LLaMA's SwiGLU gradient); a tuning candidate, as every choice is."""
+def test_a_packed_output_takes_the_pingpong_kernel_with_shared_operand_buffers():
+    """A program storing pack(...) [M, 2N] (LLaMA's SwiGLU gradient, with its two tile operands)
+    takes the ping-pong kernel at any K, its operand buffers shared by the warpgroups; a tuning
+    candidate, as every choice is; the Triton kernel's 128x128 tiles where the ping-pong kernel
+    cannot run it (a program that reads its prior output)."""
     llama_swiglu_grad = (16384, 5632, 2048)
     assert tuning.heuristic("hopper", *llama_swiglu_grad).block_n == 256
-    packed = tuning.heuristic("hopper", *llama_swiglu_grad, packs=True)
-    assert (packed.block_m, packed.block_n) == (128, 128) and packed in tuning.CANDIDATES["hopper"]
-    assert tuning.heuristic("hopper", 16384, 3072, 768, packs=True).pingpong   # short K: unchanged
+    for shape in (llama_swiglu_grad, (16384, 3072, 768)):
+        packed = tuning.heuristic("hopper", *shape, packs=True)
+        assert packed.pingpong and packed.share_tiles and packed in tuning.CANDIDATES["hopper"]
+    packed = tuning.heuristic("hopper", *llama_swiglu_grad, pingpong=False, packs=True)
+    assert (packed.block_m, packed.block_n, packed.pingpong) == (128, 128, False)
 
 
 def test_a_pingpong_config_gives_the_gluon_kernel_its_ring_depth_and_register_split():
@@ -198,8 +202,8 @@ def test_a_map_over_a_wide_ragged_row_takes_wide_tiles():
 
 def test_a_pingpong_config_that_does_not_fit_is_tried_with_shallower_rings_first(monkeypatch):
     """Shared memory runs out (OutOfResources at launch) for a ping-pong configuration whose
-    epilogue stages several tile operands beside the ring: the same configuration 4 and then
-    3 deep comes before the other candidates."""
+    epilogue stages several tile operands beside the ring: the same configuration with its
+    operand buffers shared, then 4 and 3 deep come before the other candidates."""
     from triton.runtime.errors import OutOfResources
 
     from coda.codegen.kernel import TritonProgram
@@ -214,7 +218,7 @@ def test_a_pingpong_config_that_does_not_fit_is_tried_with_shallower_rings_first
 
         def run(self, *args):
             tried.append(self.config)
-            if self.config.num_stages > 3 or not self.config.pingpong:
+            if self.config.num_stages > 3 or not self.config.pingpong or self.config.share_tiles:
                 raise OutOfResources(262488, 232448, "shared memory")
             return {"output": "ran"}
 
@@ -223,5 +227,6 @@ def test_a_pingpong_config_that_does_not_fit_is_tried_with_shallower_rings_first
     a, w = torch.randn(64, 32), torch.randn(48, 32)
     plan, outputs = prog.triton.start(prog.bind(a, w.T, g=torch.randn(64, 48), u=torch.randn(64, 48)))
     assert outputs == {"output": "ran"} and plan.config.num_stages == 3
-    assert [c.num_stages for c in tried] == [5, 4, 3]
-    assert all(c == Config(128, 128, 64, 4, c.num_stages, split_epilogue=2, pingpong=True) for c in tried)
+    assert [(c.num_stages, c.share_tiles) for c in tried] == [(5, False), (5, True), (4, False), (3, False)]
+    assert all(c == Config(128, 128, 64, 4, c.num_stages, split_epilogue=2, pingpong=True,
+                           share_tiles=c.share_tiles) for c in tried)

@@ -86,17 +86,19 @@ class TritonProgram:
               ) -> tuple[Plan, dict[str, torch.Tensor]]:
         """Run a launch for the first time and return its plan (for cached relaunches) and
         outputs. A configuration that does not fit the GPU (shared memory) is replaced by the
-        next candidate; a ping-pong one first by itself with a shallower ring, down to 3 deep
-        (the epilogue's tile operands are staged beside the ring: LLaMA's SwiGLU gradient at
-        K = 768 fits 3 deep, 243.7 us on an H100 against 337.8 in the first candidate, the
-        Triton kernel's 128x256 tiles; benchmarks/results/session56)."""
+        next candidate; a ping-pong one first by itself with its warpgroups sharing one set of
+        tile-operand buffers, then with shallower rings, down to 3 deep (the epilogue's tile
+        operands are staged beside the ring: a SwiGLU gradient at K = 768 fits either way, 220.6
+        and 241.9 us on an H100 against 337.8 in the first candidate, the Triton kernel's 128x256
+        tiles; benchmarks/results/session56)."""
         _check_dtypes(launch)
         kernel = self.kernel(launch)
         chosen = config or self.config(launch, kernel)
-        shallower = [dataclasses.replace(chosen, num_stages=s) for s in range(chosen.num_stages - 1, 2, -1)
-                     if chosen.pingpong]
+        smaller = [dataclasses.replace(chosen, share_tiles=True)] + [
+            dataclasses.replace(chosen, num_stages=s) for s in range(chosen.num_stages - 1, 2, -1)]
         fallbacks = [] if config else list(dict.fromkeys(
-            shallower + [c for c in tuning.candidates(kernel.variant, self.pingpong) if c != chosen]))
+            smaller * chosen.pingpong + [c for c in tuning.candidates(kernel.variant, self.pingpong)
+                                         if c != chosen]))
         for candidate in (chosen, *fallbacks):
             plan = self.plan(launch, candidate)
             try:

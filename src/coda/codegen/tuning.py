@@ -86,6 +86,8 @@ CANDIDATES = {
         Config(128, 128, 64, 4, 3, split_epilogue=2, pingpong=True),
         Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True),
         Config(128, 128, 64, 4, 5, split_epilogue=4, pingpong=True),
+        Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True, share_tiles=True),
+        Config(128, 128, 64, 4, 5, split_epilogue=4, pingpong=True, share_tiles=True),
     ],
     "portable": [
         Config(128, 128, 32, 4, 4),
@@ -154,8 +156,13 @@ def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True, packs
     mainloop (LLaMA's q/k/v weight gradient, 3072x2048, K = 16384: 192 tiles of 128x256 fill
     2 waves 73%, 384 of 128x128 3 waves 97%; 340 against 293 us on the H200,
     benchmarks/results/session10/llama_configs.json). A program that `packs` a [M, 2N] output
-    stores twice the values of its tile: it takes 128x128 tiles (LLaMA's SwiGLU gradient, K =
-    2048: 814 us against 836-863 in 128x256 tiles, benchmarks/results/session14/pack). A launch
+    (LLaMA's SwiGLU gradient, with two tile operands) takes the ping-pong kernel at any K, its
+    warpgroups sharing one set of operand buffers so that a 4-deep ring fits beside them: on an
+    H100 220.6 / 714.4 / 1052.7 / 1262.6 us against 338 (the Triton kernel's 128x256 tiles, the
+    first candidate that fit) / 864.0 / 1218.6 / 1322.9 for the Triton kernel's 128x128 tiles,
+    the best of that kernel (814 against 836-863 us in 128x256 tiles on the H200,
+    benchmarks/results/session14/pack), at 16384x3072x768 / 16384x5632x2048 / 16384x8192x2048
+    / 8192x11008x4096 (benchmarks/results/session56). A launch
     under `m_limit` (`limited`) runs fewer rows than m, by design: it takes 128x128 tiles (the
     skipping cross-entropy's dx GEMM at BERT's head, 2458 of 16384 rows, K = 30522: 167 against
     286 us in 128x256 tiles, which leave 72 of the 132 SMs idle; with every row counted, 10624
@@ -173,6 +180,8 @@ def heuristic(variant: str, m: int, n: int, k: int, pingpong: bool = True, packs
     if variant == "hopper":
         if m <= 64:
             return Config(64, 128, 64, 4, 4)
+        if packs and pingpong:
+            return Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True, share_tiles=True)
         if (k <= 1024 or pieces_along_k or sums_a) and pingpong:
             return Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True)
         if limited:
