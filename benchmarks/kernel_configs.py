@@ -67,7 +67,11 @@ GEMM_CONFIGS = [None, Config(128, 256, 64, 8, 4, split_epilogue=2),
                 Config(128, 128, 64, 4, 4, split_epilogue=4, pingpong=True, stage_tiles=False),
                 Config(128, 128, 64, 4, 4, split_epilogue=8, pingpong=True, stage_tiles=False),
                 Config(128, 128, 64, 4, 5, split_epilogue=8, pingpong=True, stage_tiles=False),
-                Config(128, 128, 64, 4, 3, split_epilogue=8, pingpong=True, stage_tiles=False)]
+                Config(128, 128, 64, 4, 3, split_epilogue=8, pingpong=True, stage_tiles=False),
+                # the warpgroups' staged operands in one set of buffers (the packed default since
+                # the fifty-sixth session): room for a deeper ring
+                Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True, share_tiles=True),
+                Config(128, 128, 64, 4, 5, split_epilogue=4, pingpong=True, share_tiles=True)]
 #: GPT-2's launches: the Triton kernel's tiles and the ping-pong kernel's rings and slices
 GPT2_CONFIGS = [None, Config(128, 256, 64, 8, 3, split_epilogue=2), Config(128, 128, 64, 8, 4),
                 *(Config(128, 128, 64, 4, ring, split_epilogue=slices, pingpong=True)
