@@ -16,7 +16,8 @@ M, N, K = 256, 256, 64
 
 
 def staging(src: str, share_tiles: bool = False, **operands) -> tuple[tuple, str, str]:
-    """(reuse pairs, the epilogue's source, the kernel prologue and prefetch) of a ping-pong launch."""
+    """(reuse pairs, the epilogue's source, the kernel's program-specific pieces: prologue,
+    prefetch, release of shared buffers and the operands' own partition) of a ping-pong launch."""
     prog = coda.compile(src)
     a = torch.randn(M, K, dtype=torch.bfloat16)
     w = torch.randn(N, K, dtype=torch.bfloat16)

@@ -200,7 +200,7 @@ def test_a_map_over_a_wide_ragged_row_takes_wide_tiles():
     assert tuning.map_config(False, False, 50257) == configs["sums"]
 
 
-def test_a_pingpong_config_that_does_not_fit_is_tried_with_shallower_rings_first(monkeypatch):
+def test_a_pingpong_config_that_does_not_fit_is_tried_with_shared_buffers_then_shallower_rings(monkeypatch):
     """Shared memory runs out (OutOfResources at launch) for a ping-pong configuration whose
     epilogue stages several tile operands beside the ring: the same configuration with its
     operand buffers shared, then 4 and 3 deep come before the other candidates."""

@@ -19,6 +19,7 @@ from ..ir import Node
 from ..passes.edges import zero_past_edge
 from ..passes.widths import DOUBLE, FULL, HALF
 from ..primitives import PRIMITIVES
+from .mainloops import OPERAND_PARTITION
 
 if TYPE_CHECKING:
     from ..runtime.program import Program
@@ -238,25 +239,6 @@ def pingpong_parts(program: Program, sig: Signature) -> dict[str, str]:
     return parts | {"{PROLOGUE}": "\n".join("    " + line for line in prologue),
                     "{PARTITION_ARGS}": join(f", {a}" for a in partition_args),
                     "{SLICE_ARGS}": join(f", {a}" for a in slice_args)}
-
-
-#: With shared operand buffers (`Signature.shared_tiles`) a warp of its own fetches every tile's
-#: operands, the two warpgroups' tiles in turn, each once the other warpgroup's epilogue has
-#: released the buffers: the warpgroups' K loops never wait for that.
-OPERAND_PARTITION = '''
-@gluon.jit
-def operand_partition(tiles_ready, tiles_free, {ARGS}, M, N, BLOCK_M: gl.constexpr,
-                      BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr):
-    row_blocks = gl.cdiv(M, BLOCK_M)
-    col_blocks = gl.cdiv(N, BLOCK_N)
-    i = 0   # this program's i-th tile is warpgroup i % 2's; the first fetch waits for nothing
-    for tile_id in range(gl.program_id(0), row_blocks * col_blocks, gl.num_programs(0)):
-        pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
-        WG = i % 2
-        mbarrier.wait(tiles_free.index(0), (i + 1) & 1)
-{FETCH}
-        i += 1
-'''
 
 
 def generate_epilogue(program: Program, sig: Signature, gluon: bool = False, input_zero: bool = False) -> str:

@@ -95,10 +95,10 @@ class TritonProgram:
         kernel = self.kernel(launch)
         chosen = config or self.config(launch, kernel)
         smaller = [dataclasses.replace(chosen, share_tiles=True)] + [
-            dataclasses.replace(chosen, num_stages=s) for s in range(chosen.num_stages - 1, 2, -1)]
-        fallbacks = [] if config else list(dict.fromkeys(
-            smaller * chosen.pingpong + [c for c in tuning.candidates(kernel.variant, self.pingpong)
-                                         if c != chosen]))
+            dataclasses.replace(chosen, num_stages=s) for s in range(chosen.num_stages - 1, 2, -1)
+        ] if chosen.pingpong else []
+        others = [c for c in tuning.candidates(kernel.variant, self.pingpong) if c != chosen]
+        fallbacks = [] if config else list(dict.fromkeys(smaller + others))
         for candidate in (chosen, *fallbacks):
             plan = self.plan(launch, candidate)
             try:

@@ -678,6 +678,25 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
     ], [4, 1{OPERAND_WARPS}], [MMA_REGS, LOAD_REGS{OPERAND_REGS}])
 '''
 
+#: The ping-pong kernel's fourth partition where its warpgroups share one set of operand buffers
+#: (`Config.share_tiles`): a warp that fetches every tile's operands, the two warpgroups' tiles in
+#: turn, each once the other warpgroup's epilogue has released the buffers, so the K loops never
+#: wait for that. epilogue.pingpong_parts fills in the operands' arguments and copies.
+OPERAND_PARTITION = '''
+@gluon.jit
+def operand_partition(tiles_ready, tiles_free, {ARGS}, M, N, BLOCK_M: gl.constexpr,
+                      BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr):
+    row_blocks = gl.cdiv(M, BLOCK_M)
+    col_blocks = gl.cdiv(N, BLOCK_N)
+    i = 0   # this program's i-th tile is warpgroup i % 2's; the first fetch waits for nothing
+    for tile_id in range(gl.program_id(0), row_blocks * col_blocks, gl.num_programs(0)):
+        pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
+        WG = i % 2
+        mbarrier.wait(tiles_free.index(0), (i + 1) & 1)
+{FETCH}
+        i += 1
+'''
+
 MAP = '''
 @triton.jit(do_not_specialize=["seed"])
 def {KERNEL}(X, M, N, stride_xm, stride_xn, X1, X2, X3, CUT1, CUT2, CUT3, M_LIMIT, seed{EPILOGUE_PARAMS},
