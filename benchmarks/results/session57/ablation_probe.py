@@ -1,0 +1,137 @@
+"""Where the ping-pong kernel's time goes for epilogues with tile operands: each program in its
+configuration, and the same kernel with one part taken out by an edit of its generated source
+(a probe: the edited kernels compute wrong results and are only timed).
+
+    CODA_AUTOTUNE=0 python benchmarks/results/session57/ablation_probe.py [--json out.json]
+
+Edits: `nowait` (the MMA warpgroups do not wait for their tile operands to arrive), `nofetch`
+(nothing fetches them: the epilogue reads whatever the buffers hold), `nostore` (the epilogue's
+TMA stores are not issued). Each launch ten times in a CUDA graph, five rounds in turn,
+alternating order, medians (kernel_configs.graph_us).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
+import kernel_configs as kc  # noqa: E402
+
+import coda  # noqa: E402
+from coda.codegen import kernel as km  # noqa: E402
+from coda.codegen.tuning import Config  # noqa: E402
+from coda.ops import gated_mlp  # noqa: E402
+from coda.ops.common import PLAIN  # noqa: E402
+
+EDITS = {  # line pattern -> what the line becomes
+    "nowait": [(r"mbarrier\.wait\(tiles_ready", "pass")],
+    "nofetch": [(r"mbarrier\.wait\(tiles_ready", "pass"),
+                (r"mbarrier\.expect\(tiles_ready", "mbarrier.arrive(tiles_ready.index(WG), count=1)"),
+                (r"tma\.async_copy_global_to_shared\(op_", "pass")],
+    "nostore": [(r"tma\.async_copy_shared_to_global\(out_", "pass")],
+}
+EDITS["nofetch_nostore"] = EDITS["nofetch"] + EDITS["nostore"]
+
+
+def edited_plan(prog, launch, config: Config, edits: list[tuple[str, str]]) -> km.Plan:
+    """A Plan of `prog`'s ping-pong kernel with each line matching an edit's pattern replaced."""
+    write = km._source_file
+
+    def edited(filename: str, source: str):
+        lines = source.split("\n")
+        for pattern, new in edits:
+            hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+            assert hits, pattern
+            for i in hits:
+                indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+                lines[i] = indent + new
+        text = "\n".join(lines)
+        return write(filename.replace(".py", f"_{abs(hash(text)) % 10**8}.py"), text)
+
+    km._source_file = edited
+    try:
+        sig = km._signature(launch, "pingpong", share_tiles=config.share_tiles)
+        kernel = prog.triton._build(sig, "pingpong")
+    finally:
+        km._source_file = write
+    return km.Plan(kernel, config, launch)
+
+
+def programs(m: int, n: int) -> dict:
+    bf16 = dict(device="cuda", dtype=torch.bfloat16)
+    return {
+        "swiglu_grad": (gated_mlp.grad_program("silu", "sumsq", True),
+                        dict(g=torch.randn(m, n, **bf16), u=torch.randn(m, n, **bf16),
+                             ss=torch.rand(m, device="cuda") * 2048 + 1, inv_n=1 / 2048, eps=1e-5)),
+        "residual_rowsumsq": (coda.compile("EPILOGUE(residual: tile) { output = input + residual; "
+                                           "ss = row_sum(output * output); }"),
+                              dict(residual=torch.randn(m, n, **bf16))),
+        "dgelu_bias_grad": (coda.compile("EPILOGUE(pre: tile) { output = input * gelu_grad(pre); "
+                                         "db = col_sum(output); }"), dict(pre=torch.randn(m, n, **bf16))),
+    }
+
+
+def pp(s: int, e: int, shared: bool) -> Config:
+    return Config(128, 128, 64, 4, s, split_epilogue=e, pingpong=True, share_tiles=shared)
+
+
+def case(m: int, n: int, k: int, names: list[str], rounds: int) -> dict:
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
+    run = {}
+    plain = PLAIN.bind(a, b)
+    for s in (4, 5):
+        plan = PLAIN.triton.plan(plain, pp(s, 2, False))
+        run[f"plain_s{s}e2"] = lambda p=plan: p.run(a, b, {}, None, 0)
+    run["cublas"] = lambda: torch.matmul(a, b)
+    progs = programs(m, n)
+    for name in names:
+        prog, ops = progs[name]
+        launch = prog.bind(a, b, seed=1, **ops)
+        configs = {"s4e2x": pp(4, 2, True), "s4e4x": pp(4, 4, True)}
+        if name != "swiglu_grad":
+            configs = {"s4e2": pp(4, 2, False), **configs}
+        for label, config in configs.items():
+            plans = {label: prog.triton.plan(launch, config)}
+            if label in ("s4e2x", "s4e2"):
+                plans |= {f"{label}_{edit}": edited_plan(prog, launch, config, edits)
+                          for edit, edits in EDITS.items()}
+            for plan_label, plan in plans.items():
+                try:
+                    plan.run(a, b, launch.values, None, 1)
+                except Exception as error:  # a probe: say what did not run
+                    print(f"{name} {plan_label}: {type(error).__name__}: {str(error)[:200]}", flush=True)
+                    continue
+                run[f"{name}/{plan_label}"] = lambda p=plan: p.run(a, b, launch.values, None, 1)
+    times = {label: [] for label in run}
+    for r in range(rounds):
+        for label in (run if r % 2 == 0 else reversed(list(run))):
+            times[label].append(kc.graph_us(run[label], 10))
+    us = {label: round(statistics.median(t), 1) for label, t in times.items()}
+    print(json.dumps(dict(m=m, n=n, k=k, us=us)), flush=True)
+    return dict(m=m, n=n, k=k, us=us, us_rounds=times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    rows = [case(16384, 5632, 2048, ["swiglu_grad"], args.rounds),
+            case(16384, 3072, 768, ["swiglu_grad", "residual_rowsumsq", "dgelu_bias_grad"], args.rounds)]
+    if args.json:
+        meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, command=" ".join(sys.argv))
+        Path(args.json).write_text(json.dumps(dict(meta, rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
