@@ -98,7 +98,7 @@ def case(m: int, n: int, k: int, names: list[str], rounds: int) -> dict:
         launch = prog.bind(a, b, seed=1, **ops)
         configs = {"s4e2x": pp(4, 2, True), "s4e4x": pp(4, 4, True)}
         if name != "swiglu_grad":
-            configs = {"s4e2": pp(4, 2, False), **configs}
+            configs = {"s4e2": pp(4, 2, False), **configs, "s5e2x": pp(5, 2, True)}
         for label, config in configs.items():
             plans = {label: prog.triton.plan(launch, config)}
             if label in ("s4e2x", "s4e2"):
@@ -110,7 +110,7 @@ def case(m: int, n: int, k: int, names: list[str], rounds: int) -> dict:
                 except Exception as error:  # a probe: say what did not run
                     print(f"{name} {plan_label}: {type(error).__name__}: {str(error)[:200]}", flush=True)
                     continue
-                run[f"{name}/{plan_label}"] = lambda p=plan: p.run(a, b, launch.values, None, 1)
+                run[f"{name}/{plan_label}"] = lambda p=plan, v=launch.values: p.run(a, b, v, None, 1)
     times = {label: [] for label in run}
     for r in range(rounds):
         for label in (run if r % 2 == 0 else reversed(list(run))):
@@ -124,9 +124,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--small-k-only", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
-    rows = [case(16384, 5632, 2048, ["swiglu_grad"], args.rounds),
+    rows = [*([case(16384, 5632, 2048, ["swiglu_grad"], args.rounds)] * (not args.small_k_only)),
             case(16384, 3072, 768, ["swiglu_grad", "residual_rowsumsq", "dgelu_bias_grad"], args.rounds)]
     if args.json:
         meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, command=" ".join(sys.argv))
