@@ -128,7 +128,7 @@ def mainloop_runs(prog, a, b, used: dict) -> dict[str, Callable[[], object]]:
     for config in tuning.CANDIDATES["hopper"]:
         if config.pingpong:
             label = f"coda_pingpong/{config.block_m}x{config.block_n}x{config.block_k}" \
-                    f"s{config.num_stages}e{config.split_epilogue}"
+                    f"s{config.num_stages}e{config.split_epilogue}{'x' * config.share_tiles}"
             runs[label] = run_plan(config)
     return {label: run for label, run in runs.items() if run is not None}
 

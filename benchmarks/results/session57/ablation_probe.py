@@ -79,38 +79,32 @@ def programs(m: int, n: int) -> dict:
     }
 
 
-def pp(s: int, e: int, shared: bool) -> Config:
-    return Config(128, 128, 64, 4, s, split_epilogue=e, pingpong=True, share_tiles=shared)
+CONFIGS = {"s4e2": (4, 2, False), "s4e2x": (4, 2, True), "s4e4x": (4, 4, True), "s5e2x": (5, 2, True)}
 
 
-def case(m: int, n: int, k: int, names: list[str], rounds: int) -> dict:
+def case(m: int, n: int, k: int, variants: list[str], rounds: int) -> dict:
+    """`variants`: "program/config" or "program/config_edit" (CONFIGS, EDITS)."""
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
-    run = {}
     plain = PLAIN.bind(a, b)
+    run = {}
     for s in (4, 5):
-        plan = PLAIN.triton.plan(plain, pp(s, 2, False))
+        plan = PLAIN.triton.plan(plain, Config(128, 128, 64, 4, s, split_epilogue=2, pingpong=True))
         run[f"plain_s{s}e2"] = lambda p=plan: p.run(a, b, {}, None, 0)
     run["cublas"] = lambda: torch.matmul(a, b)
     progs = programs(m, n)
-    for name in names:
+    for variant in variants:
+        name, _, label = variant.partition("/")
+        config_label, _, edit = label.partition("_")
+        s, e, shared = CONFIGS[config_label]
+        config = Config(128, 128, 64, 4, s, split_epilogue=e, pingpong=True, share_tiles=shared)
         prog, ops = progs[name]
         launch = prog.bind(a, b, seed=1, **ops)
-        configs = {"s4e2x": pp(4, 2, True), "s4e4x": pp(4, 4, True)}
-        if name != "swiglu_grad":
-            configs = {"s4e2": pp(4, 2, False), **configs, "s5e2x": pp(5, 2, True)}
-        for label, config in configs.items():
-            plans = {label: prog.triton.plan(launch, config)}
-            if label in ("s4e2x", "s4e2"):
-                plans |= {f"{label}_{edit}": edited_plan(prog, launch, config, edits)
-                          for edit, edits in EDITS.items()}
-            for plan_label, plan in plans.items():
-                try:
-                    plan.run(a, b, launch.values, None, 1)
-                except Exception as error:  # a probe: say what did not run
-                    print(f"{name} {plan_label}: {type(error).__name__}: {str(error)[:200]}", flush=True)
-                    continue
-                run[f"{name}/{plan_label}"] = lambda p=plan, v=launch.values: p.run(a, b, v, None, 1)
+        plan = edited_plan(prog, launch, config, EDITS[edit]) if edit else prog.triton.plan(launch, config)
+        print(f"{m}x{n}x{k} {variant}: first run", flush=True)
+        plan.run(a, b, launch.values, None, 1)
+        torch.cuda.synchronize()
+        run[variant] = lambda p=plan, v=launch.values: p.run(a, b, v, None, 1)
     times = {label: [] for label in run}
     for r in range(rounds):
         for label in (run if r % 2 == 0 else reversed(list(run))):
@@ -120,15 +114,27 @@ def case(m: int, n: int, k: int, names: list[str], rounds: int) -> dict:
     return dict(m=m, n=n, k=k, us=us, us_rounds=times)
 
 
+#: call 1 (LLaMA-492M's SwiGLU gradient) and call 3 (GPT-2's fc1 shape; a shared configuration
+#: of a program without a packed output last)
+SETS = {
+    "llama": (16384, 5632, 2048, ["swiglu_grad/s4e2x", *(f"swiglu_grad/s4e2x_{e}" for e in EDITS),
+                                  "swiglu_grad/s4e4x"]),
+    "k768": (16384, 3072, 768, [
+        "swiglu_grad/s4e2x", "swiglu_grad/s4e2x_nowait", "swiglu_grad/s4e2x_nofetch",
+        "residual_rowsumsq/s4e2", "residual_rowsumsq/s4e2_nowait", "residual_rowsumsq/s4e2_nofetch",
+        "residual_rowsumsq/s4e2_nostore", "dgelu_bias_grad/s4e2", "dgelu_bias_grad/s4e2_nofetch",
+        "residual_rowsumsq/s4e2x", "residual_rowsumsq/s5e2x", "dgelu_bias_grad/s4e2x"]),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--small-k-only", action="store_true")
+    parser.add_argument("--sets", default=",".join(SETS))
     args = parser.parse_args()
     torch.manual_seed(0)
-    rows = [*([case(16384, 5632, 2048, ["swiglu_grad"], args.rounds)] * (not args.small_k_only)),
-            case(16384, 3072, 768, ["swiglu_grad", "residual_rowsumsq", "dgelu_bias_grad"], args.rounds)]
+    rows = [case(*SETS[name], args.rounds) for name in args.sets.split(",")]
     if args.json:
         meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, command=" ".join(sys.argv))
         Path(args.json).write_text(json.dumps(dict(meta, rows=rows), indent=1))
