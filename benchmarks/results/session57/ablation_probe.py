@@ -6,8 +6,9 @@ configuration, and the same kernel with one part taken out by an edit of its gen
 
 Edits: `nowait` (the MMA warpgroups do not wait for their tile operands to arrive), `nofetch`
 (nothing fetches them: the epilogue reads whatever the buffers hold), `nostore` (the epilogue's
-TMA stores are not issued). Each launch ten times in a CUDA graph, five rounds in turn,
-alternating order, medians (kernel_configs.graph_us).
+TMA stores are not issued). Each launch ten times in a CUDA graph (kernel_configs.graph_us;
+`--events`: twenty launches between CUDA events, event_us), five rounds in turn, alternating
+order, medians.
 """
 
 from __future__ import annotations
@@ -82,7 +83,25 @@ def programs(m: int, n: int) -> dict:
 CONFIGS = {"s4e2": (4, 2, False), "s4e2x": (4, 2, True), "s4e4x": (4, 4, True), "s5e2x": (5, 2, True)}
 
 
-def case(m: int, n: int, k: int, variants: list[str], rounds: int) -> dict:
+def event_us(fn, reps: int = 20) -> float:
+    """µs per call: the median of 5 stretches of `reps` launches timed with CUDA events (call 3
+    timed from CUDA graphs, as calls 1 and 2 did, and its timings at K = 768 never finished,
+    though every variant runs 400 launches in seconds: hang_probe.py, call 4)."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / reps)
+    return sorted(times)[2]
+
+
+def case(m: int, n: int, k: int, variants: list[str], rounds: int, timer) -> dict:
     """`variants`: "program/config" or "program/config_edit" (CONFIGS, EDITS)."""
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
@@ -108,7 +127,8 @@ def case(m: int, n: int, k: int, variants: list[str], rounds: int) -> dict:
     times = {label: [] for label in run}
     for r in range(rounds):
         for label in (run if r % 2 == 0 else reversed(list(run))):
-            times[label].append(kc.graph_us(run[label], 10))
+            times[label].append(timer(run[label]))
+        print(f"round {r}: " + json.dumps({label: round(t[-1], 1) for label, t in times.items()}), flush=True)
     us = {label: round(statistics.median(t), 1) for label, t in times.items()}
     print(json.dumps(dict(m=m, n=n, k=k, us=us)), flush=True)
     return dict(m=m, n=n, k=k, us=us, us_rounds=times)
@@ -132,9 +152,11 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--events", action="store_true", help="time launches with CUDA events, not graphs")
     args = parser.parse_args()
     torch.manual_seed(0)
-    rows = [case(*SETS[name], args.rounds) for name in args.sets.split(",")]
+    timer = event_us if args.events else (lambda fn: kc.graph_us(fn, 10))
+    rows = [case(*SETS[name], args.rounds, timer) for name in args.sets.split(",")]
     if args.json:
         meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, command=" ".join(sys.argv))
         Path(args.json).write_text(json.dumps(dict(meta, rows=rows), indent=1))
