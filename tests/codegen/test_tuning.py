@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -230,3 +231,22 @@ def test_a_pingpong_config_that_does_not_fit_is_tried_with_shared_buffers_then_s
     assert [(c.num_stages, c.share_tiles) for c in tried] == [(5, False), (5, True), (4, False), (3, False)]
     assert all(c == Config(128, 128, 64, 4, c.num_stages, split_epilogue=2, pingpong=True,
                            share_tiles=c.share_tiles) for c in tried)
+
+
+def test_shared_operand_buffers_are_timed_only_where_they_can_pay():
+    """Autotuning times the configurations whose warpgroups share tile-operand buffers for a
+    packed output or two tile operands, not for one (never the fastest) or none (their twins)."""
+    a, b = torch.randn(64, 32), torch.randn(32, 64)
+    hopper = SimpleNamespace(variant="hopper")
+
+    def shared(source: str, **tiles) -> list:
+        prog = coda.compile(source)
+        launch = prog.bind(a, b, **{name: torch.randn(64, 64) for name in tiles})
+        return [c for c in prog.triton._candidates(launch, hopper) if c.share_tiles]
+
+    every = [c for c in tuning.candidates("hopper") if c.share_tiles]
+    assert every
+    assert shared("output = input;") == []
+    assert shared("EPILOGUE(r: tile) { output = input + r; }", r=1) == []
+    assert shared("EPILOGUE(r: tile, s: tile) { output = input * r + s; }", r=1, s=1) == every
+    assert shared("output = pack(input, input * 2);") == every

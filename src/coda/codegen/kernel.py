@@ -97,7 +97,7 @@ class TritonProgram:
         smaller = [dataclasses.replace(chosen, share_tiles=True)] + [
             dataclasses.replace(chosen, num_stages=s) for s in range(chosen.num_stages - 1, 2, -1)
         ] if chosen.pingpong else []
-        others = [c for c in tuning.candidates(kernel.variant, self.pingpong) if c != chosen]
+        others = [c for c in self._candidates(launch, kernel) if c != chosen]
         fallbacks = [] if config else list(dict.fromkeys(smaller + others))
         for candidate in (chosen, *fallbacks):
             plan = self.plan(launch, candidate)
@@ -164,10 +164,16 @@ class TritonProgram:
                     plans[c].run(launch.concat or launch.a, launch.b, launch.values, scratch, launch.seed,
                                  (launch.m_limit, launch.k_limit))
 
-                config = tuning.autotune(key, tuning.candidates(kernel.variant, self.pingpong), run,
+                config = tuning.autotune(key, self._candidates(launch, kernel), run,
                                          f"{self.program.name} {m}x{n}x{k}")
             self._configs[bucket] = config
         return config
+
+    def _candidates(self, launch: Launch, kernel: Kernel) -> list[Config]:
+        """The configurations to time for this launch: with shared operand buffers only where
+        they can pay, for a packed output or two tile operands or more."""
+        tiles = sum(kind == "tile" for kind in launch.kinds.values())
+        return tuning.candidates(kernel.variant, self.pingpong, self.packs or tiles >= 2)
 
     def explain(self, launch: Launch) -> str:
         config = self.config(launch, self.kernel(launch))

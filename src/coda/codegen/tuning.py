@@ -239,10 +239,15 @@ class TuningStore:
 STORE = TuningStore()
 
 
-def candidates(variant: str, pingpong: bool = True) -> list[Config]:
+def candidates(variant: str, pingpong: bool = True, share_tiles: bool = True) -> list[Config]:
     """The configurations autotuning times for a `variant` launch; `pingpong=False` leaves out
-    the ping-pong kernel's (for a program it cannot run: one that reads its prior output)."""
-    return [c for c in CANDIDATES.get(variant, ()) if pingpong or not c.pingpong]
+    the ping-pong kernel's (for a program it cannot run: one that reads its prior output), and
+    `share_tiles=False` those whose warpgroups share their tile operands' buffers (for a program
+    with fewer than two tile operands and no packed output: with none they are their twins
+    without sharing, and with one they were never the fastest, 1.00-1.20x the best for (b),
+    (c) and (e) of benchmarks/gemm.py on its seven shapes; benchmarks/results/session57)."""
+    return [c for c in CANDIDATES.get(variant, ()) if (pingpong or not c.pingpong)
+            and (share_tiles or not c.share_tiles)]
 
 
 def autotune(key: str, configs: list[Config], run: Callable[[Config], None], describe: str) -> Config:
