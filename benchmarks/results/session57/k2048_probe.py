@@ -1,5 +1,5 @@
 """LLaMA-492M's CODA launches at 1024 < K <= 2048 (hidden 2048: the forward's q/k/v, gate/up,
-out-projection and LM head GEMMs, the out-projection's dx) in the heuristic's configuration (the
+out-projection and LM head GEMMs) in the heuristic's configuration (the
 Triton kernel) against the ping-pong kernel's, which the heuristic gives at K <= 1024 only. The
 fast-path tables read the ping-pong kernel 2-11% faster for every epilogue at 16384x8192x2048
 (sessions 39 and 42 on the H200, 57 on an H100).
