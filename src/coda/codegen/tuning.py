@@ -244,8 +244,9 @@ def candidates(variant: str, pingpong: bool = True, share_tiles: bool = True) ->
     the ping-pong kernel's (for a program it cannot run: one that reads its prior output), and
     `share_tiles=False` those whose warpgroups share their tile operands' buffers (for a program
     with fewer than two tile operands and no packed output: with none they are their twins
-    without sharing, and with one they were never the fastest, 1.00-1.20x the best for (b),
-    (c) and (e) of benchmarks/gemm.py on its seven shapes; benchmarks/results/session57)."""
+    without sharing, and with one, for (b), (c) and (e) of benchmarks/gemm.py on its seven
+    shapes, they were 1.5-29% slower than the fastest in 19 of 21 cases and ahead by 0.3% and
+    1.4% in two, inside one timing's spread; benchmarks/results/session57)."""
     return [c for c in CANDIDATES.get(variant, ()) if (pingpong or not c.pingpong)
             and (share_tiles or not c.share_tiles)]
 
