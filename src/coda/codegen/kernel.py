@@ -170,10 +170,9 @@ class TritonProgram:
         return config
 
     def _candidates(self, launch: Launch, kernel: Kernel) -> list[Config]:
-        """The configurations to time for this launch: with shared operand buffers only where
-        they can pay, for a packed output or two tile operands or more."""
-        tiles = sum(kind == "tile" for kind in launch.kinds.values())
-        return tuning.candidates(kernel.variant, self.pingpong, self.packs or tiles >= 2)
+        """The configurations to time for this launch: those with shared operand buffers only
+        where there are tile operands to share (else they would time their twins again)."""
+        return tuning.candidates(kernel.variant, self.pingpong, "tile" in launch.kinds.values())
 
     def explain(self, launch: Launch) -> str:
         config = self.config(launch, self.kernel(launch))

@@ -242,11 +242,8 @@ STORE = TuningStore()
 def candidates(variant: str, pingpong: bool = True, share_tiles: bool = True) -> list[Config]:
     """The configurations autotuning times for a `variant` launch; `pingpong=False` leaves out
     the ping-pong kernel's (for a program it cannot run: one that reads its prior output), and
-    `share_tiles=False` those whose warpgroups share their tile operands' buffers (for a program
-    with fewer than two tile operands and no packed output: with none they are their twins
-    without sharing, and with one, for (b), (c) and (e) of benchmarks/gemm.py on its seven
-    shapes, they were 1.5-29% slower than the fastest in 19 of 21 cases and ahead by 0.3% and
-    1.4% in two, inside one timing's spread; benchmarks/results/session57)."""
+    `share_tiles=False` those whose warpgroups share their tile operands' buffers (for a launch
+    without tile operands, where they are their twins without sharing)."""
     return [c for c in CANDIDATES.get(variant, ()) if (pingpong or not c.pingpong)
             and (share_tiles or not c.share_tiles)]
 
