@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -201,15 +200,22 @@ def test_a_map_over_a_wide_ragged_row_takes_wide_tiles():
     assert tuning.map_config(False, False, 50257) == configs["sums"]
 
 
-def test_a_pingpong_config_that_does_not_fit_is_tried_with_shared_buffers_then_shallower_rings(monkeypatch):
+@pytest.mark.parametrize("source, tiles, tries", [
+    ("EPILOGUE(g: tile, u: tile) { output = pack(input * g, input * u); }", ("g", "u"),
+     [(5, False), (5, True), (4, False), (3, False)]),
+    ("output = input * 2;", (), [(5, False), (4, False), (3, False)]),
+])
+def test_a_pingpong_config_that_does_not_fit_is_tried_with_shared_buffers_then_shallower_rings(
+        monkeypatch, source, tiles, tries):
     """Shared memory runs out (OutOfResources at launch) for a ping-pong configuration whose
     epilogue stages several tile operands beside the ring: the same configuration with its
-    operand buffers shared, then 4 and 3 deep come before the other candidates."""
+    operand buffers shared (where there are tile operands), then 4 and 3 deep come before the
+    other candidates."""
     from triton.runtime.errors import OutOfResources
 
     from coda.codegen.kernel import TritonProgram
 
-    prog = coda.compile("EPILOGUE(g: tile, u: tile) { output = pack(input * g, input * u); }")
+    prog = coda.compile(source)
     chosen = Config(128, 128, 64, 4, 5, split_epilogue=2, pingpong=True)
     tried = []
 
@@ -226,9 +232,9 @@ def test_a_pingpong_config_that_does_not_fit_is_tried_with_shared_buffers_then_s
     monkeypatch.setattr(TritonProgram, "config", lambda self, launch, kernel: chosen)
     monkeypatch.setattr(TritonProgram, "plan", lambda self, launch, config: Plan(config))
     a, w = torch.randn(64, 32), torch.randn(48, 32)
-    plan, outputs = prog.triton.start(prog.bind(a, w.T, g=torch.randn(64, 48), u=torch.randn(64, 48)))
+    plan, outputs = prog.triton.start(prog.bind(a, w.T, **{name: torch.randn(64, 48) for name in tiles}))
     assert outputs == {"output": "ran"} and plan.config.num_stages == 3
-    assert [(c.num_stages, c.share_tiles) for c in tried] == [(5, False), (5, True), (4, False), (3, False)]
+    assert [(c.num_stages, c.share_tiles) for c in tried] == tries
     assert all(c == Config(128, 128, 64, 4, c.num_stages, split_epilogue=2, pingpong=True,
                            share_tiles=c.share_tiles) for c in tried)
 
@@ -236,13 +242,14 @@ def test_a_pingpong_config_that_does_not_fit_is_tried_with_shared_buffers_then_s
 def test_shared_operand_buffers_are_timed_only_where_there_are_tile_operands():
     """Autotuning times the configurations whose warpgroups share tile-operand buffers where
     the launch has a tile operand; without one they would be their twins timed again."""
+    from coda.codegen.kernel import _has_tiles
+
     a, b = torch.randn(64, 32), torch.randn(32, 64)
-    hopper = SimpleNamespace(variant="hopper")
 
     def shared(source: str, **tiles) -> list:
         prog = coda.compile(source)
         launch = prog.bind(a, b, **{name: torch.randn(64, 64) for name in tiles})
-        return [c for c in prog.triton._candidates(launch, hopper) if c.share_tiles]
+        return [c for c in tuning.candidates("hopper", True, _has_tiles(launch)) if c.share_tiles]
 
     every = [c for c in tuning.candidates("hopper") if c.share_tiles]
     assert every

@@ -87,17 +87,18 @@ class TritonProgram:
         """Run a launch for the first time and return its plan (for cached relaunches) and
         outputs. A configuration that does not fit the GPU (shared memory) is replaced by the
         next candidate; a ping-pong one first by itself with its warpgroups sharing one set of
-        tile-operand buffers, then with shallower rings, down to 3 deep (the epilogue's tile
-        operands are staged beside the ring: a SwiGLU gradient at K = 768 fits either way, 220.6
-        and 241.9 us on an H100 against 337.8 in the first candidate, the Triton kernel's 128x256
-        tiles; benchmarks/results/session56)."""
+        tile-operand buffers (where it has tile operands), then with shallower rings, down to 3
+        deep (the epilogue's tile operands are staged beside the ring: a SwiGLU gradient at
+        K = 768 fits either way, 220.6 and 241.9 us on an H100 against 337.8 in the first
+        candidate, the Triton kernel's 128x256 tiles; benchmarks/results/session56)."""
         _check_dtypes(launch)
         kernel = self.kernel(launch)
         chosen = config or self.config(launch, kernel)
-        smaller = [dataclasses.replace(chosen, share_tiles=True)] + [
+        shares = _has_tiles(launch)
+        smaller = [dataclasses.replace(chosen, share_tiles=True)] * shares + [
             dataclasses.replace(chosen, num_stages=s) for s in range(chosen.num_stages - 1, 2, -1)
         ] if chosen.pingpong else []
-        others = [c for c in self._candidates(launch, kernel) if c != chosen]
+        others = [c for c in tuning.candidates(kernel.variant, self.pingpong, shares) if c != chosen]
         fallbacks = [] if config else list(dict.fromkeys(smaller + others))
         for candidate in (chosen, *fallbacks):
             plan = self.plan(launch, candidate)
@@ -164,15 +165,11 @@ class TritonProgram:
                     plans[c].run(launch.concat or launch.a, launch.b, launch.values, scratch, launch.seed,
                                  (launch.m_limit, launch.k_limit))
 
-                config = tuning.autotune(key, self._candidates(launch, kernel), run,
+                config = tuning.autotune(key, tuning.candidates(kernel.variant, self.pingpong,
+                                                                _has_tiles(launch)), run,
                                          f"{self.program.name} {m}x{n}x{k}")
             self._configs[bucket] = config
         return config
-
-    def _candidates(self, launch: Launch, kernel: Kernel) -> list[Config]:
-        """The configurations to time for this launch: those with shared operand buffers only
-        where there are tile operands to share (else they would time their twins again)."""
-        return tuning.candidates(kernel.variant, self.pingpong, "tile" in launch.kinds.values())
 
     def explain(self, launch: Launch) -> str:
         config = self.config(launch, self.kernel(launch))
@@ -531,6 +528,13 @@ def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callabl
         launch(grid[0], 1, 1, stream, function, cooperative, pdl, buffer, None, packed, None, None,
                None, *args)
     return launcher
+
+
+def _has_tiles(launch: Launch) -> bool:
+    """Whether the launch has tile operands, which a ping-pong kernel's two warpgroups could
+    stage in one set of buffers (`Config.share_tiles`; without any, such a configuration is its
+    twin without sharing, not worth timing or trying again)."""
+    return "tile" in launch.kinds.values()
 
 
 def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
