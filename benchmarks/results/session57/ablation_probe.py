@@ -32,17 +32,23 @@ from coda.codegen.tuning import Config  # noqa: E402
 from coda.ops import gated_mlp  # noqa: E402
 from coda.ops.common import PLAIN  # noqa: E402
 
-EDITS = {  # line pattern -> what the line becomes
+FETCH, EXPECT = r"tma\.async_copy_global_to_shared\(op_", r"mbarrier\.expect\(tiles_ready"
+EDITS = {  # line pattern -> what the line becomes (a line, or a function of the line)
     "nowait": [(r"mbarrier\.wait\(tiles_ready", "pass")],
     "nofetch": [(r"mbarrier\.wait\(tiles_ready", "pass"),
-                (r"mbarrier\.expect\(tiles_ready", "mbarrier.arrive(tiles_ready.index(WG), count=1)"),
-                (r"tma\.async_copy_global_to_shared\(op_", "pass")],
+                (EXPECT, "mbarrier.arrive(tiles_ready.index(WG), count=1)"), (FETCH, "pass")],
     "nostore": [(r"tma\.async_copy_shared_to_global\(out_", "pass")],
+    # the open questions (docs/performance.md, "Where a tile operand's time goes"): each operand
+    # fetched twice (twice the bytes), and every tile fetching the first tile's operands (bytes
+    # that L2 holds: the SM's port without the HBM)
+    "twice": [(EXPECT, lambda line: line.replace("index(WG), ", "index(WG), 2 * ", 1)),
+              (FETCH, lambda line: f"{line}\n{line}")],
+    "l2": [(FETCH, lambda line: line.replace("[pid_m * BLOCK_M, (pid_n * EPILOGUE_SPLIT + j) *", "[0, j *"))],
 }
 EDITS["nofetch_nostore"] = EDITS["nofetch"] + EDITS["nostore"]
 
 
-def edited_plan(prog, launch, config: Config, edits: list[tuple[str, str]]) -> km.Plan:
+def edited_plan(prog, launch, config: Config, edits: list) -> km.Plan:
     """A Plan of `prog`'s ping-pong kernel with each line matching an edit's pattern replaced."""
     write = km._source_file
 
@@ -53,7 +59,9 @@ def edited_plan(prog, launch, config: Config, edits: list[tuple[str, str]]) -> k
             assert hits, pattern
             for i in hits:
                 indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
-                lines[i] = indent + new
+                text = new(lines[i].strip()) if callable(new) else new
+                assert text != lines[i].strip(), (pattern, text)
+                lines[i] = "\n".join(indent + part for part in text.split("\n"))
         text = "\n".join(lines)
         return write(filename.replace(".py", f"_{abs(hash(text)) % 10**8}.py"), text)
 
@@ -139,6 +147,8 @@ def case(m: int, n: int, k: int, variants: list[str], rounds: int, timer) -> dic
 SETS = {
     "llama": (16384, 5632, 2048, ["swiglu_grad/s4e2x", *(f"swiglu_grad/s4e2x_{e}" for e in EDITS),
                                   "swiglu_grad/s4e4x"]),
+    "contention": (16384, 3072, 768, ["residual_rowsumsq/s4e2", "residual_rowsumsq/s4e2_nofetch",
+                                      "residual_rowsumsq/s4e2_twice", "residual_rowsumsq/s4e2_l2"]),
     "k768": (16384, 3072, 768, [
         "swiglu_grad/s4e2x", "swiglu_grad/s4e2x_nowait", "swiglu_grad/s4e2x_nofetch",
         "residual_rowsumsq/s4e2", "residual_rowsumsq/s4e2_nowait", "residual_rowsumsq/s4e2_nofetch",
