@@ -36,6 +36,15 @@ ROUNDING: dict[torch.dtype, str] = {torch.bfloat16: "round_bf16", torch.float16:
 STATS: dict[str | None, list[str]] = {None: [], "rms": ["ss"], "layer": ["ss", "s"]}
 
 
+def with_stats(ctx: object, y: torch.Tensor, outs: dict[str, torch.Tensor], stats: str | None,
+               lead: torch.Size) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """A forward's result: `y`, then the row statistics `stats` asks for (STATS), shaped like
+    y's leading dimensions and not differentiable (they feed the next norm, not the loss)."""
+    sums = [outs[name].reshape(lead) for name in STATS[stats]]
+    ctx.mark_non_differentiable(*sums)
+    return (y, *sums) if sums else y
+
+
 def op_function(cls: type[torch.autograd.Function]) -> type[torch.autograd.Function]:
     """Class decorator for an op's autograd.Function. Its forward's outputs are its own tensors
     (a reshaped view of a buffer the forward made is detached from it, as torch's ops' outputs

@@ -64,6 +64,7 @@ from .common import (
     present,
     stored,
     weight_grad,
+    with_stats,
 )
 from .dropout import check_probability, resolve_seed
 
@@ -205,9 +206,7 @@ class MLPFunction(torch.autograd.Function):
         ctx.bias_dtypes = tuple(None if b is None else b.dtype for b in (b1, b2))
         ctx.residual_is_x = residual is x
         y = fc2_outs["output"].reshape(*lead, w2.shape[0])
-        sums = [fc2_outs[name].reshape(lead) for name in STATS[stats]]
-        ctx.mark_non_differentiable(*sums)
-        return (y, *sums) if sums else y
+        return with_stats(ctx, y, fc2_outs, stats, lead)
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor | None, *unused_stat_grads):

@@ -120,6 +120,7 @@ from .common import (
     stored,
     weight_grad,
     weight_grad_out,
+    with_stats,
 )
 from .dropout import resolve_seed
 from .linear import forward_program
@@ -419,9 +420,7 @@ class OutProjResidualFunction(torch.autograd.Function):
         ctx.save_for_backward(x, w)
         ctx.p, ctx.seed = p, seed
         ctx.dtypes = residual.dtype, None if bias is None else bias.dtype
-        sums = [outs[name].reshape(lead) for name in STATS[stats]]
-        ctx.mark_non_differentiable(*sums)
-        return (y, *sums) if sums else y
+        return with_stats(ctx, y, outs, stats, lead)
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor | None, *unused_stat_grads):
