@@ -241,19 +241,23 @@ def test_a_pingpong_config_that_does_not_fit_is_tried_with_shared_buffers_then_s
 
 def test_shared_operand_buffers_are_timed_only_where_there_are_tile_operands():
     """Autotuning times the configurations whose warpgroups share tile-operand buffers where
-    the launch has a tile operand; without one they would be their twins timed again."""
+    the launch has a tile operand the kernel stages (one TMA can address); without one they
+    would be their twins timed again."""
     from coda.codegen.kernel import _has_tiles
 
     a, b = torch.randn(64, 32), torch.randn(32, 64)
+    tile = torch.randn(64, 64)
+    unaddressable = torch.randn(64, 65)[:, 1:]   # rows 260 bytes apart: not a multiple of 16
 
     def shared(source: str, **tiles) -> list:
         prog = coda.compile(source)
-        launch = prog.bind(a, b, **{name: torch.randn(64, 64) for name in tiles})
+        launch = prog.bind(a, b, **tiles)
         return [c for c in tuning.candidates("hopper", True, _has_tiles(launch)) if c.share_tiles]
 
     every = [c for c in tuning.candidates("hopper") if c.share_tiles]
     assert every
     assert shared("output = input;") == []
     assert shared("output = pack(input, input * 2);") == []
-    assert shared("EPILOGUE(r: tile) { output = input + r; }", r=1) == every
-    assert shared("EPILOGUE(r: tile, s: tile) { output = input * r + s; }", r=1, s=1) == every
+    assert shared("EPILOGUE(r: tile) { output = input + r; }", r=tile) == every
+    assert shared("EPILOGUE(r: tile) { output = input + r; }", r=unaddressable) == []
+    assert shared("EPILOGUE(r: tile, s: tile) { output = input * r + s; }", r=tile, s=tile) == every

@@ -530,11 +530,18 @@ def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callabl
     return launcher
 
 
+def _staged_operands(launch: Launch) -> set[str]:
+    """The tile operands the Hopper kernels stage in shared memory by TMA (`op_<name>`): every
+    one TMA can address."""
+    return {f"op_{name}" for name, kind in launch.kinds.items()
+            if kind == "tile" and _tma_ok(launch.values[name], row_major=True)}
+
+
 def _has_tiles(launch: Launch) -> bool:
-    """Whether the launch has tile operands, which a ping-pong kernel's two warpgroups could
-    stage in one set of buffers (`Config.share_tiles`; without any, such a configuration is its
-    twin without sharing, not worth timing or trying again)."""
-    return "tile" in launch.kinds.values()
+    """Whether the launch has staged tile operands, which a ping-pong kernel's two warpgroups
+    could keep in one set of buffers (`Config.share_tiles`; without any, such a configuration is
+    its twin without sharing, not worth timing or trying again)."""
+    return bool(_staged_operands(launch))
 
 
 def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
@@ -549,8 +556,7 @@ def _signature(launch: Launch, variant: str, stage_tiles: bool = True,
                         if kind == "scalar" and isinstance(launch.values[name], torch.Tensor))
     tma, wide = set(), set()
     if variant == "hopper" or (variant == "pingpong" and stage_tiles):
-        tma |= {f"op_{name}" for name, kind in launch.kinds.items()
-                if kind == "tile" and _tma_ok(launch.values[name], row_major=True)}
+        tma |= _staged_operands(launch)
     packed = set()   # aligned pack(...) outputs: [M, 2N]
     if variant in ("hopper", "pingpong"):
         for spec in launch.outputs:
