@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fifty-eighth session, call 2: tile operands fetched with cp.async instead of TMA
+# Fifty-eighth session, call 2 (and 3, with the `cpasync_ef` and `spread` edits): tile operands fetched with cp.async instead of TMA
 # (cpasync_probe.py), (c) and (e) at K = 768 (4- and 5-deep rings) and K = 2048.
 #   run(command="bash benchmarks/results/session58/call2.sh", timeout_s=400)
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0

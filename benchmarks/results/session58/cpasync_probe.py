@@ -51,6 +51,13 @@ def _cp_async(line: str) -> str:
         "async_copy.commit_group()"])
 
 
+def _cp_async_evict_first(line: str) -> str:
+    """_cp_async with the operand's lines marked first to leave L2 (`cpasync_ef`: does the streamed
+    operand push A's and B's lines out?)."""
+    return _cp_async(line).replace(")\nasync_copy.commit_group()",
+                                   ", eviction_policy=\"evict_first\")\nasync_copy.commit_group()")
+
+
 ap.EDITS["cpasync"] = [
     (r"^from triton\.experimental\.gluon\.language\.nvidia\.hopper import \(",
      lambda line: "from triton.experimental.gluon.language.nvidia.ampere import async_copy\n" + line),
@@ -65,8 +72,41 @@ ap.EDITS["cpasync"] = [
     (r"mbarrier\.wait\(tiles_ready", "async_copy.wait_group(0)\ngl.thread_barrier()"),
 ]
 
+ap.EDITS["cpasync_ef"] = [(COPY, _cp_async_evict_first) if edit[0] == COPY else edit
+                          for edit in ap.EDITS["cpasync"]]
+
+#: The operands' copies spread over the K loop (`spread`): each of the first BLOCK_M / CHUNK K
+#: steps of a warpgroup's own K loop copies CHUNK rows of every slice of every operand (2 KB a
+#: slice: one 16-byte cp.async a thread), so that a tile's operand misses go to DRAM a few at a
+#: time instead of all at its start. (K >= 8 blocks: the probe's shapes.)
+CHUNK = 16
+
+
+def spread_edits(operands: list[str]) -> list:
+    """`cpasync`'s edits with the copies moved into the K loop, CHUNK rows a step (a shared-memory
+    slice's start must be a constant: one branch a chunk)."""
+    copies = [f"            async_copy.async_copy_global_to_shared("
+              f"op_{name}_bufs.index(WG * EPILOGUE_SPLIT + j).slice(c * {CHUNK}, {CHUNK}), "
+              f"op_{name}_ptr + cp_rows[:, None] * op_{name}_s0 + "
+              "cp_cols[None, :], mask=(cp_rows < M)[:, None] & (cp_cols < N)[None, :])" for name in operands]
+    chunk_copies = "\n".join([
+        "step += 1",
+        f"for c in gl.static_range(BLOCK_M // {CHUNK}):",
+        "    if kb == c:",
+        "        for j in gl.static_range(EPILOGUE_SPLIT):",
+        f"            cp_rows = pid_m * BLOCK_M + c * {CHUNK} + gl.arange(0, {CHUNK}, "
+        "layout=gl.SliceLayout(1, CP_LAYOUT))",
+        "            cp_cols = (pid_n * EPILOGUE_SPLIT + j) * (BLOCK_N // EPILOGUE_SPLIT) + "
+        "gl.arange(0, BLOCK_N // EPILOGUE_SPLIT, layout=gl.SliceLayout(0, CP_LAYOUT))",
+        *copies,
+        "        async_copy.commit_group()"])
+    edits = [edit for edit in ap.EDITS["cpasync"] if edit[0] != COPY]
+    return [*edits, (COPY, "pass"), (r"^ {12}step \+= 1$", chunk_copies)]
+
+
 #: (m, n, k, programs, ring depths): each program in its own-buffer, 2-slice configuration at each
 #: depth, unedited, with cp.async, and with no fetch at all (the bound)
+OPERANDS = {"residual_rowsumsq": ["residual"], "dgelu_bias_grad": ["pre"]}
 SETS = {
     "k768": (16384, 3072, 768, ["residual_rowsumsq", "dgelu_bias_grad"], (4, 5)),
     "k2048": (16384, 8192, 2048, ["residual_rowsumsq", "dgelu_bias_grad"], (4,)),
@@ -91,15 +131,17 @@ def case(m: int, n: int, k: int, names: list[str], depths: tuple[int, ...], roun
         expected = base.run(a, b, launch.values, None, 1)
         label = f"{name}/s{depth}e2"
         run[label] = lambda p=base, v=launch.values: p.run(a, b, v, None, 1)
-        for edit in ("cpasync", "nofetch"):
-            plan = ap.edited_plan(prog, launch, config, ap.EDITS[edit])
+        for edit in ("cpasync", "cpasync_ef", "spread", "nofetch"):
+            edits = spread_edits(OPERANDS[name]) if edit == "spread" else ap.EDITS[edit]
+            plan = ap.edited_plan(prog, launch, config, edits)
             print(f"{m}x{n}x{k} {label}_{edit}: first run", flush=True)
             got = plan.run(a, b, launch.values, None, 1)
             torch.cuda.synchronize()
-            if edit == "cpasync":
-                agree[label] = {out: bool(torch.equal(got[out], expected[out])) for out in expected}
-                print(f"{m}x{n}x{k} {label}_cpasync outputs equal the unedited kernel's: {agree[label]}",
-                      flush=True)
+            if edit != "nofetch":
+                agree[f"{label}_{edit}"] = {out: bool(torch.equal(got[out], expected[out]))
+                                            for out in expected}
+                print(f"{m}x{n}x{k} {label}_{edit} outputs equal the unedited kernel's: "
+                      f"{agree[f'{label}_{edit}']}", flush=True)
             run[f"{label}_{edit}"] = lambda p=plan, v=launch.values: p.run(a, b, v, None, 1)
     times = {label: [] for label in run}
     for r in range(rounds):
