@@ -51,10 +51,11 @@ DEFAULT_SHAPE = (67, 50, 33)
 def tolerance(dtype: torch.dtype, backend: str) -> float:
     """The largest acceptable ||out - ref|| / ||ref|| against a float64 reference.
 
-    float32: the reference computes in float32 (error ~ K * 2**-24); Triton's `tl.dot` uses TF32
-    tensor cores for float32 inputs on NVIDIA GPUs (inputs cut to a 10-bit mantissa): measured on
-    an H200, 4e-4 to 8e-4 for one GEMM value per output and 1.6e-3 for swiglu (a product of
-    two), hence 5e-3. float16 and bfloat16: the inputs are the same low-precision values in both
+    float32: the reference computes in float32 (error ~ K * 2**-24); Triton's `tl.dot` takes
+    float32 inputs on NVIDIA GPUs at torch's float32 matmul precision (kernel.dot_precision): under
+    "high", TF32 (inputs cut to a 10-bit mantissa), measured on an H200 at 4e-4 to 8e-4 for one
+    GEMM value per output and 1.6e-3 for swiglu (a product of two), hence 5e-3 (3xTF32, the
+    default, is far inside it). float16 and bfloat16: the inputs are the same low-precision values in both
     runs, so the error is the rounding of the stored output (2**-11 and 2**-8 relative per
     element; measured 2e-4 and 1.7e-3) with headroom for the GEMM's float32 accumulation.
     """

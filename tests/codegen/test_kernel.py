@@ -1,6 +1,7 @@
-"""codegen/kernel.py's launch_cached: the key of a cached direct launcher separates every
-argument difference Triton compiles a separate kernel for (on the CPU the interpreter runs each
-launch through Triton itself, so the cache is filled only on a GPU: tests/gpu covers the launches)."""
+"""codegen/kernel.py: the key of launch_cached's direct launchers separates every argument
+difference Triton compiles a separate kernel for (on the CPU the interpreter runs each launch
+through Triton itself, so the cache is filled only on a GPU: tests/gpu covers the launches); the
+generated kernel's source file; how float32 operands meet the tensor cores."""
 
 from __future__ import annotations
 
@@ -58,3 +59,26 @@ def test_an_unwritable_cache_directory_falls_back_to_a_temporary_one(monkeypatch
         out = prog(a, b, backend="triton")["output"]
     assert torch.allclose(out, 3 * a @ b, atol=1e-5)
     assert kernel._fallback_dir is not None and any(kernel._fallback_dir.iterdir())
+
+
+def test_float32_dots_follow_torchs_matmul_precision():
+    """The portable kernel takes float32 operands as torch's own float32 matmuls do: 3xTF32
+    under "highest" (PyTorch's default), one TF32 MMA under "high"; a launch after the setting
+    changes gets a plan of its own (the interpreter computes both exactly: the GPU tests hold
+    the accuracy, tests/examples/test_layer_scale.py)."""
+    import coda
+    from coda.codegen import kernel
+
+    prog = coda.compile("output = input;")
+    a, b = torch.randn(32, 16), torch.randn(16, 24)
+    before = torch.get_float32_matmul_precision()
+    try:
+        for setting in ("highest", "high", "highest"):
+            torch.set_float32_matmul_precision(setting)
+            out = torch.full((32, 24), float("nan"))
+            prog(a, b, backend="triton", out=out)
+            torch.testing.assert_close(out, a @ b)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert sorted(plan.meta["DOT_PRECISION"] for plan in prog._plans.values()) == ["tf32", "tf32x3"]
+    assert kernel.dot_precision(torch.float16) == "tf32"

@@ -284,6 +284,8 @@ class Plan:
                 self.meta["NUM_SMS"] = self.grid[0]
         else:
             self.grid, self.meta = (tiles,), config.meta(kernel.variant)
+            if kernel.variant == "portable":
+                self.meta["DOT_PRECISION"] = dot_precision(a.dtype)
         # m_limit / k_limit: pointers to the limits follow the cuts (A itself where there is none)
         self.limited = (launch.m_limit is not None, launch.k_limit is not None)
         self.meta |= dict(LIMIT_M=self.limited[0]) if kernel.variant == "map" else dict(
@@ -660,6 +662,18 @@ def _readable_pieces(launch: Launch, config: Config) -> bool:
         return True
     block = config.block_n if concat.dim == 1 else config.block_m
     return all(p.shape[concat.dim] % block == 0 for p in pieces[:-1])
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """How the portable kernel's tensor cores take float32 operands: as PyTorch's own float32
+    matmuls do under `torch.set_float32_matmul_precision`. "highest" (PyTorch's default): 3xTF32,
+    each operand split into its TF32 part and the TF32 remainder, three MMAs for about float32's
+    accuracy; "high" or "medium": one TF32 MMA (10-bit mantissas, ~1e-3 relative error; 2-3x
+    the error of cuBLAS's TF32 GEMMs in tests/examples/test_layer_scale.py on an H100, fifty-eighth
+    session). Other dtypes ignore it."""
+    if dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
+        return "tf32x3"
+    return "tf32"
 
 
 def _variant(launch: Launch) -> str:

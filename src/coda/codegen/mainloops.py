@@ -32,7 +32,8 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
               M_LIMIT, K_LIMIT, A_SUMS, seed{EPILOGUE_PARAMS},
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               GROUP_M: tl.constexpr, A_PIECES: tl.constexpr, A_CONCAT_K: tl.constexpr,
-              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr, SUM_A: tl.constexpr):
+              LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr, SUM_A: tl.constexpr,
+              DOT_PRECISION: tl.constexpr):
     M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     pid = tl.program_id(0)
     row_blocks = tl.cdiv(M, BLOCK_M)
@@ -82,7 +83,8 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
                         a_column_sums((A, A1, A2, A3)[i], stride_am, stride_ak, pid_m * BLOCK_M - start,
                                       end - start, k * BLOCK_K, K, A_SUMS, pid_m, k * BLOCK_K, K,
                                       BLOCK_M, BLOCK_K)
-            acc = tl.dot(a, b, acc)
+            # (float32 operands: DOT_PRECISION is "tf32" or "tf32x3", Plan.__init__)
+            acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
     epilogue(acc, pid_m, pid_n, M, N, seed{EPILOGUE_ARGS}, BLOCK_M, BLOCK_N)

@@ -170,7 +170,9 @@ class Program:
                    outputs if outputs is None else tuple(outputs),
                    None if dtypes is None else repr(dtypes), *map(_meta, limits), a_col_sums,
                    unfinished if unfinished is None else tuple(unfinished), *operands,
-                   *map(_meta, operands.values()))
+                   *map(_meta, operands.values()),
+                   # float32 GEMMs follow torch's float32 matmul precision (kernel.dot_precision)
+                   first.dtype == torch.float32 and torch.get_float32_matmul_precision())
             plan = self._plans.get(key)
             if plan is not None:
                 if seed is not None or self.probabilities:
