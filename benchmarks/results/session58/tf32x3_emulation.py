@@ -44,7 +44,8 @@ def main() -> None:
             eager = ((x.float() @ w.float().T).double() - ref).abs().max() / scale
             bound = 2 * eager + torch.finfo(torch.float32).eps * max(m, k) ** 0.5
             for name, tf32 in (("truncated", truncated), ("rounded", rounded)):
-                got = (three_tf32(x.float(), w.float().T.contiguous(), tf32).double() - ref).abs().max() / scale
+                got = three_tf32(x.float(), w.float().T.contiguous(), tf32).double()
+                got = (got - ref).abs().max() / scale
                 worst[name] = max(worst[name], (got / bound).item())
     print({name: round(value, 3) for name, value in worst.items()})
 
