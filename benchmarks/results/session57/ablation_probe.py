@@ -132,14 +132,20 @@ def case(m: int, n: int, k: int, variants: list[str], rounds: int, timer) -> dic
         plan.run(a, b, launch.values, None, 1)
         torch.cuda.synchronize()
         run[variant] = lambda p=plan, v=launch.values: p.run(a, b, v, None, 1)
+    us, times = timed_rounds(run, rounds, timer)
+    print(json.dumps(dict(m=m, n=n, k=k, us=us)), flush=True)
+    return dict(m=m, n=n, k=k, us=us, us_rounds=times)
+
+
+def timed_rounds(run: dict, rounds: int, timer) -> tuple[dict, dict]:
+    """(median µs, every round's µs) of each launch in `run`, timed in turn `rounds` times, the
+    order reversed in odd rounds."""
     times = {label: [] for label in run}
     for r in range(rounds):
         for label in (run if r % 2 == 0 else reversed(list(run))):
             times[label].append(timer(run[label]))
         print(f"round {r}: " + json.dumps({label: round(t[-1], 1) for label, t in times.items()}), flush=True)
-    us = {label: round(statistics.median(t), 1) for label, t in times.items()}
-    print(json.dumps(dict(m=m, n=n, k=k, us=us)), flush=True)
-    return dict(m=m, n=n, k=k, us=us, us_rounds=times)
+    return {label: round(statistics.median(t), 1) for label, t in times.items()}, times
 
 
 #: call 1 (LLaMA-492M's SwiGLU gradient) and call 3 (GPT-2's fc1 shape; a shared configuration

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -143,12 +142,7 @@ def case(m: int, n: int, k: int, names: list[str], depths: tuple[int, ...], roun
                 print(f"{m}x{n}x{k} {label}_{edit} outputs equal the unedited kernel's: "
                       f"{agree[f'{label}_{edit}']}", flush=True)
             run[f"{label}_{edit}"] = lambda p=plan, v=launch.values: p.run(a, b, v, None, 1)
-    times = {label: [] for label in run}
-    for r in range(rounds):
-        for label in (run if r % 2 == 0 else reversed(list(run))):
-            times[label].append(ap.event_us(run[label]))
-        print(f"round {r}: " + json.dumps({label: round(t[-1], 1) for label, t in times.items()}), flush=True)
-    us = {label: round(statistics.median(t), 1) for label, t in times.items()}
+    us, times = ap.timed_rounds(run, rounds, ap.event_us)
     print(json.dumps(dict(m=m, n=n, k=k, us=us)), flush=True)
     return dict(m=m, n=n, k=k, us=us, us_rounds=times, outputs_equal=agree)
 
