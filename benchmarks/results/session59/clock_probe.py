@@ -1,0 +1,176 @@
+"""Is dropout's cost in issue 8's case (b) the epilogue's instructions or the GPU's power cap?
+
+    CODA_AUTOTUNE=0 python benchmarks/results/session59/clock_probe.py --rng philox10 --json out.json
+
+Each kernel (plain, bias+GELU, bias+GELU+dropout+residual; the ping-pong kernel and the Triton
+persistent one) runs back to back for `--seconds` while the SM clock and the board power are
+sampled (NVML, else `nvidia-smi -lms`): its time a launch, its mean clock and power. `--rng`
+builds the dropout kernels with a different hash (the probe's stand-ins; CODA's RNG is
+`philox10`): `philox0` leaves the rounds out, `threefry13` is Threefry-2x32 with 13 rounds (adds,
+rotates and xors, no multiplies: more instructions than Philox's ten rounds, less energy each).
+If (b) costs what its instructions cost, threefry13 costs at least philox10's time; if it costs
+its energy at the cap, the clock drops with philox10 and less with threefry13. Run each `--rng`
+in a process of its own with its own TRITON_CACHE_DIR (the generated source is the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
+import gemm  # noqa: E402
+
+import coda  # noqa: E402
+from coda.codegen import tl_math  # noqa: E402
+
+SHAPES = [(16384, 3072, 768), (16384, 8192, 2048)]
+CASES = ["plain", "bias_gelu", "bias_gelu_dropout_residual"]
+KERNELS = ("coda_pingpong/128x128x64s4e2", "coda_hopper")
+ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)   # Threefry-2x32's rotation constants
+
+
+@triton.jit
+def _rotl(x, r: tl.constexpr):
+    return (x << r) | (x >> (32 - r))
+
+
+@triton.jit
+def threefry13(seed, c0, c1):
+    """Threefry-2x32 with 13 rounds, key (seed, 0): the probe's multiply-free stand-in."""
+    x0 = c0.to(tl.uint32)
+    x1 = c1.to(tl.uint32)
+    k0 = seed.to(tl.uint32)
+    k2 = k0 ^ 0x1BD11BDA
+    x0 = x0 + k0
+    for i in tl.static_range(13):
+        x0 = x0 + x1
+        x1 = _rotl(x1, ROTATION_LIST[i % 8]) ^ x0
+        if i % 4 == 3:   # key injection s = (i + 1) // 4 with keys (k0, 0, k2)
+            s: tl.constexpr = (i + 1) // 4
+            if s % 3 == 0:
+                x0 = x0 + k0
+                x1 = x1 + s
+            elif s % 3 == 1:
+                x1 = x1 + k2 + s
+            else:
+                x0 = x0 + k2
+                x1 = x1 + k0 + s
+    return x0, x1
+
+
+ROTATION_LIST = tl.constexpr(ROTATIONS)
+
+
+class ClockSampler:
+    """The SM clock (MHz) and board power (W) every 20 ms, with host timestamps."""
+
+    def __init__(self):
+        self.samples: list[tuple[float, float, float]] = []
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+            self.read = lambda: (pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                                 pynvml.nvmlDeviceGetPowerUsage(handle) / 1000)
+            self.source = "nvml"
+        except Exception:
+            self.read, self.source = self._nvidia_smi(), "nvidia-smi"
+        self.stop = False
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _nvidia_smi(self):
+        proc = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw",
+                                 "--format=csv,noheader,nounits", "-lms", "20"],
+                                stdout=subprocess.PIPE, text=True, bufsize=1)
+        latest = [0.0, 0.0]
+
+        def reader():
+            for line in proc.stdout:
+                try:
+                    latest[:] = [float(v) for v in line.split(",")[:2]]
+                except ValueError:
+                    pass
+        threading.Thread(target=reader, daemon=True).start()
+        self.proc = proc
+        return lambda: tuple(latest)
+
+    def _loop(self):
+        while not self.stop:
+            clock, power = self.read()
+            self.samples.append((time.time(), clock, power))
+            time.sleep(0.02)
+
+    def mean(self, start: float, end: float) -> tuple[float, float]:
+        window = [(c, p) for t, c, p in self.samples if start <= t <= end and c > 0]
+        if not window:
+            return float("nan"), float("nan")
+        return (sum(c for c, _ in window) / len(window), sum(p for _, p in window) / len(window))
+
+
+def sustained(run, seconds: float, sampler: ClockSampler) -> dict:
+    """`run` back to back for `seconds` (after as long a warm-up at the same load): µs a launch,
+    mean SM clock and power over the timed part."""
+    for _ in range(2):   # a warm-up stretch at the same load, then the timed one
+        start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        began, count = time.time(), 0
+        start_event.record()
+        while time.time() - began < seconds:
+            for _ in range(10):
+                run()
+            count += 10
+        end_event.record()
+        end_event.synchronize()
+        ended = time.time()
+    clock, power = sampler.mean(began + 0.2, ended)
+    return dict(us=round(start_event.elapsed_time(end_event) * 1e3 / count, 2), launches=count,
+                sm_mhz=round(clock, 1), watts=round(power, 1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rng", choices=("philox10", "philox0", "threefry13"), default="philox10")
+    parser.add_argument("--seconds", type=float, default=1.5)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if args.rng == "philox0":
+        tl_math.ROUNDS = tl.constexpr(0)   # before any kernel is built
+    elif args.rng == "threefry13":
+        tl_math.philox = threefry13
+    sampler = ClockSampler()
+    rows = []
+    for m, n, k in SHAPES:
+        torch.manual_seed(0)
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+        ops = gemm.operands(m, n)
+        for case in CASES:
+            prog = coda.compile(gemm.CASES[case]["coda"])
+            used = {name: v for name, v in ops.items() if name in prog.ir.params}
+            runs = gemm.mainloop_runs(prog, a, w.T, used)
+            for label in KERNELS:
+                row = dict(shape=[m, n, k], case=case, kernel=label, rng=args.rng,
+                           **sustained(runs[label], args.seconds, sampler))
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    sampler.stop = True
+    if args.json:
+        meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, sampler=sampler.source,
+                    command=" ".join(sys.argv))
+        Path(args.json).write_text(json.dumps(dict(meta, rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
