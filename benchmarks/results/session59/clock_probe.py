@@ -6,8 +6,9 @@ Each kernel (plain, bias+GELU, bias+GELU+dropout+residual; the ping-pong kernel 
 persistent one) runs back to back for `--seconds` while the SM clock and the board power are
 sampled (NVML, else `nvidia-smi -lms`): its time a launch, its mean clock and power. `--rng`
 builds the dropout kernels with a different hash (the probe's stand-ins; CODA's RNG is
-`philox10`): `philox0` leaves the rounds out, `threefry13` is Threefry-2x32 with 13 rounds (adds,
-rotates and xors, no multiplies: more instructions than Philox's ten rounds, less energy each).
+`philox10`): `philox<R>` with R rounds (0 leaves them out), `threefry<R>` Threefry-2x32 with R
+rounds (adds, rotates and xors, no multiplies: 13 rounds are more instructions than Philox's ten,
+less energy each; 20 is the usual count, JAX's).
 If (b) costs what its instructions cost, threefry13 costs at least philox10's time; if it costs
 its energy at the cap, the clock drops with philox10 and less with threefry13. Run each `--rng`
 in a process of its own with its own TRITON_CACHE_DIR (the generated source is the same).
@@ -46,30 +47,30 @@ def _rotl(x, r: tl.constexpr):
 
 
 @triton.jit
-def threefry13(seed, c0, c1):
-    """Threefry-2x32 with 13 rounds, key (seed, 0): the probe's multiply-free stand-in."""
+def threefry(seed, c0, c1):
+    """Threefry-2x32 with THREEFRY_ROUNDS rounds, key (seed, 0): the probe's multiply-free stand-in."""
     x0 = c0.to(tl.uint32)
     x1 = c1.to(tl.uint32)
     k0 = seed.to(tl.uint32)
     k2 = k0 ^ 0x1BD11BDA
     x0 = x0 + k0
-    for i in tl.static_range(13):
+    for i in tl.static_range(THREEFRY_ROUNDS):
         x0 = x0 + x1
         x1 = _rotl(x1, ROTATION_LIST[i % 8]) ^ x0
         if i % 4 == 3:   # key injection s = (i + 1) // 4 with keys (k0, 0, k2)
-            s: tl.constexpr = (i + 1) // 4
-            if s % 3 == 0:
+            if (i + 1) // 4 % 3 == 0:
                 x0 = x0 + k0
-                x1 = x1 + s
-            elif s % 3 == 1:
-                x1 = x1 + k2 + s
+                x1 = x1 + (i + 1) // 4
+            elif (i + 1) // 4 % 3 == 1:
+                x1 = x1 + k2 + (i + 1) // 4
             else:
                 x0 = x0 + k2
-                x1 = x1 + k0 + s
+                x1 = x1 + k0 + (i + 1) // 4
     return x0, x1
 
 
 ROTATION_LIST = tl.constexpr(ROTATIONS)
+THREEFRY_ROUNDS = tl.constexpr(13)
 
 
 class ClockSampler:
@@ -141,14 +142,16 @@ def sustained(run, seconds: float, sampler: ClockSampler) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rng", choices=("philox10", "philox0", "threefry13"), default="philox10")
+    parser.add_argument("--rng", default="philox10", help="philox<rounds> or threefry<rounds>")
     parser.add_argument("--seconds", type=float, default=1.5)
     parser.add_argument("--json")
     args = parser.parse_args()
-    if args.rng == "philox0":
-        tl_math.ROUNDS = tl.constexpr(0)   # before any kernel is built
-    elif args.rng == "threefry13":
-        tl_math.philox = threefry13
+    global THREEFRY_ROUNDS
+    rounds = tl.constexpr(int(args.rng.removeprefix("philox").removeprefix("threefry")))
+    if args.rng.startswith("philox"):
+        tl_math.ROUNDS = rounds   # before any kernel is built
+    else:
+        THREEFRY_ROUNDS, tl_math.philox = rounds, threefry
     sampler = ClockSampler()
     rows = []
     for m, n, k in SHAPES:
