@@ -6,7 +6,8 @@ Each kernel (plain, bias+GELU, bias+GELU+dropout+residual; the ping-pong kernel 
 persistent one) runs back to back for `--seconds` while the SM clock and the board power are
 sampled (NVML, else `nvidia-smi -lms`): its time a launch, its mean clock and power. `--rng`
 builds the dropout kernels with a different hash (the probe's stand-ins; CODA's RNG is
-`philox10`): `philox<R>` with R rounds (0 leaves them out), `threefry<R>` Threefry-2x32 with R
+`philox10`): `philox<R>` with R rounds (0 leaves them out), `philox10hilo` CODA's stream with two 32-bit
+multiplies a round instead of one wide one, `threefry<R>` Threefry-2x32 with R
 rounds (adds, rotates and xors, no multiplies: 13 rounds are more instructions than Philox's ten,
 less energy each; 20 is the usual count, JAX's).
 If (b) costs what its instructions cost, threefry13 costs at least philox10's time; if it costs
@@ -67,6 +68,22 @@ def threefry(seed, c0, c1):
                 x0 = x0 + k2
                 x1 = x1 + k0 + (i + 1) // 4
     return x0, x1
+
+
+@triton.jit
+def philox_hilo(seed, c0, c1):
+    """CODA's Philox-2x32-10, bit for bit, its product's halves from two 32-bit multiplies
+    (`mul.hi` + `mul.lo`: IMAD.HI + IMAD) instead of one wide one (IMAD.WIDE)."""
+    c0 = c0.to(tl.uint32)
+    c1 = c1.to(tl.uint32)
+    key = seed.to(tl.uint32)
+    for _ in tl.static_range(tl_math.ROUNDS):
+        hi = tl.umulhi(c0, tl_math.MULTIPLIER)
+        lo = c0 * tl_math.MULTIPLIER
+        c0 = hi ^ c1 ^ key
+        c1 = lo
+        key = key + tl_math.WEYL
+    return c0, c1
 
 
 ROTATION_LIST = tl.constexpr(ROTATIONS)
@@ -147,8 +164,10 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     global THREEFRY_ROUNDS
-    rounds = tl.constexpr(int(args.rng.removeprefix("philox").removeprefix("threefry")))
-    if args.rng.startswith("philox"):
+    rounds = tl.constexpr(int(args.rng.removeprefix("philox").removeprefix("threefry").removesuffix("hilo")))
+    if args.rng.endswith("hilo"):
+        tl_math.ROUNDS, tl_math.philox = rounds, philox_hilo
+    elif args.rng.startswith("philox"):
         tl_math.ROUNDS = rounds   # before any kernel is built
     else:
         THREEFRY_ROUNDS, tl_math.philox = rounds, threefry

@@ -45,8 +45,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rng", default="philox10")
     args = parser.parse_args()
-    rounds = tl.constexpr(int(args.rng.removeprefix("philox").removeprefix("threefry")))
-    if args.rng.startswith("philox"):
+    rounds = tl.constexpr(int(args.rng.removeprefix("philox").removeprefix("threefry").removesuffix("hilo")))
+    if args.rng.endswith("hilo"):
+        tl_math.ROUNDS, tl_math.philox = rounds, clock_probe.philox_hilo
+    elif args.rng.startswith("philox"):
         tl_math.ROUNDS = rounds
     else:
         clock_probe.THREEFRY_ROUNDS, tl_math.philox = rounds, clock_probe.threefry
