@@ -157,11 +157,32 @@ def sustained(run, seconds: float, sampler: ClockSampler) -> dict:
                 sm_mhz=round(clock, 1), watts=round(power, 1))
 
 
+def profile_launches() -> None:
+    """Plain and (b) at 16384x8192x2048 in the ping-pong configuration, three launches each."""
+    from coda.codegen.tuning import Config
+
+    m, n, k = SHAPES[1]
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+    ops = gemm.operands(m, n)
+    for case in ("plain", "bias_gelu_dropout_residual"):
+        prog = coda.compile(gemm.CASES[case]["coda"])
+        launch = prog.bind(a, w.T, seed=1, **{name: v for name, v in ops.items() if name in prog.ir.params})
+        plan, _ = prog.triton.start(launch, Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True))
+        for _ in range(3):
+            plan.run(launch.a, launch.b, launch.values, None, launch.seed)
+        torch.cuda.synchronize()
+        print(case, "launched", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rng", default="philox10", help="philox<rounds> or threefry<rounds>")
     parser.add_argument("--seconds", type=float, default=1.5)
     parser.add_argument("--json")
+    parser.add_argument("--profile", action="store_true",
+                        help="only launch plain and (b) at 16384x8192x2048 in the ping-pong kernel, "
+                             "three times each, for Nsight Compute (no sampling)")
     args = parser.parse_args()
     global THREEFRY_ROUNDS
     rounds = tl.constexpr(int(args.rng.removeprefix("philox").removeprefix("threefry").removesuffix("hilo")))
@@ -171,6 +192,8 @@ def main() -> None:
         tl_math.ROUNDS = rounds   # before any kernel is built
     else:
         THREEFRY_ROUNDS, tl_math.philox = rounds, threefry
+    if args.profile:
+        return profile_launches()
     sampler = ClockSampler()
     rows = []
     for m, n, k in SHAPES:
