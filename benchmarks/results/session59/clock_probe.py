@@ -6,13 +6,14 @@ Each kernel (plain, bias+GELU, bias+GELU+dropout+residual; the ping-pong kernel 
 persistent one) runs back to back for `--seconds` while the SM clock and the board power are
 sampled (NVML, else `nvidia-smi -lms`): its time a launch, its mean clock and power. `--rng`
 builds the dropout kernels with a different hash (the probe's stand-ins; CODA's RNG is
-`philox10`): `philox<R>` with R rounds (0 leaves them out), `philox10hilo` CODA's stream with two 32-bit
-multiplies a round instead of one wide one, `threefry<R>` Threefry-2x32 with R
-rounds (adds, rotates and xors, no multiplies: 13 rounds are more instructions than Philox's ten,
-less energy each; 20 is the usual count, JAX's).
-If (b) costs what its instructions cost, threefry13 costs at least philox10's time; if it costs
-its energy at the cap, the clock drops with philox10 and less with threefry13. Run each `--rng`
-in a process of its own with its own TRITON_CACHE_DIR (the generated source is the same).
+`philox10`): `philox<R>` with R rounds (0 leaves them out); `philox10hilo`, CODA's stream with
+two 32-bit multiplies a round instead of one wide one; `threefry<R>`, Threefry-2x32 with R rounds
+(adds, rotates and xors, no multiplies: 13 rounds are more instructions than Philox's ten, less
+energy each; 20 is the usual count, JAX's). If (b) costs what its instructions cost, threefry13
+costs at least philox10's time; if it costs its energy at the cap, the clock drops with philox10
+and less with threefry13. Run each `--rng` in a process of its own with its own TRITON_CACHE_DIR
+(the generated source is the same). `--profile` only launches plain and (b) for Nsight Compute
+(call7.sh). Findings: docs/performance.md, "Dropout's hashing at the power cap".
 """
 
 from __future__ import annotations
