@@ -1,6 +1,7 @@
 """examples/layer_scale.py, the trainable fused op the Python API's guide walks through: its output
-and every gradient within twice eager PyTorch's error at the same dtype (both against float64), on
-fresh random inputs, through the real kernels (the Triton interpreter on a CPU)."""
+and every gradient within twice eager PyTorch's error at the same dtype, or one rounding more (both
+against float64), on fresh random inputs, through the real kernels (the Triton interpreter on a
+CPU)."""
 
 from __future__ import annotations
 
@@ -42,8 +43,14 @@ def test_layer_scale_matches_eager(example, dtype, shape):
     # moves a sum by about eps32 * sqrt(terms) of its size (db over 96 rows measured 2.7e-7
     # against eager's 7.4e-8, seed 576685158, where eager's rounding happened to land well)
     floor = torch.finfo(torch.float32).eps * max(m, k) ** 0.5
+    # and a result's own rounding to `dtype` (up to half an ulp of its largest element) can land
+    # well for eager and not for CODA: float16 dgamma 5.6e-4, one rounding's worth, against
+    # eager's 2.6e-4 (seed 1154574802; 1.0-1.07x eager on 30 other seeds), so CODA may also be
+    # one such rounding off eager's error where that is more than twice it
+    rounding = torch.finfo(dtype).eps / 2
     for name, got, want in zip(NAMES, fused, eager, strict=True):
-        assert got <= 2 * want + floor, f"{name}: {got:.2e} against eager's {want:.2e} (seed {seed})"
+        bound = max(2 * want, want + rounding) + floor
+        assert got <= bound, f"{name}: {got:.2e} against eager's {want:.2e} (seed {seed})"
 
 
 def test_the_programs_fuse_what_eager_runs_apart(example):
