@@ -12,8 +12,8 @@ two 32-bit multiplies a round instead of one wide one; `threefry<R>`, Threefry-2
 energy each; 20 is the usual count, JAX's). If (b) costs what its instructions cost, threefry13
 costs at least philox10's time; if it costs its energy at the cap, the clock drops with philox10
 and less with threefry13. Run each `--rng` in a process of its own with its own TRITON_CACHE_DIR
-(the generated source is the same). `--profile` only launches plain and (b) for Nsight Compute
-(call7.sh). Findings: docs/performance.md, "Dropout's hashing at the power cap".
+(the generated source is the same). `--profile [CASES]` only launches cases for Nsight Compute
+(call7.sh, next_dram.sh). Findings: docs/performance.md, "Dropout's hashing at the power cap".
 """
 
 from __future__ import annotations
@@ -158,15 +158,14 @@ def sustained(run, seconds: float, sampler: ClockSampler) -> dict:
                 sm_mhz=round(clock, 1), watts=round(power, 1))
 
 
-def profile_launches() -> None:
-    """Plain and (b) at 16384x8192x2048 in the ping-pong configuration, three launches each."""
+def profile_launches(cases: list[str], m: int, n: int, k: int) -> None:
+    """Each case at M x N x K in the ping-pong configuration, three launches each."""
     from coda.codegen.tuning import Config
 
-    m, n, k = SHAPES[1]
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
     ops = gemm.operands(m, n)
-    for case in ("plain", "bias_gelu_dropout_residual"):
+    for case in cases:
         prog = coda.compile(gemm.CASES[case]["coda"])
         launch = prog.bind(a, w.T, seed=1, **{name: v for name, v in ops.items() if name in prog.ir.params})
         plan, _ = prog.triton.start(launch, Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True))
@@ -181,9 +180,10 @@ def main() -> None:
     parser.add_argument("--rng", default="philox10", help="philox<rounds> or threefry<rounds>")
     parser.add_argument("--seconds", type=float, default=1.5)
     parser.add_argument("--json")
-    parser.add_argument("--profile", action="store_true",
-                        help="only launch plain and (b) at 16384x8192x2048 in the ping-pong kernel, "
-                             "three times each, for Nsight Compute (no sampling)")
+    parser.add_argument("--profile", nargs="?", const="plain,bias_gelu_dropout_residual",
+                        help="only launch these cases (default plain and (b)) in the ping-pong "
+                             "kernel, three times each, for Nsight Compute (no sampling)")
+    parser.add_argument("--shape", default="16384x8192x2048", help="--profile's M x N x K")
     args = parser.parse_args()
     global THREEFRY_ROUNDS
     rounds = tl.constexpr(int(args.rng.removeprefix("philox").removeprefix("threefry").removesuffix("hilo")))
@@ -194,7 +194,7 @@ def main() -> None:
     else:
         THREEFRY_ROUNDS, tl_math.philox = rounds, threefry
     if args.profile:
-        return profile_launches()
+        return profile_launches(args.profile.split(","), *map(int, args.shape.split("x")))
     sampler = ClockSampler()
     rows = []
     for m, n, k in SHAPES:
