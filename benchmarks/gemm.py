@@ -103,6 +103,20 @@ def operands(m: int, n: int) -> dict:
             "p": P}
 
 
+def inputs(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """A shape's A [M, K], weight W [N, K] (B = W.T) and every case's epilogue operands, from
+    seed 0: the same values for every script that times these cases."""
+    torch.manual_seed(0)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+    return a, w, operands(m, n)
+
+
+def used_operands(prog, ops: dict) -> dict:
+    """The operands among `ops` that `prog` declares."""
+    return {name: value for name, value in ops.items() if name in prog.ir.params}
+
+
 def bench(fn, warmup: int = 25, rep: int = 100) -> float:
     return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
@@ -165,10 +179,7 @@ def main() -> None:
     programs = {c: coda.compile(CASES[c]["coda"]) for c in cases}
     rows = []
     for m, n, k in shapes:
-        torch.manual_seed(0)
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-        ops = operands(m, n)
+        a, w, ops = inputs(m, n, k)
         flops = 2 * m * n * k
         # cuBLAS's plain GEMM is timed again before every case and its median is the shape's
         # reference: under the H200's power cap the clock drifts within a shape's cases (a first
@@ -177,7 +188,7 @@ def main() -> None:
         for case in cases:
             spec, prog = CASES[case], programs[case]
             cublas_runs.append(bench(lambda a=a, w=w: a @ w.T))
-            used = {k_: v for k_, v in ops.items() if k_ in prog.ir.params}
+            used = used_operands(prog, ops)
             coda_runs = {"coda": lambda prog=prog, used=used: prog(a, w.T, seed=1, **used),
                          **mainloop_runs(prog, a, w.T, used)}
             timings = {label: bench(run) for label, run in coda_runs.items()}

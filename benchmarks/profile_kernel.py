@@ -21,22 +21,19 @@ import sys
 SHAPE = (16384, 3072, 768)
 
 
-def run(case: str, config_text: str) -> None:
+def run(case: str, config_text: str, shape: tuple[int, int, int] = SHAPE, launches: int = 4) -> None:
     import torch
-    from gemm import CASES, operands  # puts src/ on the path for coda
+    from gemm import CASES, inputs, used_operands  # puts src/ on the path for coda
 
     import coda
     from coda.codegen.tuning import Config
 
-    m, n, k = SHAPE
     prog = coda.compile(CASES[case]["coda"])
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-    used = {name: v for name, v in operands(m, n).items() if name in prog.ir.params}
-    launch = prog.bind(a, w.T, seed=1, **used)
+    a, w, ops = inputs(*shape)
+    launch = prog.bind(a, w.T, seed=1, **used_operands(prog, ops))
     config = eval(config_text, {"Config": Config})
     plan, _ = prog.triton.start(launch, config)
-    for _ in range(4):
+    for _ in range(launches):
         plan.run(launch.a, launch.b, launch.values, None, launch.seed)
     torch.cuda.synchronize()
 

@@ -34,14 +34,10 @@ SHAPES = [(16384, 768, 3072), (8192, 11008, 4096), (8192, 4096, 11008), (16384, 
 
 def launches():
     for m, n, k in SHAPES:
-        torch.manual_seed(0)
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-        ops = gemm.operands(m, n)
+        a, w, ops = gemm.inputs(m, n, k)
         for case in CASES:
             prog = coda.compile(gemm.CASES[case]["coda"])
-            used = {k_: v for k_, v in ops.items() if k_ in prog.ir.params}
-            yield f"{case} {m}x{n}x{k}", prog, prog.bind(a, w.T, seed=1, **used)
+            yield f"{case} {m}x{n}x{k}", prog, prog.bind(a, w.T, seed=1, **gemm.used_operands(prog, ops))
     setup = kernel_configs.Setup(False)
     for name, (prog, a, b, operands, out) in kernel_configs.llama_launches(setup).items():
         if name in ("swiglu_grad", "gated_dx"):

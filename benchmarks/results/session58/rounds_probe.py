@@ -41,15 +41,11 @@ def main() -> None:
     tl_math.ROUNDS = tl.constexpr(args.philox_rounds)   # before any kernel is built
     rows = []
     for m, n, k in SHAPES:
-        torch.manual_seed(0)
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-        ops = gemm.operands(m, n)
+        a, w, ops = gemm.inputs(m, n, k)
         fastest, us = {}, {}
         for case in CASES:
             prog = coda.compile(gemm.CASES[case]["coda"])
-            used = {name: v for name, v in ops.items() if name in prog.ir.params}
-            runs = gemm.mainloop_runs(prog, a, w.T, used)
+            runs = gemm.mainloop_runs(prog, a, w.T, gemm.used_operands(prog, ops))
             runs = {label: run for label, run in runs.items()
                     if label in ("coda_hopper", "coda_pingpong/128x128x64s4e2")}
             times = {label: gemm.bench(run) * 1e3 for label, run in runs.items()}

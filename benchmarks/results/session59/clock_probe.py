@@ -33,6 +33,7 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parents[3]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
 import gemm  # noqa: E402
+import profile_kernel  # noqa: E402
 
 import coda  # noqa: E402
 from coda.codegen import tl_math  # noqa: E402
@@ -96,6 +97,7 @@ class ClockSampler:
 
     def __init__(self):
         self.samples: list[tuple[float, float, float]] = []
+        self.proc: subprocess.Popen | None = None   # the nvidia-smi fallback's
         try:
             import pynvml
             pynvml.nvmlInit()
@@ -131,6 +133,11 @@ class ClockSampler:
             self.samples.append((time.time(), clock, power))
             time.sleep(0.02)
 
+    def close(self) -> None:
+        self.stop = True
+        if self.proc is not None:   # nvidia-smi -lms runs until stopped
+            self.proc.terminate()
+
     def mean(self, start: float, end: float) -> tuple[float, float]:
         window = [(c, p) for t, c, p in self.samples if start <= t <= end and c > 0]
         if not window:
@@ -158,20 +165,23 @@ def sustained(run, seconds: float, sampler: ClockSampler) -> dict:
                 sm_mhz=round(clock, 1), watts=round(power, 1))
 
 
-def profile_launches(cases: list[str], m: int, n: int, k: int) -> None:
-    """Each case at M x N x K in the ping-pong configuration, three launches each."""
-    from coda.codegen.tuning import Config
+def use_rng(name: str) -> None:
+    """Build the dropout kernels with hash `name` (philox<R>, philox10hilo, threefry<R>): call
+    before any kernel is built."""
+    global THREEFRY_ROUNDS
+    rounds = tl.constexpr(int(name.removeprefix("philox").removeprefix("threefry").removesuffix("hilo")))
+    if name.endswith("hilo"):
+        tl_math.ROUNDS, tl_math.philox = rounds, philox_hilo
+    elif name.startswith("philox"):
+        tl_math.ROUNDS = rounds
+    else:
+        THREEFRY_ROUNDS, tl_math.philox = rounds, threefry
 
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-    ops = gemm.operands(m, n)
+
+def profile_launches(cases: list[str], shape: tuple[int, int, int]) -> None:
+    """Each case at `shape` in the ping-pong configuration, three launches each."""
     for case in cases:
-        prog = coda.compile(gemm.CASES[case]["coda"])
-        launch = prog.bind(a, w.T, seed=1, **{name: v for name, v in ops.items() if name in prog.ir.params})
-        plan, _ = prog.triton.start(launch, Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True))
-        for _ in range(3):
-            plan.run(launch.a, launch.b, launch.values, None, launch.seed)
-        torch.cuda.synchronize()
+        profile_kernel.run(case, "Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True)", shape, 3)
         print(case, "launched", flush=True)
 
 
@@ -185,33 +195,22 @@ def main() -> None:
                              "kernel, three times each, for Nsight Compute (no sampling)")
     parser.add_argument("--shape", default="16384x8192x2048", help="--profile's M x N x K")
     args = parser.parse_args()
-    global THREEFRY_ROUNDS
-    rounds = tl.constexpr(int(args.rng.removeprefix("philox").removeprefix("threefry").removesuffix("hilo")))
-    if args.rng.endswith("hilo"):
-        tl_math.ROUNDS, tl_math.philox = rounds, philox_hilo
-    elif args.rng.startswith("philox"):
-        tl_math.ROUNDS = rounds   # before any kernel is built
-    else:
-        THREEFRY_ROUNDS, tl_math.philox = rounds, threefry
+    use_rng(args.rng)
     if args.profile:
-        return profile_launches(args.profile.split(","), *map(int, args.shape.split("x")))
+        return profile_launches(args.profile.split(","), tuple(map(int, args.shape.split("x"))))
     sampler = ClockSampler()
     rows = []
     for m, n, k in SHAPES:
-        torch.manual_seed(0)
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-        ops = gemm.operands(m, n)
+        a, w, ops = gemm.inputs(m, n, k)
         for case in CASES:
             prog = coda.compile(gemm.CASES[case]["coda"])
-            used = {name: v for name, v in ops.items() if name in prog.ir.params}
-            runs = gemm.mainloop_runs(prog, a, w.T, used)
+            runs = gemm.mainloop_runs(prog, a, w.T, gemm.used_operands(prog, ops))
             for label in KERNELS:
                 row = dict(shape=[m, n, k], case=case, kernel=label, rng=args.rng,
                            **sustained(runs[label], args.seconds, sampler))
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    sampler.stop = True
+    sampler.close()
     if args.json:
         meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, sampler=sampler.source,
                     command=" ".join(sys.argv))

@@ -24,7 +24,6 @@ import test_hopper_compiles as offline  # noqa: E402
 
 import coda  # noqa: E402
 from coda.codegen import kernel as kernel_module  # noqa: E402
-from coda.codegen import tl_math  # noqa: E402
 from coda.codegen.tuning import Config  # noqa: E402
 
 PROGRAM = ("EPILOGUE(bias: col, residual: tile, p: scalar) "
@@ -45,13 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rng", default="philox10")
     args = parser.parse_args()
-    rounds = tl.constexpr(int(args.rng.removeprefix("philox").removeprefix("threefry").removesuffix("hilo")))
-    if args.rng.endswith("hilo"):
-        tl_math.ROUNDS, tl_math.philox = rounds, clock_probe.philox_hilo
-    elif args.rng.startswith("philox"):
-        tl_math.ROUNDS = rounds
-    else:
-        clock_probe.THREEFRY_ROUNDS, tl_math.philox = rounds, clock_probe.threefry
+    clock_probe.use_rng(args.rng)
     kernel_module._num_sms = lambda device: 132
     m, n, k, bf16 = 16384, 8192, 2048, torch.bfloat16
     prog = coda.compile(PROGRAM)
