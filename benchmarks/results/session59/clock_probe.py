@@ -194,15 +194,18 @@ def main() -> None:
                         help="only launch these cases (default plain and (b)) in the ping-pong "
                              "kernel, three times each, for Nsight Compute (no sampling)")
     parser.add_argument("--shape", default="16384x8192x2048", help="--profile's M x N x K")
+    parser.add_argument("--cases", default=",".join(CASES), help="the sustained runs' cases")
+    parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
+                        help="the sustained runs' M x N x K, comma-separated")
     args = parser.parse_args()
     use_rng(args.rng)
     if args.profile:
         return profile_launches(args.profile.split(","), tuple(map(int, args.shape.split("x"))))
     sampler = ClockSampler()
     rows = []
-    for m, n, k in SHAPES:
+    for m, n, k in (tuple(map(int, shape.split("x"))) for shape in args.shapes.split(",")):
         a, w, ops = gemm.inputs(m, n, k)
-        for case in CASES:
+        for case in args.cases.split(","):
             prog = coda.compile(gemm.CASES[case]["coda"])
             runs = gemm.mainloop_runs(prog, a, w.T, gemm.used_operands(prog, ops))
             for label in KERNELS:
