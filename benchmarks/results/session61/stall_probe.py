@@ -1,8 +1,8 @@
 """One ping-pong launch to profile: the plain GEMM, (c) residual + row sum of squares, or (c) with
 one of session57/ablation_probe.py's edits (`l2`: every tile fetches the first tile's residual,
-bytes that L2 holds; `nofetch`: none fetched; `twice`: each residual fetched twice), at 16384x3072x768, 4-deep ring,
-2 slices. Run under Nsight Compute with --launch-skip 1 --launch-count 1 (the first launch
-compiles and warms).
+bytes that L2 holds; `nofetch`: none fetched; `twice`: each residual fetched twice), at
+16384x3072x768, 4-deep ring, 2 slices. Run under Nsight Compute with --launch-skip 1
+--launch-count 1 (the first launch compiles and warms).
 
     CODA_AUTOTUNE=0 python benchmarks/results/session61/stall_probe.py --variant l2
 """
