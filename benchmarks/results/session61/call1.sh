@@ -10,8 +10,8 @@ out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,power.limit --format=csv,noheader | tee "$out/gpu.txt"
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu | head -1)
 "$NCU" --version | tail -1
-for v in plain c l2 nofetch; do
-    timeout 110 "$NCU" --clock-control none -k regex:coda --launch-skip 1 --launch-count 1 \
+for v in ${VARIANTS:-plain c l2}; do
+    timeout 90 "$NCU" --clock-control none -k regex:coda --launch-skip 1 --launch-count 1 \
         --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
         --section SpeedOfLight -o "$out/$v" \
         python benchmarks/results/session61/stall_probe.py --variant $v > "$out/$v.log" 2>&1

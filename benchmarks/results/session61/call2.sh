@@ -2,11 +2,11 @@
 # Sixty-first session, call 2 (any GPU, about 6 minutes): chunk_probe.py ((c) with its residual
 # fetched in row chunks by the loader warp; bitwise check against (c), then timings beside plain,
 # (c) and (c) from L2) at 16384x3072x768 and 16384x8192x2048, then call1.sh (Nsight Compute PC
-# sampling of plain, (c), l2, nofetch).
+# sampling of plain, (c) and l2; VARIANTS="plain c l2 nofetch" adds nofetch).
 #   run(command="bash benchmarks/results/session61/call2.sh", timeout_s=590)
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
 out=${OUT:-/tmp}
-timeout 270 python benchmarks/results/session61/chunk_probe.py --json "$out/chunk_probe.json" 2>&1 \
+timeout 200 python benchmarks/results/session61/chunk_probe.py --rows 16,32 --rounds 4 --json "$out/chunk_probe.json" 2>&1 \
     | tee "$out/chunk_probe.log" | grep -v "^round"
 echo "chunk_probe rc=$? at ${SECONDS}s"
 bash benchmarks/results/session61/call1.sh
