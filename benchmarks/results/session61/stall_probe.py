@@ -26,12 +26,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variant", choices=["plain", "c", "l2", "twice", "nofetch"], required=True)
     parser.add_argument("--launches", type=int, default=3)
+    parser.add_argument("--stages", type=int, default=4, help="the depth of the A/B ring")
     args = parser.parse_args()
     m, n, k = 16384, 3072, 768
     torch.manual_seed(0)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
-    config = Config(128, 128, 64, 4, 4, split_epilogue=2, pingpong=True)
+    config = Config(128, 128, 64, 4, args.stages, split_epilogue=2, pingpong=True)
     if args.variant == "plain":
         plan, values, seed = PLAIN.triton.plan(PLAIN.bind(a, b), config), {}, 0
     else:

@@ -1,0 +1,58 @@
+"""Where the warps of call 3's kernels wait: each SASS branch back into an mbarrier try-wait loop
+takes the barrier of the nearest SYNCS.PHASECHK before it; the barriers are told apart by their
+shared-memory offsets (the ring's `ready` and `empty`, then `turn`, then `tiles_ready`, in the
+order the kernel allocates them). Samples of Nsight Compute's warp-state sampling, which are
+proportional to the time warps spend at an instruction.
+
+    python benchmarks/results/session61/wait_table.py benchmarks/results/session61/call3
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import sys
+from pathlib import Path
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+
+
+def waits(path: Path) -> dict[str, float]:
+    table = list(csv.DictReader(path.read_text().splitlines()[1:]))
+    offsets, rows = {}, []
+    barrier = None
+    for row in table:
+        text = row["Source"].strip()
+        found = re.search(r"PHASECHK\S* P0, \[(?:R\d+\+)?(?:UR\d+\+)?(0x[0-9a-f]+)\]", text)
+        if found:
+            barrier = int(found.group(1), 16)
+            offsets[barrier] = offsets.get(barrier, 0)
+        rows.append((float(row[SAMPLES] or 0), text, barrier if "BRA" in text else None))
+    # ready ring, empty ring (4 slots each, 8 bytes a barrier), then turn[0..1], tiles_ready[0..1]
+    base = min(offsets)
+    names = {}
+    for offset in offsets:
+        slot = (offset - base) // 8
+        names[offset] = ("ready (A/B in the ring)" if slot < 4 else "empty (loader: ring full)" if slot < 8
+                         else "turn (the other warpgroup's K loop)" if slot < 10 else "tiles_ready (operand)")
+    result = {"total": sum(s for s, _, _ in rows)}
+    for samples, text, barrier in rows:
+        key = (names[barrier] if barrier is not None
+               else "NOP (idle warps)" if text == "NOP" else "everything else")
+        result[key] = result.get(key, 0) + samples
+    return result
+
+
+def main() -> None:
+    folder = Path(sys.argv[1])
+    variants = [v for v in ("plain", "nofetch", "l2", "c") if (folder / f"{v}_sass.csv").exists()]
+    found = {v: waits(folder / f"{v}_sass.csv") for v in variants}
+    keys = sorted({k for r in found.values() for k in r}, key=lambda k: -found[variants[-1]].get(k, 0))
+    print("| samples | " + " | ".join(variants) + " |")
+    print("| --- |" + " --- |" * len(variants))
+    for key in keys:
+        print(f"| {key} | " + " | ".join(f"{found[v].get(key, 0):.0f}" for v in variants) + " |")
+
+
+if __name__ == "__main__":
+    main()
