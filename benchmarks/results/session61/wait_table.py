@@ -5,6 +5,7 @@ order the kernel allocates them). Samples of Nsight Compute's warp-state samplin
 proportional to the time warps spend at an instruction.
 
     python benchmarks/results/session61/wait_table.py benchmarks/results/session61/call3
+    python benchmarks/results/session61/wait_table.py benchmarks/results/session61/call4 5   # ring depth
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 SAMPLES = "Warp Stall Sampling (All Samples)"
 
 
-def waits(path: Path) -> dict[str, float]:
+def waits(path: Path, stages: int) -> dict[str, float]:
     table = list(csv.DictReader(path.read_text().splitlines()[1:]))
     offsets, rows = {}, []
     barrier = None
@@ -28,13 +29,14 @@ def waits(path: Path) -> dict[str, float]:
             barrier = int(found.group(1), 16)
             offsets[barrier] = offsets.get(barrier, 0)
         rows.append((float(row[SAMPLES] or 0), text, barrier if "BRA" in text else None))
-    # ready ring, empty ring (4 slots each, 8 bytes a barrier), then turn[0..1], tiles_ready[0..1]
+    # ready ring, empty ring (a barrier a slot, 8 bytes each), then turn[0..1], tiles_ready[0..1]
     base = min(offsets)
     names = {}
     for offset in offsets:
         slot = (offset - base) // 8
-        names[offset] = ("ready (A/B in the ring)" if slot < 4 else "empty (loader: ring full)" if slot < 8
-                         else "turn (the other warpgroup's K loop)" if slot < 10 else "tiles_ready (operand)")
+        kinds = ["ready (A/B in the ring)"] * stages + ["empty (loader: ring full)"] * stages + [
+            "turn (the other warpgroup's K loop)"] * 2
+        names[offset] = kinds[slot] if slot < len(kinds) else "tiles_ready (operand)"
     result = {"total": sum(s for s, _, _ in rows)}
     for samples, text, barrier in rows:
         key = (names[barrier] if barrier is not None
@@ -44,9 +46,9 @@ def waits(path: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    folder = Path(sys.argv[1])
-    variants = [v for v in ("plain", "nofetch", "l2", "c") if (folder / f"{v}_sass.csv").exists()]
-    found = {v: waits(folder / f"{v}_sass.csv") for v in variants}
+    folder, stages = Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 4
+    variants = sorted(path.name[:-len("_sass.csv")] for path in folder.glob("*_sass.csv"))
+    found = {v: waits(folder / f"{v}_sass.csv", stages) for v in variants}
     keys = sorted({k for r in found.values() for k in r}, key=lambda k: -found[variants[-1]].get(k, 0))
     print("| samples | " + " | ".join(variants) + " |")
     print("| --- |" + " --- |" * len(variants))
