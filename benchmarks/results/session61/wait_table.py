@@ -1,11 +1,12 @@
 """Where the warps of call 3's kernels wait: each SASS branch back into an mbarrier try-wait loop
 takes the barrier of the nearest SYNCS.PHASECHK before it; the barriers are told apart by their
-shared-memory offsets (the ring's `ready` and `empty`, then `turn`, then `tiles_ready`, in the
-order the kernel allocates them). Samples of Nsight Compute's warp-state sampling, which are
-proportional to the time warps spend at an instruction.
+shared-memory offsets, in the order the kernel allocates them: the ring's `ready` and `empty`
+(each indexed by the slot from its base offset), then `turn`[0..1], then `tiles_ready`[0..1].
+Samples of Nsight Compute's warp-state sampling, proportional to the time warps spend at an
+instruction.
 
     python benchmarks/results/session61/wait_table.py benchmarks/results/session61/call3
-    python benchmarks/results/session61/wait_table.py benchmarks/results/session61/call4 5   # ring depth
+    python benchmarks/results/session61/wait_table.py benchmarks/results/session61/call4
 """
 
 from __future__ import annotations
@@ -18,25 +19,20 @@ from pathlib import Path
 SAMPLES = "Warp Stall Sampling (All Samples)"
 
 
-def waits(path: Path, stages: int) -> dict[str, float]:
+def waits(path: Path) -> dict[str, float]:
     table = list(csv.DictReader(path.read_text().splitlines()[1:]))
     offsets, rows = {}, []
     barrier = None
     for row in table:
         text = row["Source"].strip()
-        found = re.search(r"PHASECHK\S* P0, \[(?:R\d+\+)?(?:UR\d+\+)?(0x[0-9a-f]+)\]", text)
+        found = re.search(r"PHASECHK\S* P\d, \[(?:R\d+\+)?(?:UR\d+\+)?(0x[0-9a-f]+)\]", text)
         if found:
             barrier = int(found.group(1), 16)
             offsets[barrier] = offsets.get(barrier, 0)
         rows.append((float(row[SAMPLES] or 0), text, barrier if "BRA" in text else None))
-    # ready ring, empty ring (a barrier a slot, 8 bytes each), then turn[0..1], tiles_ready[0..1]
-    base = min(offsets)
-    names = {}
-    for offset in offsets:
-        slot = (offset - base) // 8
-        kinds = ["ready (A/B in the ring)"] * stages + ["empty (loader: ring full)"] * stages + [
-            "turn (the other warpgroup's K loop)"] * 2
-        names[offset] = kinds[slot] if slot < len(kinds) else "tiles_ready (operand)"
+    kinds = ["ready (A/B in the ring)", "empty (loader: ring full)"] + [
+        "turn (the other warpgroup's K loop)"] * 2 + ["tiles_ready (the operand)"] * 2
+    names = dict(zip(sorted(offsets), kinds[:len(offsets)], strict=True))
     result = {"total": sum(s for s, _, _ in rows)}
     for samples, text, barrier in rows:
         key = (names[barrier] if barrier is not None
@@ -46,9 +42,9 @@ def waits(path: Path, stages: int) -> dict[str, float]:
 
 
 def main() -> None:
-    folder, stages = Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 4
+    folder = Path(sys.argv[1])
     variants = sorted(path.name[:-len("_sass.csv")] for path in folder.glob("*_sass.csv"))
-    found = {v: waits(folder / f"{v}_sass.csv", stages) for v in variants}
+    found = {v: waits(folder / f"{v}_sass.csv") for v in variants}
     keys = sorted({k for r in found.values() for k in r}, key=lambda k: -found[variants[-1]].get(k, 0))
     print("| samples | " + " | ".join(variants) + " |")
     print("| --- |" + " --- |" * len(variants))
