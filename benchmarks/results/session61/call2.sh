@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Sixty-first session, call 2 (any GPU, about 6 minutes): chunk_probe.py ((c) with its residual
-# fetched in row chunks by the loader warp; bitwise check against (c), then timings beside plain,
-# (c) and (c) from L2) at 16384x3072x768 and 16384x8192x2048, then call1.sh (Nsight Compute PC
-# sampling of plain, (c) and l2; VARIANTS="plain c l2 nofetch" adds nofetch).
+# Sixty-first session, call 2 (any GPU, about a minute; needs chunk_rows.patch applied):
+# chunk_probe.py ((c) and (e) with their operand fetched in row chunks by the loader warp; each
+# kernel's error against the reference, then timings beside plain, (c) and (c) from L2) at
+# 16384x3072x768 and 16384x8192x2048, then, in the time left, call1.sh's PC sampling of (c) and l2.
 #   run(command="bash benchmarks/results/session61/call2.sh", timeout_s=590)
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
 out=${OUT:-/tmp}

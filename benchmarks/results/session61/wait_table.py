@@ -11,16 +11,17 @@ instruction.
 
 from __future__ import annotations
 
-import csv
 import re
 import sys
 from pathlib import Path
+
+from stall_table import rows as source_rows
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 
 
 def waits(path: Path) -> dict[str, float]:
-    table = list(csv.DictReader(path.read_text().splitlines()[1:]))
+    _, table = source_rows(path)
     offsets, rows = {}, []
     barrier = None
     for row in table:
