@@ -122,6 +122,10 @@ def compile_all() -> dict[str, dict]:
             # its outputs stored from registers instead of through shared memory
             configs["pingpong_register_stores"] = Config(128, 128, 64, 4, 4, split_epilogue=2,
                                                          pingpong=True, stage_outputs=False)
+            # the two warpgroups on the two row halves of one 256-row tile (a 3-deep ring of
+            # slots of two A tiles and one B tile)
+            configs["pingpong_paired"] = Config(128, 128, 64, 4, 3, split_epilogue=2, pingpong=True,
+                                                pair_rows=True)
         for label, config in configs.items():
             variant = config.mainloop("hopper")
             built = prog.triton._build(kernel_module._signature(launch, variant, config.stage_tiles,
@@ -310,6 +314,7 @@ def test_hopper_kernels_compile_for_sm90():
                                                                      "heuristic_m64", "hopper")}
                             | {f"heavy/{kind}split{s}" for s in SPLITS for kind in ("", "pingpong_")}
                             | {"heavy/pingpong_loads_split8", "heavy/pingpong_register_stores",
+                               "heavy/pingpong_paired",
                                "concat_k_ln_dxhat/pingpong",
                                "concat_m_plain/pingpong"}
                             | {f"a_sums_{a}/{v}" for a in ("concat_k_ln_dxhat", "concat_k_plain", "plain",

@@ -46,8 +46,12 @@ PINGPONG_LOADS = Config(128, 128, 64, 4, 4, split_epilogue=8, pingpong=True, sta
 PINGPONG_REGISTER_STORES = Config(128, 128, 64, 4, 3, split_epilogue=4, pingpong=True, stage_outputs=False)
 #: The ping-pong kernel whose warpgroups share one set of tile-operand buffers (a 5-deep ring).
 PINGPONG_SHARED = Config(128, 128, 64, 4, 5, split_epilogue=2, pingpong=True, share_tiles=True)
+#: The ping-pong kernel's warpgroups on the two row halves of one 256-row tile at once (32-deep
+#: K blocks: two tile operands beside a 3-deep ring of these slots).
+PINGPONG_PAIRED = Config(128, 128, 32, 4, 3, split_epilogue=2, pingpong=True, pair_rows=True)
 MAINLOOPS = {"default": None, "pingpong": PINGPONG, "pingpong_loads": PINGPONG_LOADS,
-             "pingpong_register_stores": PINGPONG_REGISTER_STORES, "pingpong_shared": PINGPONG_SHARED}
+             "pingpong_register_stores": PINGPONG_REGISTER_STORES, "pingpong_shared": PINGPONG_SHARED,
+             "pingpong_paired": PINGPONG_PAIRED}
 
 
 def make_operands(spec: dict, m: int, n: int, dtype, half: bool) -> dict:
@@ -357,6 +361,39 @@ def test_every_candidate_config_is_correct(variant, n):
         for key, value in out.items():
             assert rel(value, exact[key]) < 2e-2, (config, key)
     assert fitted >= len(tuning.CANDIDATES[variant]) // 2
+
+
+@pytest.mark.parametrize("name", ["residual_rms", "dgelu_bias_grad", "a_col_sums"])
+def test_paired_rows_equal_the_pingpong_kernel_past_an_odd_row_block(name):
+    """`pair_rows` over 11 row blocks, the last ragged: the last tile's second half lies wholly
+    past M. Each warpgroup's accumulator sums the same K blocks in the same order as in the
+    ping-pong kernel, so every output, the column sums' partial rows included, is bit for bit
+    the ping-pong kernel's, and both are within twice eager's error."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Hopper only")
+    torch.manual_seed(5)
+    m, n, k = 1384, 768, 768
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = (torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5).T
+    if name == "a_col_sums":
+        prog, ops, extra = coda.compile("output = input;"), {}, {"a_col_sums": True}
+    else:
+        src, spec = PROGRAMS[name]
+        prog, ops, extra = coda.compile(src), make_operands(spec, m, n, torch.bfloat16, False), {}
+    paired = Config(128, 128, 64, 4, 3, split_epilogue=2, pingpong=True, pair_rows=True)
+    out = prog.triton.launch(prog.bind(a, b, seed=3, **ops, **extra), paired)
+    same = prog.triton.launch(prog.bind(a, b, seed=3, **ops, **extra), PINGPONG)
+    if name == "a_col_sums":   # (the reference evaluator has no A column sums)
+        exact = {"output": a.double() @ b.double(), "a_col_sums": a.double().sum(0)}
+        eager = {"output": a @ b, "a_col_sums": a.sum(0)}
+    else:
+        exact = evaluate(prog.bind(a.double(), b.double(), seed=3,
+                                   **{k: v.double() if torch.is_tensor(v) else v for k, v in ops.items()}))
+        eager = evaluate(prog.bind(a, b, seed=3, **ops), compute_dtype=torch.bfloat16)
+    assert set(out) == set(same) and len(out) >= 2
+    for key, value in out.items():
+        assert torch.equal(value, same[key]), key
+        assert rel(value, exact[key]) <= 2 * rel(eager[key], exact[key]) + 1e-6, key
 
 
 def test_a_config_that_does_not_fit_falls_back_to_one_that_does(monkeypatch):

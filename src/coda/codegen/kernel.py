@@ -123,6 +123,9 @@ class TritonProgram:
         variant = _variant(launch)
         if config is not None:
             variant = config.mainloop(variant)
+        if variant == "pingpong" and config.pair_rows and (config.share_tiles or len(launch.a_pieces) > 1):
+            raise LaunchError("pair_rows takes one A tensor (not a Concat) and no share_tiles: "
+                              "give a configuration without one of them")
         if variant == "pingpong" and not self.pingpong:
             raise LaunchError(f"{self.program.name} reads its prior output (`output += ...`), which "
                               f"the ping-pong kernel cannot: give a configuration without pingpong")
@@ -264,7 +267,10 @@ class Plan:
         # persistent Hopper kernels: one program per SM, TMA descriptors made on the device
         self.persistent = persistent = kernel.variant in ("hopper", "pingpong")
         epilogue_n = config.epilogue_block_n if persistent else config.block_n
-        self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": math.ceil(m / config.block_m)}
+        # (pair_rows: a tile is two row blocks, the last one's second perhaps past M)
+        pairs = 1 + config.pair_rows
+        row_blocks = pairs * math.ceil(m / (pairs * config.block_m))
+        self.partial_rows = {"row": math.ceil(n / epilogue_n), "col": row_blocks}
         tiles = math.ceil(m / config.block_m) * math.ceil(n / config.block_n)
         # stream-K: one program an SM, each taking an equal run of all tiles' K blocks
         self.takes_stream_k = kernel.variant == "hopper"

@@ -475,13 +475,13 @@ def tile_k_blocks(starts, ends, K, BLOCK_K: gl.constexpr, A_PIECES: gl.constexpr
 
 
 @gluon.jit
-def load_tile(desc, ring, ready, slot, row, k, K_CONTIGUOUS: gl.constexpr):
-    # TMA-load the ring slot's tile of rows from `row` (along M or N) and K from `k`, from an
+def load_tile(desc, buffer, ready, row, k, K_CONTIGUOUS: gl.constexpr):
+    # TMA-load into `buffer` the tile of rows from `row` (along M or N) and K from `k`, from an
     # operand stored with K contiguous ([rows, K]) or transposed ([K, rows])
     if K_CONTIGUOUS:
-        tma.async_copy_global_to_shared(desc, [row, k], ready.index(slot), ring.index(slot))
+        tma.async_copy_global_to_shared(desc, [row, k], ready, buffer)
     else:
-        tma.async_copy_global_to_shared(desc, [k, row], ready.index(slot), ring.index(slot))
+        tma.async_copy_global_to_shared(desc, [k, row], ready, buffer)
 
 
 @gluon.jit
@@ -501,30 +501,38 @@ def load_partition(a_descs, b_desc, a_ring, b_ring, ready, empty, starts, ends, 
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, A_PIECES: gl.constexpr,
                    A_CONCAT_K: gl.constexpr, A_K_CONTIGUOUS: gl.constexpr,
-                   B_N_CONTIGUOUS: gl.constexpr):
+                   B_N_CONTIGUOUS: gl.constexpr, PAIRED: gl.constexpr):
     # One warp walks the program's tiles and their K blocks in order and fills ring slot
     # `step % STAGES` as soon as the MMA warpgroups release it (running ahead across tiles).
     # A in pieces (a Concat): along K each piece's blocks in turn, B's rows from where the piece
     # starts; along M only the piece that holds the tile's rows (whole row blocks).
-    row_blocks = gl.cdiv(M, BLOCK_M)
+    # PAIRED: a tile is two row blocks, a slot two A tiles (one a warpgroup) and one B tile.
+    TILE_ROWS: gl.constexpr = 2 * BLOCK_M if PAIRED else BLOCK_M
+    row_blocks = gl.cdiv(M, TILE_ROWS)
     col_blocks = gl.cdiv(N, BLOCK_N)
-    nbytes: gl.constexpr = a_descs[0].block_type.nbytes + b_desc.block_type.nbytes
+    nbytes: gl.constexpr = (1 + PAIRED) * a_descs[0].block_type.nbytes + b_desc.block_type.nbytes
     step = 0
     for tile_id in range(gl.program_id(0), row_blocks * col_blocks, gl.num_programs(0)):
         pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
         for i in gl.static_range(A_PIECES):
-            row, k_first, k_blocks = pid_m * BLOCK_M, starts[i], gl.cdiv(ends[i] - starts[i], BLOCK_K)
+            row, k_first, k_blocks = pid_m * TILE_ROWS, starts[i], gl.cdiv(ends[i] - starts[i], BLOCK_K)
             if not A_CONCAT_K:
-                row, k_first, k_blocks = pid_m * BLOCK_M - starts[i], 0, 0
-                if (pid_m * BLOCK_M >= starts[i]) & (pid_m * BLOCK_M < ends[i]):
+                row, k_first, k_blocks = pid_m * TILE_ROWS - starts[i], 0, 0
+                if (pid_m * TILE_ROWS >= starts[i]) & (pid_m * TILE_ROWS < ends[i]):
                     k_blocks = gl.cdiv(K, BLOCK_K)
             for kb in range(k_blocks):
                 slot = step % STAGES
                 mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)  # a fresh ring is empty
                 mbarrier.expect(ready.index(slot), nbytes)
-                load_tile(a_descs[i], a_ring, ready, slot, row, kb * BLOCK_K, A_K_CONTIGUOUS)
-                load_tile(b_desc, b_ring, ready, slot, pid_n * BLOCK_N, k_first + kb * BLOCK_K,
-                          not B_N_CONTIGUOUS)
+                if PAIRED:
+                    for half in gl.static_range(2):
+                        load_tile(a_descs[i], a_ring.index(2 * slot + half), ready.index(slot),
+                                  row + half * BLOCK_M, kb * BLOCK_K, A_K_CONTIGUOUS)
+                else:
+                    load_tile(a_descs[i], a_ring.index(slot), ready.index(slot), row, kb * BLOCK_K,
+                              A_K_CONTIGUOUS)
+                load_tile(b_desc, b_ring.index(slot), ready.index(slot), pid_n * BLOCK_N,
+                          k_first + kb * BLOCK_K, not B_N_CONTIGUOUS)
                 step += 1
 
 
@@ -568,17 +576,23 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS,
                   WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
                   A_K_CONTIGUOUS: gl.constexpr, B_N_CONTIGUOUS: gl.constexpr,
-                  EPILOGUE_SPLIT: gl.constexpr, SUM_A: gl.constexpr):
+                  EPILOGUE_SPLIT: gl.constexpr, SUM_A: gl.constexpr, PAIRED: gl.constexpr):
     # Warpgroup WG (0 or 1) takes every other tile of the program. The `turn` barriers pass the
     # tensor cores back and forth: a warpgroup runs its K loop once the other has issued its
     # last MMA, so each warpgroup's epilogue overlaps the other's K loop. The epilogue's tile
     # operands are fetched by TMA while the K loop runs; its outputs leave by TMA stores that
     # are waited for only before their buffer is written again.
+    # PAIRED: both warpgroups take every tile of the program, of two row blocks, warpgroup WG
+    # the row block 2 * pid_m + WG, their K loops and epilogues at the same time.
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
-    row_blocks = gl.cdiv(M, BLOCK_M)
+    TILE_ROWS: gl.constexpr = 2 * BLOCK_M if PAIRED else BLOCK_M
+    row_blocks = gl.cdiv(M, TILE_ROWS)
     col_blocks = gl.cdiv(N, BLOCK_N)
     programs = gl.num_programs(0)
+    first_tile, tile_stride = gl.program_id(0) + WG * programs, 2 * programs
+    if PAIRED:
+        first_tile, tile_stride = gl.program_id(0), programs
     if SUM_A:   # the B operand of the column sums' MMA (k_step_summing)
         ones_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8, BLOCK_M], a_ring.dtype)
         fill: gl.constexpr = gl.BlockedLayout([1, 8], [8, 4], [1, 4], [1, 0])
@@ -586,16 +600,19 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS,
                                          gl.full([8, BLOCK_M], 1.0, a_ring.dtype, fill))
         fence_async_shared()
     rounds = 0
-    for tile_id in range(gl.program_id(0) + WG * programs, row_blocks * col_blocks, 2 * programs):
+    for tile_id in range(first_tile, row_blocks * col_blocks, tile_stride):
         pid_m, pid_n = tile_coords(tile_id, row_blocks, col_blocks, GROUP_M)
         step = (2 * rounds + WG) * k_blocks  # the ring position of this tile's first K block
+        if PAIRED:
+            pid_m, step = 2 * pid_m + WG, rounds * k_blocks
 {PREFETCH}
-        mbarrier.wait(turn.index(WG), (rounds & 1) ^ (1 - WG))  # warpgroup 0 goes first
+        if not PAIRED:
+            mbarrier.wait(turn.index(WG), (rounds & 1) ^ (1 - WG))  # warpgroup 0 goes first
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
         for kb in range(k_blocks):
             slot = step % STAGES
             mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
-            a = a_ring.index(slot)
+            a = a_ring.index(2 * slot + WG if PAIRED else slot)
             b = b_ring.index(slot)
             if A_K_CONTIGUOUS:
                 a_tile = a
@@ -619,11 +636,13 @@ def mma_partition(a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS,
             # the slot of the MMA before this one goes back
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1, pred=kb > 0)
             step += 1
-        mbarrier.arrive(turn.index(1 - WG), count=1)
+        if not PAIRED:
+            mbarrier.arrive(turn.index(1 - WG), count=1)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1)
         # The epilogue sees EPILOGUE_SPLIT column slices of the tile, one after the other.
 {TILES_WAIT}
+        # (PAIRED: the second row block of the last tile may lie past M, wholly masked)
         slices = column_slices(acc, EPILOGUE_SPLIT)
         for j in gl.static_range(EPILOGUE_SPLIT):
             epilogue(slices[j], pid_m, pid_n * EPILOGUE_SPLIT + j, M, N, seed{SLICE_ARGS},
@@ -641,27 +660,28 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
               B_N_CONTIGUOUS: gl.constexpr, EPILOGUE_SPLIT: gl.constexpr,
               LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr, A_PIECES: gl.constexpr,
               A_CONCAT_K: gl.constexpr, LIMIT_M: gl.constexpr, LIMIT_K: gl.constexpr,
-              SUM_A: gl.constexpr):
+              SUM_A: gl.constexpr, PAIRED: gl.constexpr):
     M, K = limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M, LIMIT_K)
     # A ring of STAGES (A, B) tile pairs. An operand stored transposed (rows along M or N) is
     # loaded as stored and transposed as a view for the MMA. A is one tensor or A_PIECES joined
     # along K or M (a Concat): piece i spans [start, end) of that axis, with a descriptor each.
     starts, ends = piece_bounds(CUT1, CUT2, CUT3, K if A_CONCAT_K else M)
+    # (PAIRED: two A tiles a slot, one for each warpgroup's row block)
     a_descs, a_ring = piece_rings(A, A1, A2, A3, starts, ends, M, K, stride_am, stride_ak, BLOCK_M,
-                                  BLOCK_K, STAGES, A_PIECES, A_CONCAT_K, A_K_CONTIGUOUS)
+                                  BLOCK_K, (1 + PAIRED) * STAGES, A_PIECES, A_CONCAT_K, A_K_CONTIGUOUS)
     k_blocks = tile_k_blocks(starts, ends, K, BLOCK_K, A_PIECES, A_CONCAT_K)
     if B_N_CONTIGUOUS:
         b_desc, b_ring = operand_ring(B, K, N, stride_bk, BLOCK_K, BLOCK_N, STAGES)
     else:
         b_desc, b_ring = operand_ring(B, N, K, stride_bn, BLOCK_N, BLOCK_K, STAGES)
     # ready[s]: slot s is loaded (TMA transaction bytes); empty[s]: the MMA reading it is done;
-    # turn[w]: warpgroup w may run its K loop.
+    # turn[w]: warpgroup w may run its K loop (PAIRED: a slot is empty once both have read it).
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1 + PAIRED)
     for w in gl.static_range(2):
         mbarrier.init(turn.index(w), count=1)
     # The epilogue's TMA tiles: descriptors and staging buffers (codegen/epilogue.py).
@@ -670,13 +690,13 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
     gl.warp_specialize([
         (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS, seed{PARTITION_ARGS},
                          0, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
-                         B_N_CONTIGUOUS, EPILOGUE_SPLIT, SUM_A)),
+                         B_N_CONTIGUOUS, EPILOGUE_SPLIT, SUM_A, PAIRED)),
         (mma_partition, (a_ring, b_ring, ready, empty, turn, M, N, K, k_blocks, A_SUMS, seed{PARTITION_ARGS},
                          1, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_K_CONTIGUOUS,
-                         B_N_CONTIGUOUS, EPILOGUE_SPLIT, SUM_A)),
+                         B_N_CONTIGUOUS, EPILOGUE_SPLIT, SUM_A, PAIRED)),
         (load_partition, (a_descs, b_desc, a_ring, b_ring, ready, empty, starts, ends, M, N, K,
                           BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, A_PIECES, A_CONCAT_K,
-                          A_K_CONTIGUOUS, B_N_CONTIGUOUS)),{OPERAND_WORKER}
+                          A_K_CONTIGUOUS, B_N_CONTIGUOUS, PAIRED)),{OPERAND_WORKER}
     ], [4, 1{OPERAND_WARPS}], [MMA_REGS, LOAD_REGS{OPERAND_REGS}])
 '''
 

@@ -44,6 +44,10 @@ class Config:
     share_tiles: bool = False      # ping-pong: the two warpgroups' tile operands in one set of
                                    # buffers, fetched by a warp of their own (half the shared
                                    # memory: a deeper ring beside several operands)
+    pair_rows: bool = False        # ping-pong: the two warpgroups take the two row halves of one
+                                   # 2 * block_m-row tile at the same time, so each B tile is
+                                   # fetched once for both (a quarter fewer A/B bytes a FLOP);
+                                   # their epilogues then run together, not under MMAs
 
     def meta(self, variant: str) -> dict:
         """The kernel's compile-time arguments for this configuration."""
@@ -59,7 +63,7 @@ class Config:
             # on average: the loader gives all but 40 of its share to the MMA warpgroups
             del meta["num_stages"]
             meta.update(STAGES=self.num_stages, EPILOGUE_SPLIT=self.split_epilogue,
-                        LOAD_REGS=40, MMA_REGS=232, maxnreg=168)
+                        LOAD_REGS=40, MMA_REGS=232, maxnreg=168, PAIRED=self.pair_rows)
         return meta
 
     def mainloop(self, variant: str) -> str:
