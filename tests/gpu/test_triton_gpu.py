@@ -400,6 +400,22 @@ def test_paired_rows_equal_the_pingpong_kernel_past_an_odd_row_block(name):
         assert rel(value, exact[key]) <= 2 * rel(eager[key], exact[key]) + 1e-6, key
 
 
+def test_paired_rows_refuse_shared_buffers_and_join_a_concat():
+    """`pair_rows` with `share_tiles` is refused; a Concat A is joined first (its loader reads
+    one tensor)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Hopper only")
+    prog = coda.compile("EPILOGUE(residual: tile) { output = input + residual; }")
+    a = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(256, 384, device="cuda", dtype=torch.bfloat16)
+    residual = torch.randn(512, 384, device="cuda", dtype=torch.bfloat16)
+    paired = Config(128, 128, 64, 4, 3, split_epilogue=2, pingpong=True, pair_rows=True)
+    with pytest.raises(coda.CodaError, match="pair_rows"):
+        prog.triton.launch(prog.bind(a, b, residual=residual), dataclasses.replace(paired, share_tiles=True))
+    out = prog.triton.launch(prog.bind(coda.Concat([a[:200], a[200:]], 0), b, residual=residual), paired)
+    assert rel(out["output"], a.double() @ b.double() + residual.double()) < 1e-2
+
+
 def test_a_config_that_does_not_fit_falls_back_to_one_that_does(monkeypatch):
     from coda.codegen import tuning
 

@@ -123,9 +123,9 @@ class TritonProgram:
         variant = _variant(launch)
         if config is not None:
             variant = config.mainloop(variant)
-        if variant == "pingpong" and config.pair_rows and (config.share_tiles or len(launch.a_pieces) > 1):
-            raise LaunchError("pair_rows takes one A tensor (not a Concat) and no share_tiles: "
-                              "give a configuration without one of them")
+        if variant == "pingpong" and config.pair_rows and config.share_tiles:
+            raise LaunchError("pair_rows and share_tiles cannot be combined (each warpgroup stages its own "
+                              "tile operands): give a configuration without one of them")
         if variant == "pingpong" and not self.pingpong:
             raise LaunchError(f"{self.program.name} reads its prior output (`output += ...`), which "
                               f"the ping-pong kernel cannot: give a configuration without pingpong")
@@ -656,9 +656,10 @@ def _readable_pieces(launch: Launch, config: Config) -> bool:
     """Whether one kernel reads a Concat's pieces as they lie: every piece with the first one's
     strides, and pieces joined in whole tiles where a tile reads one piece (a GEMM's A along M,
     in row blocks; a map's X, in row or column blocks). A GEMM's K loop walks pieces of any
-    width (in whole K blocks where the ping-pong kernel sums A's columns)."""
+    width (in whole K blocks where the ping-pong kernel sums A's columns). The paired ping-pong
+    kernel (`pair_rows`) reads one A tensor."""
     pieces, concat = launch.a_pieces, launch.concat
-    if any(p.stride() != pieces[0].stride() for p in pieces):
+    if any(p.stride() != pieces[0].stride() for p in pieces) or (config.pair_rows and len(pieces) > 1):
         return False
     if concat is not None and concat.dim == 1 and config.pingpong and _sums_a(launch):
         # the ping-pong kernel's column sums of A take K block kb to be A's columns from
