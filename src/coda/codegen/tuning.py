@@ -48,6 +48,8 @@ class Config:
                                    # 2 * block_m-row tile at the same time, so each B tile is
                                    # fetched once for both (a quarter fewer A/B bytes a FLOP);
                                    # their epilogues then run together, not under MMAs
+                                   # (an option, not a candidate: slower with every fused
+                                   # epilogue, docs/performance.md, sixty-second session)
 
     def meta(self, variant: str) -> dict:
         """The kernel's compile-time arguments for this configuration."""
