@@ -674,8 +674,8 @@ def {KERNEL}(A, B, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, A1, A2, 
         b_desc, b_ring = operand_ring(B, K, N, stride_bk, BLOCK_K, BLOCK_N, STAGES)
     else:
         b_desc, b_ring = operand_ring(B, N, K, stride_bn, BLOCK_N, BLOCK_K, STAGES)
-    # ready[s]: slot s is loaded (TMA transaction bytes); empty[s]: the MMA reading it is done;
-    # turn[w]: warpgroup w may run its K loop (PAIRED: a slot is empty once both have read it).
+    # ready[s]: slot s is loaded (TMA transaction bytes); empty[s]: the MMA reading it is done
+    # (PAIRED: both warpgroups' MMAs); turn[w]: warpgroup w may run its K loop.
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
