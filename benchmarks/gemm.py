@@ -15,7 +15,8 @@ configuration) and `coda_pingpong` (the warp-specialized Gluon kernel, best of i
 configurations, each recorded as `coda_pingpong/<config>`). Each case's fastest CODA kernel is
 then timed back to back with the fastest plain one, `--rounds` times, in alternating order
 (`coda_over_plain_paired`: the ratios and their median, what docs/performance.md's fast-path
-table reports); the plain kernel is paired with itself as well, a control of the method.
+table reports); the plain kernel is paired with itself as well, a control of the method. The vendor's fused
+forms are paired with cuBLAS's plain GEMM in the same way (`cublaslt_over_cublas_paired`).
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ def main() -> None:
         # cuBLAS's plain GEMM is timed again before every case and its median is the shape's
         # reference: under the H200's power cap the clock drifts within a shape's cases (a first
         # timing on a cool GPU measured 346 us where the same call took 393 us a minute later)
-        cublas_runs, timed, fastest = [], [], {}
+        cublas_runs, timed, fastest, vendor = [], [], {}, {}
         for case in cases:
             spec, prog = CASES[case], programs[case]
             cublas_runs.append(bench(lambda a=a, w=w: a @ w.T))
@@ -202,7 +203,8 @@ def main() -> None:
             fastest[case] = coda_runs[min(coda_runs, key=timings.get)]
             timings["eager"] = bench(lambda: spec["eager"](a, w, ops))
             if spec["lt"] is not None:
-                timings["cublaslt"] = bench(lambda: spec["lt"](a, w, ops))
+                vendor[case] = lambda spec=spec: spec["lt"](a, w, ops)
+                timings["cublaslt"] = bench(vendor[case])
             if not args.no_compile:
                 compiled = torch.compile(spec["eager"], dynamic=False)
                 compiled(a, w, ops)
@@ -225,6 +227,16 @@ def main() -> None:
                 rows.append(dict(shape=[m, n, k], case=case, impl="coda_over_plain_paired",
                                  ratio=ratio, ratios=ratios))
                 print(f"{m}x{n}x{k} {case:28s} over plain, paired: median {ratio:.3f} of "
+                      f"{[round(r, 3) for r in ratios]}", flush=True)
+        if args.rounds:
+            # the vendor's fused form over its own plain GEMM, paired the same way: what the
+            # epilogue costs cuBLAS, beside what it costs CODA
+            for case, run in vendor.items():
+                ratios = paired_ratios(run, lambda: a @ w.T, args.rounds)
+                ratio = statistics.median(ratios)
+                rows.append(dict(shape=[m, n, k], case=case, impl="cublaslt_over_cublas_paired",
+                                 ratio=ratio, ratios=ratios))
+                print(f"{m}x{n}x{k} {case:28s} cuBLAS's over cuBLAS plain, paired: median {ratio:.3f} of "
                       f"{[round(r, 3) for r in ratios]}", flush=True)
         print(f"{m}x{n}x{k} cublas median {cublas * 1e3:.1f}us of {len(cublas_runs)} timings "
               f"({min(cublas_runs) * 1e3:.1f}-{max(cublas_runs) * 1e3:.1f})", flush=True)

@@ -124,12 +124,16 @@ def gemm_table(path: Path) -> str:
     """Per shape and epilogue (benchmarks/gemm.py): µs of cuBLAS, CODA's default, the best
     ping-pong configuration, cuBLASLt and eager, and CODA's best time over its best plain GEMM
     against the target (1.10 up to K = 1024, else 1.05): the median of the back-to-back ratios
-    where the run timed them, else the ratio of the two best times."""
+    where the run timed them, else the ratio of the two best times. Beside cuBLASLt's µs, in
+    parentheses, its fused form over cuBLAS's plain GEMM timed back to back, where the run did."""
     cell: dict[tuple, dict[str, float]] = {}
     paired: dict[tuple, float] = {}
+    vendor_paired: dict[tuple, float] = {}
     for r in json.loads(path.read_text())["results"]:
         if r["impl"] == "coda_over_plain_paired":
             paired[(tuple(r["shape"]), r["case"])] = r["ratio"]
+        elif r["impl"] == "cublaslt_over_cublas_paired":
+            vendor_paired[(tuple(r["shape"]), r["case"])] = r["ratio"]
         else:
             cell.setdefault((tuple(r["shape"]), r["case"]), {})[r["impl"]] = r["ms"]
     lines = ["| M×N×K | epilogue | cuBLAS | CODA default | ping-pong | CODA best / CODA plain | target "
@@ -146,9 +150,10 @@ def gemm_table(path: Path) -> str:
         ratio = paired.get((shape, case), best(got) / best(cell[(shape, "plain")]))
         limit = GEMM_TARGET["short_k"][1] if shape[2] <= GEMM_TARGET["short_k"][0] else GEMM_TARGET["long_k"]
         mark = "✓" if ratio <= limit else "✗"
+        vendor = f" ({vendor_paired[(shape, case)]:.2f})" if (shape, case) in vendor_paired else ""
         lines.append(f"| {'×'.join(map(str, shape))} | {case} | {us(cublas)} | {us(got['coda'])} | "
                      f"{us(got.get('coda_pingpong'))} | {ratio:.2f} {mark} | ≤ {limit:.2f} | "
-                     f"{us(got.get('cublaslt'))} | {us(got.get('eager'))} |")
+                     f"{us(got.get('cublaslt'))}{vendor} | {us(got.get('eager'))} |")
     return "\n".join(lines)
 
 

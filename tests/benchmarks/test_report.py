@@ -106,12 +106,16 @@ def test_gemm_table_prefers_the_back_to_back_ratio(report, tmp_path):
     rows = [dict(shape=shape, case="plain", impl="coda", ms=0.120),
             dict(shape=shape, case="plain", impl="cublas", ms=0.114),
             dict(shape=shape, case="residual", impl="coda", ms=0.150),   # 1.25 of the best times
+            dict(shape=shape, case="residual", impl="cublaslt", ms=0.148),
             dict(shape=shape, case="residual", impl="coda_over_plain_paired", ratio=1.08,
-                 ratios=[1.07, 1.08, 1.2])]
+                 ratios=[1.07, 1.08, 1.2]),
+            dict(shape=shape, case="residual", impl="cublaslt_over_cublas_paired", ratio=1.26,
+                 ratios=[1.25, 1.26, 1.27])]
     path = tmp_path / "gemm.json"
     path.write_text(json.dumps(dict(results=rows)))
     line = next(line for line in report.gemm_table(path).splitlines() if "residual" in line)
     assert line.split(" | ")[5] == "1.08 ✓"
+    assert line.split(" | ")[7] == "148 (1.26)"   # the vendor's fused form over its plain GEMM
 
 
 def test_step_breakdown_of_the_profiled_rows(report, tmp_path):
