@@ -1,0 +1,168 @@
+// cuBLASLt's own fused epilogues, each timed back to back with its plain GEMM: the vendor's
+// forms of issue 8's cases, to read CODA's fast-path ratios against.
+//   plain     D = A @ W^T                                   (bf16 in and out, fp32 accumulation)
+//   bias_gelu D = gelu(A @ W^T + bias)                      CUBLASLT_EPILOGUE_GELU_BIAS    ~ (a)
+//   residual  D = A @ W^T + R  (beta = 1, C = R, D apart)   CUBLASLT_EPILOGUE_DEFAULT      ~ (c) less its sums
+//   dgelu_bgrad D = (A @ W^T) * gelu'(pre), db = col sums   CUBLASLT_EPILOGUE_DGELU_BGRAD  = (e)
+// PyTorch's row-major [M, N] = A [M, K] @ W[N, K]^T is cuBLAS's column-major [N, M] = op(W) @ A
+// with m = N, n = M, k = K, as torch.matmul lays it out.
+//   nvcc -O2 -arch=sm_90 -o lt_epilogues lt_epilogues.cu -lcublasLt && ./lt_epilogues 16384x3072x768 ...
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#define CHECK_CUDA(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
+    std::printf("{\"error\": \"%s: %s\"}\n", #x, cudaGetErrorString(e)); std::exit(1); } } while (0)
+#define CHECK_LT(x) do { cublasStatus_t s = (x); if (s != CUBLAS_STATUS_SUCCESS) { \
+    std::printf("{\"error\": \"%s: status %d\"}\n", #x, (int)s); return false; } } while (0)
+
+__global__ void fill(__nv_bfloat16* x, size_t n, unsigned seed, float scale) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    unsigned h = (unsigned)i * 2654435761u ^ seed;
+    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
+    x[i] = __float2bfloat16(scale * ((h & 0xffffff) / 8388608.0f - 1.0f));   // uniform in [-scale, scale)
+  }
+}
+
+static __nv_bfloat16* random_bf16(size_t n, unsigned seed, float scale) {
+  __nv_bfloat16* p;
+  CHECK_CUDA(cudaMalloc(&p, n * sizeof(__nv_bfloat16)));
+  fill<<<1024, 256>>>(p, n, seed, scale);
+  CHECK_CUDA(cudaGetLastError());
+  return p;
+}
+
+struct Gemm {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t w = nullptr, a = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo;
+  float beta = 0.0f;
+  const void* c = nullptr;
+};
+
+static cublasLtHandle_t handle;
+static void* workspace;
+static const size_t WORKSPACE = 32u << 20;
+
+// One configured matmul: `epilogue` with its bias / aux pointers, beta and C; the first algorithm
+// cuBLASLt's heuristic offers (what torch does).
+static bool make(Gemm& g, int M, int N, int K, cublasLtEpilogue_t epilogue, const void* bias, const void* aux,
+                 float beta, const void* c) {
+  CHECK_LT(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+  CHECK_LT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)));
+  CHECK_LT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)));
+  CHECK_LT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  if (bias) CHECK_LT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (aux) {
+    int64_t ld = N;
+    CHECK_LT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    CHECK_LT(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+  }
+  CHECK_LT(cublasLtMatrixLayoutCreate(&g.w, CUDA_R_16BF, K, N, K));   // W [N, K] row-major
+  CHECK_LT(cublasLtMatrixLayoutCreate(&g.a, CUDA_R_16BF, K, M, K));   // A [M, K] row-major
+  CHECK_LT(cublasLtMatrixLayoutCreate(&g.d, CUDA_R_16BF, N, M, N));   // D, C, aux [M, N] row-major
+  cublasLtMatmulPreference_t pref;
+  CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
+  CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &WORKSPACE,
+                                                sizeof(WORKSPACE)));
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  CHECK_LT(cublasLtMatmulAlgoGetHeuristic(handle, g.desc, g.w, g.a, g.d, g.d, pref, 1, &result, &found));
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (!found) { std::printf("{\"error\": \"no algorithm for epilogue %d\"}\n", (int)epilogue); return false; }
+  g.algo = result.algo;
+  g.beta = beta;
+  g.c = c;
+  return true;
+}
+
+static cublasStatus_t run(const Gemm& g, const void* w, const void* a, void* d) {
+  const float alpha = 1.0f;
+  return cublasLtMatmul(handle, g.desc, &alpha, w, g.w, a, g.a, &g.beta, g.c ? g.c : d, g.d, d, g.d, &g.algo,
+                 workspace, WORKSPACE, 0);
+}
+
+// µs a launch: 20 launches between two events
+static float time_us(const Gemm& g, const void* w, const void* a, void* d) {
+  cudaEvent_t start, end;
+  cudaEventCreate(&start);
+  cudaEventCreate(&end);
+  cudaEventRecord(start);
+  for (int i = 0; i < 20; ++i) run(g, w, a, d);
+  cudaEventRecord(end);
+  cudaEventSynchronize(end);
+  float ms;
+  cudaEventElapsedTime(&ms, start, end);
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  return ms * 1e3f / 20;
+}
+
+int main(int argc, char** argv) {
+  cublasLtCreate(&handle);
+  CHECK_CUDA(cudaMalloc(&workspace, WORKSPACE));
+  const int rounds = 5;
+  for (int s = 1; s < argc; ++s) {
+    int M, N, K;
+    if (std::sscanf(argv[s], "%dx%dx%d", &M, &N, &K) != 3) return 2;
+    __nv_bfloat16* a = random_bf16((size_t)M * K, 1, 1.0f);
+    __nv_bfloat16* w = random_bf16((size_t)N * K, 2, 1.7f / std::sqrt((float)K));
+    __nv_bfloat16* bias = random_bf16(N, 3, 1.0f);
+    __nv_bfloat16* r = random_bf16((size_t)M * N, 4, 1.0f);
+    __nv_bfloat16* pre = random_bf16((size_t)M * N, 5, 1.0f);
+    __nv_bfloat16 *d, *db;
+    CHECK_CUDA(cudaMalloc(&d, (size_t)M * N * sizeof(__nv_bfloat16)));
+    CHECK_CUDA(cudaMalloc(&db, N * sizeof(__nv_bfloat16)));
+    Gemm plain, gelu, residual, dgelu;
+    bool ok = make(plain, M, N, K, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 0.0f, nullptr);
+    const char* names[] = {"bias_gelu", "residual", "dgelu_bgrad"};
+    Gemm* cases[] = {&gelu, &residual, &dgelu};
+    bool made[] = {make(gelu, M, N, K, CUBLASLT_EPILOGUE_GELU_BIAS, bias, nullptr, 0.0f, nullptr),
+                   make(residual, M, N, K, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 1.0f, r),
+                   make(dgelu, M, N, K, CUBLASLT_EPILOGUE_DGELU_BGRAD, db, pre, 0.0f, nullptr)};
+    if (!ok) return 1;
+    for (int i = 0; i < 5; ++i) run(plain, w, a, d);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::printf("{\"shape\": [%d, %d, %d], \"case\": \"plain\", \"us\": %.1f}\n", M, N, K, time_us(plain, w, a, d));
+    for (int c = 0; c < 3; ++c) {
+      if (!made[c]) continue;
+      const Gemm& g = *cases[c];
+      cublasStatus_t status = run(g, w, a, d);
+      for (int i = 0; i < 4; ++i) run(g, w, a, d);
+      cudaError_t e = cudaDeviceSynchronize();
+      if (status != CUBLAS_STATUS_SUCCESS || e != cudaSuccess) {
+        std::printf("{\"error\": \"%s: status %d, %s\"}\n", names[c], (int)status, cudaGetErrorString(e));
+        continue;
+      }
+      // plain, fused, fused, plain (reversed in odd rounds), the sums divided: gemm.py's pairing
+      std::vector<float> ratios, fused_us;
+      for (int i = 0; i < rounds; ++i) {
+        const Gemm* order[4] = {&plain, &g, &g, &plain};
+        if (i % 2) std::swap(order[0], order[1]), std::swap(order[2], order[3]);
+        float t[4];
+        for (int j = 0; j < 4; ++j) t[j] = time_us(*order[j], w, a, d);
+        float outer = t[0] + t[3], inner = t[1] + t[2];
+        ratios.push_back(i % 2 ? outer / inner : inner / outer);
+        fused_us.push_back(i % 2 ? outer / 2 : inner / 2);
+      }
+      std::vector<float> sorted = ratios;
+      std::sort(sorted.begin(), sorted.end());
+      std::sort(fused_us.begin(), fused_us.end());
+      std::printf("{\"shape\": [%d, %d, %d], \"case\": \"%s\", \"us\": %.1f, \"over_plain_paired\": %.3f, "
+                  "\"ratios\": [", M, N, K, names[c], fused_us[rounds / 2], sorted[rounds / 2]);
+      for (int i = 0; i < rounds; ++i) std::printf("%s%.3f", i ? ", " : "", ratios[i]);
+      std::printf("]}\n");
+      std::fflush(stdout);
+    }
+    cudaFree(a); cudaFree(w); cudaFree(bias); cudaFree(r); cudaFree(pre); cudaFree(d); cudaFree(db);
+  }
+  return 0;
+}
