@@ -15,8 +15,9 @@ configuration) and `coda_pingpong` (the warp-specialized Gluon kernel, best of i
 configurations, each recorded as `coda_pingpong/<config>`). Each case's fastest CODA kernel is
 then timed back to back with the fastest plain one, `--rounds` times, in alternating order
 (`coda_over_plain_paired`: the ratios and their median, what docs/performance.md's fast-path
-table reports); the plain kernel is paired with itself as well, a control of the method. The vendor's fused
-forms are paired with cuBLAS's plain GEMM in the same way (`cublaslt_over_cublas_paired`).
+table reports); the plain kernel is paired with itself as well, a control of the method. The
+vendor's fused forms are paired with cuBLAS's plain GEMM in the same way
+(`cublaslt_over_cublas_paired`).
 """
 
 from __future__ import annotations
