@@ -7,8 +7,8 @@
 // PyTorch's row-major [M, N] = A [M, K] @ W[N, K]^T is cuBLAS's column-major [N, M] = op(W) @ A
 // with m = N, n = M, k = K, as torch.matmul lays it out.
 // Each takes the fastest of the algorithms cuBLASLt's heuristic offers (up to 8; `first_us`: the
-// heuristic's first, what torch would run).
-//   nvcc -O2 -arch=sm_90 -o lt_epilogues lt_epilogues.cu -lcublasLt && ./lt_epilogues 16384x3072x768 ...
+// heuristic's first, what torch would run), or with --first that first one alone.
+//   nvcc -O2 -arch=sm_90 -o lt_epilogues lt_epilogues.cu -lcublasLt && ./lt_epilogues [--first] 16384x3072x768 ...
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -112,7 +112,10 @@ static float time_us(const Gemm& g, const void* w, const void* a, void* d) {
 
 // Takes the fastest of the algorithms the heuristic offered (autotuning, as a user of cuBLASLt
 // could); returns the first one's time, the heuristic's own pick.
+static bool first_only = false;
+
 static float fastest(Gemm& g, const void* w, const void* a, void* d) {
+  if (first_only) g.offered.resize(1);
   float first = -1.0f, best = 1e30f;
   cublasLtMatmulAlgo_t chosen = g.offered[0];
   for (const cublasLtMatmulAlgo_t& algo : g.offered) {
@@ -132,6 +135,7 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMalloc(&workspace, WORKSPACE));
   const int rounds = 5;
   for (int s = 1; s < argc; ++s) {
+    if (std::string(argv[s]) == "--first") { first_only = true; continue; }
     int M, N, K;
     if (std::sscanf(argv[s], "%dx%dx%d", &M, &N, &K) != 3) return 2;
     __nv_bfloat16* a = random_bf16((size_t)M * K, 1, 1.0f);
