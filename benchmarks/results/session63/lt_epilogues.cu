@@ -7,8 +7,9 @@
 // PyTorch's row-major [M, N] = A [M, K] @ W[N, K]^T is cuBLAS's column-major [N, M] = op(W) @ A
 // with m = N, n = M, k = K, as torch.matmul lays it out.
 // Each takes the fastest of the algorithms cuBLASLt's heuristic offers (up to 8; `first_us`: the
-// heuristic's first, what torch would run), or with --first that first one alone.
-//   nvcc -O2 -arch=sm_90 -o lt_epilogues lt_epilogues.cu -lcublasLt && ./lt_epilogues [--first] 16384x3072x768 ...
+// heuristic's first, what torch would run), or with --first that first one alone. With --algos it
+// times instead each algorithm offered for the plain GEMM against the first, back to back.
+//   nvcc -O2 -arch=sm_90 -o lt_epilogues lt_epilogues.cu -lcublasLt && ./lt_epilogues [--first|--algos] 16384x3072x768 ...
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -112,7 +113,7 @@ static float time_us(const Gemm& g, const void* w, const void* a, void* d) {
 
 // Takes the fastest of the algorithms the heuristic offered (autotuning, as a user of cuBLASLt
 // could); returns the first one's time, the heuristic's own pick.
-static bool first_only = false;
+static bool first_only = false, algos_only = false;
 
 static float fastest(Gemm& g, const void* w, const void* a, void* d) {
   if (first_only) g.offered.resize(1);
@@ -130,12 +131,49 @@ static float fastest(Gemm& g, const void* w, const void* a, void* d) {
   return first;
 }
 
+// Times g against base in `rounds` rounds of base, g, g, base (reversed in odd rounds; the sums
+// divided: gemm.py's pairing) and prints the rest of a JSON line: g's median µs, the median ratio
+// under `key` and each round's ratio.
+static void print_paired(const Gemm& base, const Gemm& g, const void* w, const void* a, void* d, const char* key) {
+  const int rounds = 5;
+  std::vector<float> ratios, us;
+  for (int i = 0; i < rounds; ++i) {
+    const Gemm* order[4] = {&base, &g, &g, &base};
+    if (i % 2) std::swap(order[0], order[1]), std::swap(order[2], order[3]);
+    float t[4];
+    for (int j = 0; j < 4; ++j) t[j] = time_us(*order[j], w, a, d);
+    float outer = t[0] + t[3], inner = t[1] + t[2];
+    ratios.push_back(i % 2 ? outer / inner : inner / outer);
+    us.push_back(i % 2 ? outer / 2 : inner / 2);
+  }
+  std::vector<float> sorted = ratios;
+  std::sort(sorted.begin(), sorted.end());
+  std::sort(us.begin(), us.end());
+  std::printf("\"us\": %.1f, \"%s\": %.3f, \"ratios\": [", us[rounds / 2], key, sorted[rounds / 2]);
+  for (int i = 0; i < rounds; ++i) std::printf("%s%.3f", i ? ", " : "", ratios[i]);
+  std::printf("]}\n");
+  std::fflush(stdout);
+}
+
+// The plain GEMM in each algorithm the heuristic offers, against its first (what torch runs).
+static void print_algos(const Gemm& plain, int M, int N, int K, const void* w, const void* a, void* d) {
+  for (size_t i = 1; i < plain.offered.size(); ++i) {
+    Gemm other = plain;
+    other.algo = plain.offered[i];
+    cublasStatus_t status = run(other, w, a, d);
+    for (int j = 0; j < 4; ++j) run(other, w, a, d);
+    if (status != CUBLAS_STATUS_SUCCESS || cudaDeviceSynchronize() != cudaSuccess) continue;
+    std::printf("{\"shape\": [%d, %d, %d], \"case\": \"plain_algo\", \"index\": %zu, ", M, N, K, i);
+    print_paired(plain, other, w, a, d, "over_first_paired");
+  }
+}
+
 int main(int argc, char** argv) {
   cublasLtCreate(&handle);
   CHECK_CUDA(cudaMalloc(&workspace, WORKSPACE));
-  const int rounds = 5;
   for (int s = 1; s < argc; ++s) {
     if (std::string(argv[s]) == "--first") { first_only = true; continue; }
+    if (std::string(argv[s]) == "--algos") { algos_only = true; continue; }
     int M, N, K;
     if (std::sscanf(argv[s], "%dx%dx%d", &M, &N, &K) != 3) return 2;
     __nv_bfloat16* a = random_bf16((size_t)M * K, 1, 1.0f);
@@ -154,43 +192,34 @@ int main(int argc, char** argv) {
                    make(residual, M, N, K, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr, 1.0f, r),
                    make(dgelu, M, N, K, CUBLASLT_EPILOGUE_DGELU_BGRAD, db, pre, 0.0f, nullptr)};
     if (!ok) return 1;
-    float plain_first = fastest(plain, w, a, d);
-    float case_first[3];
-    for (int c = 0; c < 3; ++c) case_first[c] = made[c] ? fastest(*cases[c], w, a, d) : -1.0f;
-    for (int i = 0; i < 5; ++i) run(plain, w, a, d);
-    CHECK_CUDA(cudaDeviceSynchronize());
-    std::printf("{\"shape\": [%d, %d, %d], \"case\": \"plain\", \"us\": %.1f, \"algos\": %zu, \"first_us\": %.1f}\n",
-                M, N, K, time_us(plain, w, a, d), plain.offered.size(), plain_first);
-    for (int c = 0; c < 3; ++c) {
-      if (!made[c]) continue;
-      const Gemm& g = *cases[c];
-      cublasStatus_t status = run(g, w, a, d);
-      for (int i = 0; i < 4; ++i) run(g, w, a, d);
-      cudaError_t e = cudaDeviceSynchronize();
-      if (status != CUBLAS_STATUS_SUCCESS || e != cudaSuccess) {
-        std::printf("{\"error\": \"%s: status %d, %s\"}\n", names[c], (int)status, cudaGetErrorString(e));
-        continue;
+    if (algos_only) {
+      for (int i = 0; i < 5; ++i) run(plain, w, a, d);
+      CHECK_CUDA(cudaDeviceSynchronize());
+      std::printf("{\"shape\": [%d, %d, %d], \"case\": \"plain\", \"algos\": %zu, \"first_us\": %.1f}\n",
+                  M, N, K, plain.offered.size(), time_us(plain, w, a, d));
+      print_algos(plain, M, N, K, w, a, d);
+    } else {
+      float plain_first = fastest(plain, w, a, d);
+      float case_first[3];
+      for (int c = 0; c < 3; ++c) case_first[c] = made[c] ? fastest(*cases[c], w, a, d) : -1.0f;
+      for (int i = 0; i < 5; ++i) run(plain, w, a, d);
+      CHECK_CUDA(cudaDeviceSynchronize());
+      std::printf("{\"shape\": [%d, %d, %d], \"case\": \"plain\", \"us\": %.1f, \"algos\": %zu, \"first_us\": %.1f}\n",
+                  M, N, K, time_us(plain, w, a, d), plain.offered.size(), plain_first);
+      for (int c = 0; c < 3; ++c) {
+        if (!made[c]) continue;
+        const Gemm& g = *cases[c];
+        cublasStatus_t status = run(g, w, a, d);
+        for (int i = 0; i < 4; ++i) run(g, w, a, d);
+        cudaError_t e = cudaDeviceSynchronize();
+        if (status != CUBLAS_STATUS_SUCCESS || e != cudaSuccess) {
+          std::printf("{\"error\": \"%s: status %d, %s\"}\n", names[c], (int)status, cudaGetErrorString(e));
+          continue;
+        }
+        std::printf("{\"shape\": [%d, %d, %d], \"case\": \"%s\", \"algos\": %zu, \"first_us\": %.1f, ",
+                    M, N, K, names[c], g.offered.size(), case_first[c]);
+        print_paired(plain, g, w, a, d, "over_plain_paired");
       }
-      // plain, fused, fused, plain (reversed in odd rounds), the sums divided: gemm.py's pairing
-      std::vector<float> ratios, fused_us;
-      for (int i = 0; i < rounds; ++i) {
-        const Gemm* order[4] = {&plain, &g, &g, &plain};
-        if (i % 2) std::swap(order[0], order[1]), std::swap(order[2], order[3]);
-        float t[4];
-        for (int j = 0; j < 4; ++j) t[j] = time_us(*order[j], w, a, d);
-        float outer = t[0] + t[3], inner = t[1] + t[2];
-        ratios.push_back(i % 2 ? outer / inner : inner / outer);
-        fused_us.push_back(i % 2 ? outer / 2 : inner / 2);
-      }
-      std::vector<float> sorted = ratios;
-      std::sort(sorted.begin(), sorted.end());
-      std::sort(fused_us.begin(), fused_us.end());
-      std::printf("{\"shape\": [%d, %d, %d], \"case\": \"%s\", \"us\": %.1f, \"algos\": %zu, \"first_us\": %.1f, "
-                  "\"over_plain_paired\": %.3f, \"ratios\": [", M, N, K, names[c], fused_us[rounds / 2],
-                  g.offered.size(), case_first[c], sorted[rounds / 2]);
-      for (int i = 0; i < rounds; ++i) std::printf("%s%.3f", i ? ", " : "", ratios[i]);
-      std::printf("]}\n");
-      std::fflush(stdout);
     }
     cudaFree(a); cudaFree(w); cudaFree(bias); cudaFree(r); cudaFree(pre); cudaFree(d); cudaFree(db);
   }
