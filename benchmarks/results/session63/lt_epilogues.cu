@@ -155,6 +155,25 @@ static void print_paired(const Gemm& base, const Gemm& g, const void* w, const v
   std::fflush(stdout);
 }
 
+// An algorithm's configuration as JSON members: what cuBLASLt's enums in cublasLt.h number
+// (cublasLtMatmulTile_t, cublasLtMatmulStages_t, cublasLtClusterShape_t, ...).
+static void print_config(const cublasLtMatmulAlgo_t& algo) {
+  const struct { const char* name; cublasLtMatmulAlgoConfigAttributes_t attr; } fields[] = {
+      {"id", CUBLASLT_ALGO_CONFIG_ID}, {"tile", CUBLASLT_ALGO_CONFIG_TILE_ID},
+      {"stages", CUBLASLT_ALGO_CONFIG_STAGES_ID}, {"split_k", CUBLASLT_ALGO_CONFIG_SPLITK_NUM},
+      {"reduction", CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME}, {"swizzle", CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING},
+      {"custom", CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION}, {"inner_shape", CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID},
+      {"cluster", CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID}};
+  std::printf("\"config\": {");
+  for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); ++f) {
+    unsigned long long value = 0;
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, fields[f].attr, &value, sizeof(value), &written);
+    std::printf("%s\"%s\": %llu", f ? ", " : "", fields[f].name, value);
+  }
+  std::printf("}, ");
+}
+
 // The plain GEMM in each algorithm the heuristic offers, against its first (what torch runs).
 static void print_algos(const Gemm& plain, int M, int N, int K, const void* w, const void* a, void* d) {
   for (size_t i = 1; i < plain.offered.size(); ++i) {
@@ -164,6 +183,7 @@ static void print_algos(const Gemm& plain, int M, int N, int K, const void* w, c
     for (int j = 0; j < 4; ++j) run(other, w, a, d);
     if (status != CUBLAS_STATUS_SUCCESS || cudaDeviceSynchronize() != cudaSuccess) continue;
     std::printf("{\"shape\": [%d, %d, %d], \"case\": \"plain_algo\", \"index\": %zu, ", M, N, K, i);
+    print_config(other.algo);
     print_paired(plain, other, w, a, d, "over_first_paired");
   }
 }
@@ -195,8 +215,10 @@ int main(int argc, char** argv) {
     if (algos_only) {
       for (int i = 0; i < 5; ++i) run(plain, w, a, d);
       CHECK_CUDA(cudaDeviceSynchronize());
-      std::printf("{\"shape\": [%d, %d, %d], \"case\": \"plain\", \"algos\": %zu, \"first_us\": %.1f}\n",
-                  M, N, K, plain.offered.size(), time_us(plain, w, a, d));
+      std::printf("{\"shape\": [%d, %d, %d], \"case\": \"plain\", \"algos\": %zu, ", M, N, K,
+                  plain.offered.size());
+      print_config(plain.algo);
+      std::printf("\"first_us\": %.1f}\n", time_us(plain, w, a, d));
       print_algos(plain, M, N, K, w, a, d);
     } else {
       float plain_first = fastest(plain, w, a, d);
