@@ -121,6 +121,15 @@ def test_check_runs_triton_and_skips_bf16_on_the_interpreter(fake_triton, capsys
     assert "SKIP" in capsys.readouterr().out
 
 
+def test_relative_error_counts_matching_infinities_and_nans_as_exact():
+    ref = torch.tensor([1.0, -float("inf"), float("nan"), float("inf")], dtype=torch.float64)
+    close = torch.tensor([1.0 + 1e-6, -float("inf"), float("nan"), float("inf")])
+    assert cli.relative_error(close, ref) == pytest.approx(1e-6, rel=0.1)   # float32 rounding of 1 + 1e-6
+    for wrong in ([1.0, float("inf"), float("nan"), float("inf")], [1.0, -float("inf"), 0.0, float("inf")],
+                  [1.0, -1e30, float("nan"), float("inf")], [float("nan"), -float("inf"), float("nan"), 1.0]):
+        assert cli.relative_error(torch.tensor(wrong), ref) == float("inf"), wrong
+
+
 def test_check_fails_with_exit_1_when_a_backend_is_wrong(monkeypatch, fake_triton, capsys):
     def off_by_a_bit(launch):
         outs = run_reference(launch)

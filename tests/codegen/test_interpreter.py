@@ -7,6 +7,8 @@ several tiles in M, N and K, with ragged edges.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -216,6 +218,34 @@ def test_maxima_keep_a_nan_as_torch_amax_does():
         assert torch.equal(out[name].isnan(), ref[name].isnan()), name
         assert torch.equal(out[name].nan_to_num(), ref[name].nan_to_num()), name
     assert out["r"].isnan().sum() == 1 and out["c"].isnan().all()
+
+
+@pytest.mark.parametrize(("text", "formula"), [
+    ("output = where(input > 0, input, log(0));", lambda acc: acc.where(acc > 0, -math.inf)),
+    ("output = input * (1 / 0);", lambda acc: acc * math.inf),
+    ("output = where(input > 0, input, sqrt(-1));", lambda acc: acc.where(acc > 0, math.nan)),
+    ("output = input + round_fp16(70000);", lambda acc: acc + math.inf),
+])
+def test_constants_that_fold_to_inf_or_nan(text, formula):
+    """A constant the compiler folds to an infinity or a NaN reaches the kernel as one (the
+    kernel's source spells it `float('inf')`, not a bare name), as the reference computes it."""
+    a, b = torch.randn(40, 24), torch.randn(24, 36)
+    out = coda.compile(text)(a, b, backend="triton", out=poisoned((40, 36), torch.float32))["output"]
+    want = formula(a.double() @ b.double())
+    assert torch.equal(out.isnan(), want.isnan())
+    torch.testing.assert_close(out.double().nan_to_num(), want.nan_to_num(), rtol=1e-4, atol=1e-4)
+
+
+def test_row_logsumexp_of_a_row_holding_inf_is_inf():
+    """A +inf among a row's values makes its log-sum-exp +inf, in the tile's partial and in the
+    finishing kernel's merge (several column tiles), as torch.logsumexp; other rows unchanged."""
+    a, b, t = torch.randn(40, 8), torch.randn(8, 70), torch.zeros(40, 70)
+    t[7, 50] = math.inf
+    t[9, 3] = math.inf                   # in the first column tile, merged with finite ones
+    out = coda.compile("output = input + t; s = row_logsumexp(output);")(a, b, backend="triton", t=t)["s"]
+    want = torch.logsumexp(a.double() @ b.double() + t.double(), dim=1)
+    assert torch.equal(out.isinf(), want.isinf()) and out[7] == out[9] == math.inf
+    torch.testing.assert_close(out.double().nan_to_num(posinf=0.0), want.nan_to_num(posinf=0.0))
 
 
 def test_runs_are_bit_identical_and_explain_shows_the_kernel():

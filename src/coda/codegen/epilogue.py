@@ -12,6 +12,8 @@ them with a fixed-order reduction.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,12 @@ from .mainloops import OPERAND_PARTITION
 
 if TYPE_CHECKING:
     from ..runtime.program import Program
+
+
+def float_literal(value: float) -> str:
+    """`value` as Python source a Triton kernel can read: inf and nan by `float(...)`, since
+    `repr` gives bare names."""
+    return repr(value) if math.isfinite(value) else f"float('{value}')"
 
 
 @dataclass(frozen=True)
@@ -357,7 +365,7 @@ class _Emitter:
         if op == "input":
             return "acc"
         if op == "const":
-            return self.full(repr(float(node.arg)), width)
+            return self.full(float_literal(float(node.arg)), width)
         if op == "operand":
             return self.load_operand(node.arg, width, self.names[node])
         if op == "prior":
@@ -520,9 +528,9 @@ class _Emitter:
         mask = f"{d.mask_rows} & (tile_n * BLOCK_N < N)"
         if out.reduction == "row_logsumexp":
             self.emit(f"{part}_max = tl.max({part}, axis=1)")
-            # a row with no finite value here (past M, or -inf logits) shifts by 0, not -inf:
-            # exp(-inf - -inf) would be NaN
-            self.emit(f"{part}_shift = tl.where({part}_max == float('-inf'), 0.0, {part}_max)")
+            # a row whose maximum is infinite (past M, -inf logits, a +inf) shifts by 0: exp(inf -
+            # inf) would be NaN, and the sum is then 0 or inf, as torch.logsumexp's result
+            self.emit(f"{part}_shift = tl.where(tl.abs({part}_max) == float('inf'), 0.0, {part}_max)")
             self.emit(f"tl.store(red_{out.name}_max + tile_n * M + {d.rows}, {part}_max, mask={mask})")
             self.emit(f"tl.store(red_{out.name}_sum + tile_n * M + {d.rows}, "
                       f"tl.sum(cm.exp({part} - {part}_shift[:, None]), axis=1), mask={mask})")

@@ -117,8 +117,8 @@ def _merge(program: Program, axis: str, outs: list, size: str | None = None) -> 
                 f"        {name}_s = tl.load(red_{name}_sum + {name}_at, mask={name}_in, other=0.0)",
                 f"        {name}_new = tl.maximum({name}_top, tl.max({name}_m, axis=0), "
                 f"propagate_nan=tl.PropagateNan.ALL)",
-                # a column whose partials are all -inf so far shifts by 0: exp(-inf - -inf) is NaN
-                f"        {name}_shift = tl.where({name}_new == float('-inf'), 0.0, {name}_new)",
+                # an infinite running maximum shifts by 0: exp(inf - inf) is NaN
+                f"        {name}_shift = tl.where(tl.abs({name}_new) == float('inf'), 0.0, {name}_new)",
                 f"        {name}_total = ({name}_total * tl.exp({name}_top - {name}_shift)"
                 f" + tl.sum({name}_s * tl.exp({name}_m - {name}_shift[None, :]), axis=0))",
                 f"        {name}_top = {name}_new"]
