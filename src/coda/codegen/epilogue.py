@@ -13,7 +13,6 @@ them with a fixed-order reduction.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
