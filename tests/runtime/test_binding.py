@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import coda
+from coda.runtime import binding, program
 from oracle import launch_inputs
 
 F64 = torch.float64
@@ -364,12 +365,27 @@ def test_dropout_without_seed_and_bad_seeds():
     assert torch.equal(plain.reference(a, b, seed=3)["output"], a @ b)
 
 
-@pytest.mark.parametrize("p", [-0.1, 1.5, float("nan")])
+@pytest.mark.parametrize("p", [-0.1, 1.5, float("nan"), torch.tensor(-0.5), torch.tensor(1.5)])
 def test_dropout_probability_out_of_range_at_launch(p):
     prog = coda.compile("output = dropout(input, p);")
     a, b = _ab()
     text = _launch_error(prog, a, b, p=p, seed=0)
     assert "operand 'p' is a dropout probability" in text and "[0, 1]" in text
+
+
+@pytest.mark.parametrize(("p", "bound"), [(-0.5, 0.0), (1.5, 1.0)])
+def test_a_device_tensor_probability_outside_0_1_acts_as_the_nearest_bound(monkeypatch, p, bound):
+    """A device tensor's probability is not read back at launch (that would synchronize); the
+    kernel and the reference both take it as the nearest bound. Here the CPU check is skipped
+    to let the out-of-range value through, as a CUDA tensor's would be."""
+    for module in (binding, program):
+        monkeypatch.setattr(module, "check_per_call", lambda *args: None)
+    prog = coda.compile("EPILOGUE(p: scalar) { output = dropout(input, p); }")
+    a, b = _ab(dtype=torch.float32)
+    want = prog(a, b, p=bound, seed=4, backend="reference")["output"]
+    for backend in ("reference", "triton"):   # tests/conftest.py runs Triton's interpreter
+        got = prog(a, b, p=torch.tensor(p), seed=4, backend=backend)["output"]
+        torch.testing.assert_close(got, want, msg=backend)
 
 
 def test_bad_backend_name():

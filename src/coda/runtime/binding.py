@@ -301,12 +301,15 @@ def probability_operands(epi) -> tuple[str, ...]:
 
 def check_per_call(probabilities: tuple[str, ...], values: dict, seed) -> None:
     """What a launch must check even when its plan is cached (these values are not in the plan's
-    key): the seed is an integer, and a dropout probability bound as a plain number lies in
-    [0, 1] (tensors are not read back here: that would synchronize with the device)."""
+    key): the seed is an integer, and a dropout probability bound as a number or a CPU tensor
+    lies in [0, 1] (a device tensor is not read back: that would synchronize with the device; the
+    kernel and the reference take its value outside [0, 1] as the nearest bound)."""
     if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
         raise LaunchError(f"seed= must be an integer, got {seed!r}")
     for name in probabilities:
         p = values.get(name)
+        if isinstance(p, torch.Tensor) and p.device.type == "cpu" and p.numel() == 1:
+            p = p.item()
         if isinstance(p, numbers.Real) and not 0.0 <= p <= 1.0:
             raise LaunchError(f"operand {name!r} is a dropout probability: expected a number in "
                               f"[0, 1], got {p!r}")
