@@ -501,3 +501,14 @@ def test_explain_with_cpu_tensors_needs_neither_cuda_nor_the_interpreter(monkeyp
     text = prog.explain(a, b, bias=torch.zeros(6))
     assert "bias: col" in text and "# Triton kernel (portable mainloop)" in text
     assert "def coda_gemm_" in text
+
+
+def test_operands_named_a_b_and_self_reach_every_entry_point():
+    """The tensors A and B are positional-only everywhere, so operands may take their names."""
+    prog = coda.compile("EPILOGUE(a: col, b: row, self: scalar) { output = input * a + b * self; }")
+    x, w = launch_inputs(8, 6, 4, seed=0, dtype=torch.float32)
+    operands = {"a": torch.randn(6), "b": torch.randn(8), "self": 2.0}
+    want = (x.double() @ w.double()) * operands["a"].double() + operands["b"].double()[:, None] * 2.0
+    torch.testing.assert_close(prog.reference(x, w, **operands)["output"].double(), want)
+    text = prog.explain(x, w, **operands)
+    assert "a: col" in text and "b: row" in text and "self: scalar" in text

@@ -222,7 +222,7 @@ class Program:
             self._triton = TritonProgram(self)
         return self._triton
 
-    def explain(self, a: torch.Tensor | None = None, b: torch.Tensor | None = None, **kwargs) -> str:
+    def explain(self, a: torch.Tensor | None = None, b: torch.Tensor | None = None, /, **kwargs) -> str:
         """The IR after passes, operand kinds and outputs; with example tensors also the
         generated Triton kernel and the configuration it would launch with."""
         lines = ["# IR after passes", format_epilogue(self.ir), "", "# outputs"]
