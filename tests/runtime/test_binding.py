@@ -183,8 +183,8 @@ def test_rope_needs_an_even_number_of_columns():
     assert "rope rotates column pairs" in text and "N = 7" in text
     pairs = coda.compile("g, u = unpack(input);\noutput = rope(g, c, s) * u;")
     a, b = _ab(4, 6, 3)                              # N/2 = 3 is odd
-    assert "rope rotates column pairs" in _launch_error(pairs, a, b, c=torch.ones(4, 1, dtype=F64),
-                                                        s=torch.ones(4, 1, dtype=F64))
+    text = _launch_error(pairs, a, b, c=torch.ones(4, 1, dtype=F64), s=torch.ones(4, 1, dtype=F64))
+    assert "rope rotates column pairs" in text and "it has 3 (N = 6)" in text
 
 
 def test_rope_tables_of_two_widths_are_refused():
@@ -286,6 +286,22 @@ def test_expanded_out_is_refused():
     a, b = _ab()
     text = _launch_error(prog, a, b, out=torch.zeros(1, 6, dtype=F64).expand(4, 6))
     assert "out= has stride 0" in text and "[0, 1]" in text
+
+
+def test_outputs_naming_nothing_says_so():
+    prog = coda.compile("output = input; s = row_sum(input);")
+    a, b = _ab()
+    assert "outputs= names no output; the program has: output, s" in _launch_error(prog, a, b, outputs=[])
+
+
+def test_a_map_refuses_gemm_options_and_a_1d_x():
+    prog = coda.compile("output = input * 2;")
+    x = torch.randn(4, 6, dtype=F64)
+    for option, value in (("k_limit", torch.tensor([3])), ("a_col_sums", True)):
+        with pytest.raises(coda.LaunchError, match=f"{option}= is an option of a GEMM launch; a map"):
+            prog.map(x, backend="reference", **{option: value})
+    with pytest.raises(coda.LaunchError, match=r"X must be 2-D \(\[M, N\], or \[\.\.\., M, N\] with"):
+        prog.map(x[0], backend="reference")
 
 
 @pytest.mark.parametrize(("dtypes", "fragment"), [

@@ -169,7 +169,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     for width in program.rope_domains:
         if columns(width, n) % 2:
             raise LaunchError(f"rope rotates column pairs: the rotated value needs an even number "
-                              f"of columns; got N = {n}")
+                              f"of columns; it has {columns(width, n)} (N = {n})")
     values = _operand_values(epi, operands, a.device)
     kinds = infer_kinds(epi, program.widths, m, n, values)
     for cos, sin in program.rope_tables:
@@ -287,9 +287,11 @@ def _select(specs: tuple[OutputSpec, ...], names, extra: str | None = None) -> t
     names = [*names, *([extra] if extra else [])]
     known = [s.name for s in specs]
     unknown = [n for n in names if n not in known]
-    if unknown or not names:
-        raise LaunchError(f"outputs=: {unknown[0] if unknown else 'no outputs'!r} is not an output "
-                          f"of the program; it has: {', '.join(known)}")
+    if not names:
+        raise LaunchError(f"outputs= names no output; the program has: {', '.join(known)}")
+    if unknown:
+        raise LaunchError(f"outputs=: {unknown[0]!r} is not an output of the program; it has: "
+                          f"{', '.join(known)}")
     return tuple(s for s in specs if s.name in names)
 
 
@@ -315,12 +317,17 @@ def check_per_call(probabilities: tuple[str, ...], values: dict, seed) -> None:
                               f"[0, 1], got {p!r}")
 
 
+#: The shape each matrix of a launch takes, for the error that says it is not 2-D.
+_MATRIX_SHAPES = {"A": "[M, K], or [..., M, K] with leading dimensions", "B": "[K, N]",
+                  "X": "[M, N], or [..., M, N] with leading dimensions"}
+
+
 def _check_matrix(name: str, x) -> None:
     if not isinstance(x, torch.Tensor):
         raise LaunchError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
-        raise LaunchError(f"{name} must be 2-D ([M, K] for A, [K, N] for B; A may have leading "
-                          f"dimensions, [..., M, K]), got shape {list(x.shape)}")
+        shape = _MATRIX_SHAPES.get(name, "[rows, columns]")
+        raise LaunchError(f"{name} must be 2-D ({shape}), got shape {list(x.shape)}")
     if x.dtype not in FLOAT_DTYPES:
         raise LaunchError(f"{name} has dtype {x.dtype}; expected one of float16, bfloat16, "
                           f"float32, float64")

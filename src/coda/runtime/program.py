@@ -150,6 +150,9 @@ class Program:
         element-wise and reduction steps whose input no GEMM produces (a norm's statistics of a
         model input, an activation's derivative applied to an incoming gradient). `m_limit` and
         `unfinished` as for a GEMM."""
+        for option in ("k_limit", "a_col_sums"):
+            if option in operands and option not in self.ir.params:
+                raise LaunchError(f"{option}= is an option of a GEMM launch; a map has no K")
         return self._launch(x, None, backend, out, out_dtype, seed, outputs, dtypes, operands,
                             (m_limit, None), unfinished=unfinished)
 
