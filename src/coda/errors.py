@@ -6,7 +6,11 @@ what was expected, so a user never has to read a Triton or PyTorch stack trace t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+#: Where a line of DSL text ends, for the lexer's locations and an error's quoted line alike.
+LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class DslError(CodaError):
         if self.loc is None:
             return self.message
         text = f"{self.loc}: {self.message}"
-        lines = self.source.splitlines() if self.source else []
+        lines = LINE_END.split(self.source) if self.source else []
         if 1 <= self.loc.line <= len(lines):
             line = lines[self.loc.line - 1]
             indent = "".join(c if c == "\t" else " " for c in line[:self.loc.col - 1])  # tabs stay tabs

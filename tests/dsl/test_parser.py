@@ -208,6 +208,14 @@ def test_error_at_end_of_multiline_program():
     assert "line 3, column 1" in str(err)
 
 
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+def test_lines_end_at_lf_crlf_or_cr(end):
+    """Old Mac (CR) and Windows (CRLF) text is located and quoted line by line, as Unix text."""
+    err = dsl_error(end.join(["h = input;", "h2 = h;  # a comment", "output = gelux(h2);", ""]))
+    assert err.loc == Loc(3, 10)
+    assert str(err).splitlines()[1:] == ["    output = gelux(h2);", "             ^"]
+
+
 def test_parse_error_is_raised_by_parse_too():
     with pytest.raises(coda.DslError) as info:
         parse("output = = 1;")

@@ -16,9 +16,9 @@ class Token:
 
 
 _TOKEN = re.compile(
-    r"""(?P<space>[ \t\r\f\v]+)
-      | (?P<newline>\n)
-      | (?P<comment>(\#|//)[^\n]*)
+    r"""(?P<space>[ \t\f\v]+)
+      | (?P<newline>\r\n|\r|\n)      # as errors.LINE_END
+      | (?P<comment>(\#|//)[^\r\n]*)
       | (?P<num>(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)
       | (?P<name>[A-Za-z_][A-Za-z_0-9]*)
       | (?P<op>\+=|<=|>=|==|!=|[-+*/(){},;:=<>])""",
