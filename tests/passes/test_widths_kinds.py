@@ -81,11 +81,12 @@ def test_an_operand_used_in_both_domains_must_not_depend_on_columns():
         prog.reference(a, b, x=torch.ones(m, n, dtype=torch.float64))
     with pytest.raises(coda.LaunchError, match="operand 'x'"):
         prog.reference(a, b, x=torch.ones(m, n // 2, dtype=torch.float64))
-    declared = coda.compile("EPILOGUE (x: tile) {\n g, u = unpack(input);\n output = g * x;\n"
-                            " save f = input * x;\n}")
-    with pytest.raises(coda.DslError) as info:
-        declared.reference(a, b, x=torch.ones(m, n, dtype=torch.float64))
-    assert "line 1, column 11" in str(info.value) and "both [M, N]" in str(info.value)
+    for kind in ("tile", "col"):   # declared so, the program is refused when compiled
+        with pytest.raises(coda.DslError) as info:
+            coda.compile(f"EPILOGUE (x: {kind}) {{\n g, u = unpack(input);\n output = g * x;\n"
+                         " save f = input * x;\n}")
+        assert "line 1, column 11" in str(info.value)
+        assert f"declared `{kind}` but meets two column domains ([M, N] and [M, N/2])" in str(info.value)
 
 
 def test_widths_function_on_raw_ir():

@@ -93,4 +93,11 @@ def widths(epi: Epilogue) -> Widths:
             raise DslError("the prior `output` is used in another column domain than the new "
                            "one", node.loc)
     operands = {n.arg: frozenset(final[n]) for n in order if n.op == "operand"}
+    for name, found in operands.items():
+        param = epi.params[name]
+        if param.kind in ("col", "tile") and len(found) > 1:
+            met = " and ".join(f"[M, {COLUMNS[w]}]" for w in COLUMNS if w in found)
+            raise DslError(f"operand {name!r} is declared `{param.kind}` but meets two column domains "
+                           f"({met}), whose columns differ; give each domain an operand of its own",
+                           param.loc)
     return Widths({n: min(w) for n, w in final.items()}, outputs, operands)
