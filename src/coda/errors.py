@@ -6,6 +6,7 @@ what was expected, so a user never has to read a Triton or PyTorch stack trace t
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 
@@ -15,13 +16,16 @@ LINE_END = re.compile(r"\r\n|\r|\n")
 
 @dataclass(frozen=True)
 class Loc:
-    """A position in DSL text (1-based line and column) or in a traced Python function."""
+    """A position in DSL text (1-based line and column) or, with its file, in the Python source
+    of a traced epilogue function."""
 
     line: int
     col: int
+    file: str | None = None
 
     def __str__(self) -> str:
-        return f"line {self.line}, column {self.col}"
+        where = f"line {self.line}, column {self.col}"
+        return f"{self.file}, {where}" if self.file else where
 
 
 class CodaError(Exception):
@@ -55,6 +59,13 @@ class DslError(CodaError):
     def with_source(self, source: str) -> DslError:
         """The same error, rendered against `source` (the parser attaches its text this way)."""
         return DslError(self.message, self.loc, source)
+
+    def located(self, loc: Loc | None, source: str | None) -> DslError:
+        """A copy of this error (of its own class) at `loc`, quoting `source`."""
+        err = copy.copy(self)
+        err.loc, err.source = loc, source
+        err.args = (err._render(),)
+        return err
 
 
 class UnknownNameError(DslError, AttributeError):

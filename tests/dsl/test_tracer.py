@@ -3,12 +3,14 @@
 (No `from __future__ import annotations` here: the annotations below are the kinds themselves;
 the stringified form is tested on its own.)"""
 
+import linecache
 import math
 
 import pytest
 import torch
 
 import coda
+from coda.errors import Loc
 from coda.ir import format_epilogue
 from oracle import launch_inputs
 
@@ -383,3 +385,28 @@ def test_module_exports_every_primitive():
     for name in PRIMITIVES:
         assert callable(getattr(coda, name)), name
         assert name in coda.__all__
+
+
+def test_errors_in_a_traced_function_name_its_file_line_and_column():
+    """A mistake inside an epilogue function is located in its Python source (the expression
+    that raised it) and quoted with a caret, as a mistake in DSL text is; one in what it returns
+    at the function's first line."""
+    def squares(acc, w: coda.col):
+        h = acc * w
+        return {"output": h ** 2}
+
+    with pytest.raises(coda.DslError) as info:
+        coda.epilogue(squares)
+    line = squares.__code__.co_firstlineno + 2
+    text = linecache.getline(__file__, line)
+    col = text.index("h ** 2") + 1
+    assert info.value.loc == Loc(line, col, __file__)
+    assert str(info.value).splitlines()[1:] == [f"    {text.rstrip()}", " " * (3 + col) + "^"]
+
+    def pair(acc):
+        return acc, acc
+
+    with pytest.raises(coda.DslError) as info:
+        coda.epilogue(pair)
+    assert info.value.loc == Loc(pair.__code__.co_firstlineno, 1, __file__)
+    assert "def pair(acc):" in str(info.value)

@@ -7,10 +7,13 @@ from the primitive table, so the tracer and the text DSL build the very same nod
 from __future__ import annotations
 
 import inspect
+import linecache
 import numbers
+import os
+import traceback
 from collections.abc import Callable
 
-from ..errors import DslError
+from ..errors import DslError, Loc
 from ..ir import Epilogue, Node, Output, Param
 from ..primitives import INFIX, KINDS, PRIMITIVES
 
@@ -192,10 +195,39 @@ def trace(fn: Callable) -> Epilogue:
                for n in names[1:]}
     try:
         result = fn(Value(Node("input")), **symbols)
+    except DslError as e:
+        if e.loc is not None:
+            raise
+        raise e.located(*_user_line(fn, e.__traceback__)) from None
     except TypeError as e:   # most often a symbolic value handed to torch or math
         raise DslError(f"{name}: {e}. An epilogue's values are symbolic: use coda's functions on "
-                       f"them (coda.exp, coda.gelu, coda.where, ...), not torch's or math's") from None
-    return Epilogue(name, params, _collect_outputs(name, result))
+                       f"them (coda.exp, coda.gelu, coda.where, ...), not torch's or math's",
+                       *_user_line(fn, e.__traceback__)) from None
+    try:
+        outputs = _collect_outputs(name, result)
+    except DslError as e:   # what the function returned: point at its definition
+        if e.loc is not None:
+            raise
+        raise e.located(*_user_line(fn, None)) from None
+    return Epilogue(name, params, outputs)
+
+
+def _user_line(fn: Callable, tb) -> tuple[Loc | None, str | None]:
+    """Where in the user's Python source a traced function went wrong (file, line, column), with
+    that file's text to quote the line: the innermost frame of traceback `tb` in the function's
+    own file, else outside coda; without one, the function's first line."""
+    code = getattr(fn, "__code__", None)
+    own_file = code.co_filename if code else None
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frames = [f for f in traceback.extract_tb(tb) if not os.path.abspath(f.filename).startswith(package)]
+    frame = next((f for f in reversed(frames) if f.filename == own_file), frames[-1] if frames else None)
+    if frame is not None:
+        file, line, col = frame.filename, frame.lineno, (frame.colno or 0) + 1
+    elif code is not None:
+        file, line, col = own_file, code.co_firstlineno, 1
+    else:
+        return None, None
+    return Loc(line, col, file), "".join(linecache.getlines(file)) or None
 
 
 def _annotation_kind(fn: Callable, annotation):
