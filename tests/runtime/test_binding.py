@@ -397,10 +397,11 @@ def test_a_device_tensor_probability_outside_0_1_acts_as_the_nearest_bound(monke
     for module in (binding, program):
         monkeypatch.setattr(module, "check_per_call", lambda *args: None)
     prog = coda.compile("EPILOGUE(p: scalar) { output = dropout(input, p); }")
-    a, b = _ab(dtype=torch.float32)
+    device = "cuda" if torch.cuda.is_available() else "cpu"   # else tests/conftest.py's interpreter
+    a, b = (t.to(device) for t in _ab(dtype=torch.float32))
     want = prog(a, b, p=bound, seed=4, backend="reference")["output"]
-    for backend in ("reference", "triton"):   # tests/conftest.py runs Triton's interpreter
-        got = prog(a, b, p=torch.tensor(p), seed=4, backend=backend)["output"]
+    for backend in ("reference", "triton"):
+        got = prog(a, b, p=torch.tensor(p, device=device), seed=4, backend=backend)["output"]
         torch.testing.assert_close(got, want, msg=backend)
 
 
