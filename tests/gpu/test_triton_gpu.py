@@ -309,6 +309,29 @@ def test_maxima_keep_a_nan_in_every_mainloop(mainloop, where):
     torch.testing.assert_close(outs[one][keep].double(), want[keep], rtol=1e-4, atol=1e-2)
 
 
+@pytest.mark.parametrize("mainloop", sorted(MAINLOOPS))
+def test_infinities_in_every_mainloop(mainloop):
+    """Constants folded to -inf and NaN reach each mainloop's kernel as values (not names), and a
+    +inf in a row makes its log-sum-exp +inf through the tile partials and the finishing merge,
+    as torch.logsumexp."""
+    prog = coda.compile("EPILOGUE(t: tile) { h = input + t; output = where(h > 0, h, log(0));"
+                        " nan = where(h > 0, h, sqrt(-1)); lse = row_logsumexp(h); }")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    a = torch.randn(4096, 768, device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.randn(3072, 768, device="cuda", generator=g).to(torch.bfloat16)
+    t = torch.zeros(4096, 3072, device="cuda", dtype=torch.bfloat16)
+    t[1234, 2000] = float("inf")
+    config = MAINLOOPS[mainloop]
+    launch = prog.bind(a, w.T, t=t)
+    outs = prog.triton.launch(launch, config) if config else prog(a, w.T, t=t)
+    h = a.double() @ w.double().T + t.double()
+    assert torch.equal(outs["output"].isneginf(), h <= 0) and torch.equal(outs["nan"].isnan(), h <= 0)
+    lse = torch.logsumexp(h, dim=1)
+    assert outs["lse"].isinf().nonzero().flatten().tolist() == [1234] and outs["lse"][1234] > 0
+    keep = torch.arange(4096, device="cuda") != 1234
+    torch.testing.assert_close(outs["lse"][keep].double(), lse[keep], rtol=1e-3, atol=1e-2)
+
+
 def test_kept_partials_on_two_streams_at_once():
     """A plan's reductions keep one set of partial buffers per stream: launches on two streams
     at once, each with its own input, each finish their own sums."""

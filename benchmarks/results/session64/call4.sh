@@ -9,7 +9,8 @@ out=${OUT:-/tmp}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 case "$gpu" in *H200*) exec bash benchmarks/results/session59/next_h200.sh ;; esac
 bash benchmarks/results/session64/call3.sh
-timeout 420 python -m pytest -q -n 4 -p no:cacheprovider --tb=short \
-    tests/codegen/test_interpreter.py tests/runtime/test_binding.py tests/gpu/test_launch_gpu.py \
-    tests/gpu/test_triton_gpu.py > "$out/gpu_tests.log" 2>&1
-echo "tests rc=$? at ${SECONDS}s"; grep -E "passed|failed|FAILED|Error" "$out/gpu_tests.log" | tail -15
+timeout 400 python -m pytest -v -n 4 -p no:cacheprovider --tb=short \
+    tests/runtime/test_binding.py tests/gpu/test_launch_gpu.py tests/gpu/test_triton_gpu.py \
+    -k "not error_within_twice_eager or swiglu_dropout" > "$out/gpu_tests.log" 2>&1
+echo "tests rc=$? at ${SECONDS}s: $(grep -c PASSED "$out/gpu_tests.log") passed"
+grep -E "FAILED|^E |passed|failed" "$out/gpu_tests.log" | tail -20
