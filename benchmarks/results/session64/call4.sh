@@ -9,7 +9,7 @@
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
 out=${OUT:-/tmp}
 gpu=$(nvidia-smi --query-gpu=name,power.limit --format=csv,noheader); echo "$gpu" | tee "$out/gpu.txt"
-case "$gpu" in *H200*)
+case "$gpu$(( ${LIMIT:-520} >= 260 ))" in *H200*1)   # GPT-2's rounds need 200 s of the limit
     timeout 200 python benchmarks/train.py --models gpt2 --modes compile+graph,coda+graph --pad-mm always \
         --steps 20 --rounds 6 --warmup 3 --curve none --profile none --timeout 190 \
         --json "$out/train_gpt2.json" > "$out/train_gpt2.log" 2>&1
