@@ -389,10 +389,10 @@ def test_dropout_probability_out_of_range_at_launch(p):
     assert "operand 'p' is a dropout probability" in text and "[0, 1]" in text
 
 
-@pytest.mark.parametrize(("p", "bound"), [(-0.5, 0.0), (1.5, 1.0)])
+@pytest.mark.parametrize(("p", "bound"), [(-0.5, 0.0), (1.5, 1.0), (float("nan"), 1.0)])
 def test_a_device_tensor_probability_outside_0_1_acts_as_the_nearest_bound(monkeypatch, p, bound):
     """A device tensor's probability is not read back at launch (that would synchronize); the
-    kernel and the reference both take it as the nearest bound. Here the CPU check is skipped
+    kernel and the reference both take it as the nearest bound (NaN as 1). Here the CPU check is skipped
     to let the out-of-range value through, as a CUDA tensor's would be."""
     for module in (binding, program):
         monkeypatch.setattr(module, "check_per_call", lambda *args: None)

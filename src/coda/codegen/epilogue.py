@@ -379,9 +379,7 @@ class _Emitter:
             return packed
         if op == "dropout":
             x = f"tl.broadcast_to({args[0]}, {self.tile_shape(width)})"
-            # a probability read from a device tensor is not checked at launch: outside [0, 1] it
-            # acts as the nearest bound, as in the reference
-            p = f"tl.minimum(tl.maximum({args[1]}, 0.0), 1.0)"
+            p = f"cm.probability({args[1]})"
             return PRIMITIVES["dropout"].triton.format(x, p, keep=self.keep(node, x, p))
         if op == "rope":
             return self.rope(node)

@@ -226,6 +226,13 @@ def random_bits(seed, rows, cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def probability(p):
+    """A dropout probability read from a device tensor, which no launch checks: outside [0, 1]
+    the nearest bound, NaN as 1 (all dropped), as the reference takes it."""
+    return tl.where(p == p, tl.minimum(tl.maximum(p, 0.0), 1.0), 1.0)
+
+
+@triton.jit
 def keep_threshold(p):
     """Dropout keeps an element whose 16-bit number u has u * 2**-16 >= p, that is (scaling by a
     power of two is exact) u >= ceil(p * 2**16): one integer comparison per element."""

@@ -81,7 +81,7 @@ def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[s
         elif op == "pack":
             value = torch.stack([tile(a) for a in node.args], dim=2).flatten(1)
         elif op == "dropout":
-            x, p = tile(node.args[0]), args[1].clamp(0, 1)   # as the kernel takes a device tensor's
+            x, p = tile(node.args[0]), args[1].clamp(0, 1).nan_to_num(1.0)   # tl_math.probability
             keep = rng.dropout_mask(launch.seed, p.float(), m, x.shape[1], x.device)
             value = torch.where(keep, x / (1 - p), torch.zeros((), dtype=ct, device=x.device))
         elif op == "row_index":
