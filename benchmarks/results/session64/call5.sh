@@ -7,7 +7,7 @@
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,power.limit --format=csv,noheader | tee "$out/gpu.txt"
-timeout $(( ${SHORT:-0} ? 55 : 90 )) python -m pytest -v -n 4 -p no:cacheprovider --tb=short tests/gpu/test_triton_gpu.py \
+timeout $(( ${SHORT:-0} ? 55 : 90 )) python -m pytest -v -n 8 -p no:cacheprovider --tb=short tests/gpu/test_triton_gpu.py \
     tests/runtime/test_binding.py -k "infinities or nearest_bound or probability" > "$out/gpu_tests.log" 2>&1
 echo "tests rc=$? at ${SECONDS}s: $(grep -c PASSED "$out/gpu_tests.log") passed"
 grep -E "FAILED|^E |passed|failed" "$out/gpu_tests.log" | tail -12
