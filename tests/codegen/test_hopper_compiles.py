@@ -46,6 +46,9 @@ PROGRAMS = {
                                " t = row_sum(where(col_index() + offset == target, zr, 0.0)); }"),
     # maxima keep a NaN (a sum of the tile's NaNs beside each maximum)
     "maxima": "EPILOGUE { output = input; r = row_max(input); c = col_max(input); }",
+    # constants folded to -inf and NaN, spelled float(...) in the kernels' source
+    "infinities": ("EPILOGUE { output = where(input > 0, input, log(0));"
+                   " n = row_max(where(input > 0, 0.0, sqrt(-1))); }"),
     "math_functions": ("EPILOGUE(bias: col) { h = input + bias;"
                        " output = clamp(softplus(h) * erf(h), -1.0, 4.0); }"),
     "heavy": ("EPILOGUE(residual: tile, p: scalar) { output = dropout(input, p) + residual;"
