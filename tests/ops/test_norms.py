@@ -412,6 +412,29 @@ def test_rms_norm_linear_interpreter_expanded_upstream_gradient():
         torch.testing.assert_close(got.to(F64), want, rtol=TOL32, atol=TOL32 * want.abs().max().item())
 
 
+@pytest.mark.parametrize("norm", ["rms", "ln"])
+@pytest.mark.parametrize("given_stats", [False, True])
+def test_strided_norm_vectors_and_row_sums(norm, given_stats):
+    """Every [K] and [M] vector may be a strided view (every other element of a buffer): the
+    one-pass norm kernels, forward and backward, read g, beta and the row sums by their
+    strides (they had read them as dense, a silently wrong answer)."""
+    x, g, beta, w = make((17, 24), (48,), (48,), (20, 24), dtype=F32, seed=12, scale=0.5)
+    xd = x.detach()
+    sums = torch.stack([xd.sum(-1), (xd * xd).sum(-1), torch.zeros(17)], 1)   # columns of stride 3
+    stats = dict(rowsum=sums[:, 0], sumsq=sums[:, 1]) if given_stats else {}
+    if norm == "rms":
+        stats.pop("rowsum", None)
+        inputs = [x, g, w]
+        got = forward_backward(lambda x, g, w: rms_norm_linear(x, g[::2], w, 1e-6, **stats), inputs)
+        want = forward_backward(lambda x, g, w: ref_rms(x, g[::2], w, 1e-6), upcast(inputs))
+    else:
+        inputs = [x, g, beta, w]
+        got = forward_backward(lambda x, g, b, w: layer_norm_linear(x, g[::2], b[::2], w, **stats), inputs)
+        want = forward_backward(lambda x, g, b, w: ref_ln(x, g[::2], b[::2], w), upcast(inputs))
+    assert g[::2].stride() == (2,) and sums[:, 1].stride() == (3,)
+    assert_matches(got, want, TOL32)
+
+
 def test_layer_norm_statistics_with_a_large_mean():
     """Activations with mean 100 and std 1 at float32 (interpreter), numbers in docs/ops/norms.md.
     The shifted one-pass sums (x - x[:, 0]) leave only the fold's own cancellation (x @ W'.T is

@@ -76,6 +76,7 @@ def launch(x: torch.Tensor, g: torch.Tensor, beta: torch.Tensor | None, eps: flo
     m, n = x.shape
     rms = beta is None
     x = unit_columns(x)
+    g, beta = g.contiguous(), None if rms else beta.contiguous()   # the kernel reads them densely
     y = torch.empty((m, n), device=x.device, dtype=x.dtype)
     ss = torch.empty(m, device=x.device, dtype=torch.float32)
     s = None if rms else torch.empty_like(ss)

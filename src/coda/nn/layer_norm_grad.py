@@ -250,6 +250,9 @@ def launch(dy: torch.Tensor, x: torch.Tensor, g: torch.Tensor, ss: torch.Tensor,
     sum_dx = sum_dx if need_dx else None
     dy, x = unit_columns(dy), unit_columns(x)
     dres = unit_columns(dres) if dres is not None else None
+    # the kernel reads these vectors densely (a strided view would be read wrong, unchecked)
+    g, ss = g.contiguous(), ss.contiguous()
+    s, beta = (None if v is None else v.contiguous() for v in (s, beta))
     dx = torch.empty((m, n), device=x.device, dtype=dy.dtype) if need_dx else None
     xn = torch.empty((m, n), device=x.device, dtype=x.dtype) if save_xn else None
     # sum_partials writes every value of dg, dβ and dx's sums: zero-filled only where no row runs
