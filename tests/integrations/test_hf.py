@@ -133,6 +133,16 @@ def test_unsupported_phi3_config_raises(option, value):
         coda.patch(tiny_llama(torch.float64, "Phi3", pad_token_id=0, **{option: value}))
 
 
+def test_partial_rotary_factor_in_rope_parameters_is_refused():
+    """transformers 5 may give the factor only inside `rope_parameters`, with no attribute of its
+    own: refused all the same (patched, the rotation had covered whole heads: wrong logits)."""
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+    model = tiny_llama(torch.float64, "Phi3", pad_token_id=0, rope_parameters=rope)
+    assert getattr(model.config, "partial_rotary_factor", None) in (None, 1.0)
+    with pytest.raises(coda.CodaError, match=r"partial_rotary_factor = 0\.5"):
+        coda.patch(model)
+
+
 def test_llama_without_labels_and_base_model_match():
     ref = tiny_llama(torch.float64)
     model = coda.patch(copy.deepcopy(ref))

@@ -344,6 +344,14 @@ def _refuse(module: nn.Module, option: str, value: object, supported: str) -> No
 
 # ---------------------------------------------------------------------------------------------- LLaMA
 
+def _partial_rotary_factor(config) -> float:
+    """The share of a head RoPE rotates: a config attribute, or (transformers 5) an entry of
+    `rope_parameters`."""
+    rope = getattr(config, "rope_parameters", None)
+    factor = rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
+    return float(factor or getattr(config, "partial_rotary_factor", None) or 1.0)
+
+
 def _llama_layer(layer: nn.Module) -> Callable:
     config = layer.self_attn.config
     if config.hidden_act not in ("silu", "swish"):   # HF's names of one function
@@ -352,8 +360,8 @@ def _llama_layer(layer: nn.Module) -> Callable:
         _refuse(layer, "mlp_bias", True, "swiglu_mlp has no biases")
     if (getattr(config, "pretraining_tp", 1) or 1) != 1:
         _refuse(layer, "pretraining_tp", config.pretraining_tp, "only 1")
-    if (getattr(config, "partial_rotary_factor", 1.0) or 1.0) != 1.0:   # Phi-4-mini's 0.75
-        _refuse(layer, "partial_rotary_factor", config.partial_rotary_factor, "only 1.0: qkv_rope "
+    if _partial_rotary_factor(config) != 1.0:   # Phi-4-mini's 0.75
+        _refuse(layer, "partial_rotary_factor", _partial_rotary_factor(config), "only 1.0: qkv_rope "
                 "rotates whole heads")
     if getattr(config, "resid_pdrop", 0.0):   # Phi-3's dropout on the MLP's output
         _refuse(layer, "resid_pdrop", config.resid_pdrop, "only 0.0: swiglu_mlp has no dropout")
