@@ -178,6 +178,17 @@ def test_check_missing_file_and_bad_shape_exit_2(capsys):
     assert "M,N,K" in capsys.readouterr().err
 
 
+def test_a_file_not_utf8_and_a_shape_too_large_exit_2(tmp_path, capsys):
+    binary = tmp_path / "bin.epi"
+    binary.write_bytes(b"output = input; # caf\xe9\n")   # Latin-1 in a comment
+    assert cli.main(["run", str(binary)]) == 2
+    assert "bin.epi: not UTF-8 text: byte 0xe9 at offset 21" in capsys.readouterr().err
+    huge = ["--shape", "100000000,100000000,100000000", "--backend", "reference"]
+    assert cli.main(["run", str(EXAMPLES / "rope.epi"), *huge]) == 2
+    err = capsys.readouterr().err
+    assert "cannot allocate a [100000000, 100000000] input" in err and "Traceback" not in err
+
+
 def test_check_triton_requested_but_unavailable_exits_2(no_triton, capsys):
     assert cli.main(["check", str(EXAMPLES / "rope.epi"), "--backend", "triton"]) == 2
     assert "TRITON_INTERPRET" in capsys.readouterr().err

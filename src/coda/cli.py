@@ -86,10 +86,15 @@ class Row:
 
 
 def load_program(path: str | Path) -> Program:
-    """Read and compile an .epi file (CodaError for a bad program, OSError for a bad path)."""
+    """Read and compile an .epi file (CodaError for a bad program or a file that is not UTF-8
+    text, OSError for a bad path)."""
     from . import compile as coda_compile
 
-    return coda_compile(Path(path).read_text())
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise CodaError(f"not UTF-8 text: byte {err.object[err.start]:#04x} at offset {err.start}") from None
+    return coda_compile(source)
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -130,7 +135,11 @@ def make_inputs(prog: Program, shape: tuple[int, int, int], dtype: torch.dtype, 
     gen = torch.Generator().manual_seed(seed)
 
     def randn(*size: int, scale: float = 1.0) -> torch.Tensor:
-        return (torch.randn(*size, generator=gen, dtype=torch.float64) * scale).to(device, dtype)
+        try:
+            return (torch.randn(*size, generator=gen, dtype=torch.float64) * scale).to(device, dtype)
+        except (RuntimeError, MemoryError) as err:   # torch's allocation failures
+            first = (str(err).strip().splitlines() or [""])[0]
+            raise CodaError(f"--shape {m},{n},{k}: cannot allocate a {list(size)} input ({first})") from None
 
     a, b = randn(m, k), randn(k, n, scale=k ** -0.5)
     operands: dict[str, object] = {}
