@@ -92,6 +92,8 @@ def test_bad_arguments_raise():
              (lambda: embedding(ids, w.long()), "w must be a floating-point tensor"),
              (lambda: embedding(ids.float(), w), "ids must be an int32 or int64 tensor"),
              (lambda: embedding(ids, w, padding_idx=10), r"padding_idx must be in \[-10, 10\)"),
+             (lambda: embedding(ids, w, padding_idx=1.5), "padding_idx must be an int or None, got 1.5"),
+             (lambda: embedding(ids, w, padding_idx="0"), "padding_idx must be an int or None, got '0'"),
              (lambda: embedding(torch.tensor([3, 10]), w), r"ids must lie in \[0, 10\) .* from 3 to 10"),
              (lambda: embedding(torch.tensor([-1, 2]), w), r"ids must lie in \[0, 10\) .* from -1 to 2")]
     for fn, words in cases:

@@ -448,6 +448,7 @@ def test_rope_gradcheck_float64():
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"n_rot": 12}, "n_rot must be a multiple of head_dim = 8 in \\(0, 16\\]"),
     ({"n_rot": 24}, "n_rot must be"),
+    ({"x": torch.randn(3, 12)}, "x.s last dimension \\(12\\) must be a multiple of head_dim = 8 .* n_rot="),
     ({"head_dim": 7}, "head_dim must be even"),
     ({"cos": torch.randn(3, 8)}, "cos must be .*take cos\\[..., :4\\]"),
     ({"x": torch.ones(3, 16, dtype=torch.int32)}, "x must be a floating-point tensor"),

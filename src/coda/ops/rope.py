@@ -283,6 +283,9 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int,
         raise LaunchError(f"x must be a floating-point tensor [..., N], got {checks.describe(x)}")
     _check_heads(1, 1, head_dim)
     n = x.shape[-1]
+    if n_rot is None and n % head_dim:
+        raise LaunchError(f"x's last dimension ({n}) must be a multiple of head_dim = {head_dim} (whole "
+                          f"heads), or pass n_rot= for the columns to rotate")
     n_rot = n if n_rot is None else n_rot
     if isinstance(n_rot, bool) or not isinstance(n_rot, int) or not 0 < n_rot <= n or n_rot % head_dim:
         raise LaunchError(f"n_rot must be a multiple of head_dim = {head_dim} in (0, {n}] (whole "
