@@ -58,7 +58,7 @@ class DslError(CodaError):
 
     def with_source(self, source: str) -> DslError:
         """The same error, rendered against `source` (the parser attaches its text this way)."""
-        return DslError(self.message, self.loc, source)
+        return self.located(self.loc, source)
 
     def located(self, loc: Loc | None, source: str | None) -> DslError:
         """A copy of this error (of its own class) at `loc`, quoting `source`."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import DslError, Loc
+from ..errors import LINE_END, DslError, Loc
 
 
 @dataclass(frozen=True)
@@ -16,12 +16,12 @@ class Token:
 
 
 _TOKEN = re.compile(
-    r"""(?P<space>[ \t\f\v]+)
-      | (?P<newline>\r\n|\r|\n)      # as errors.LINE_END
+    rf"""(?P<space>[ \t\f\v]+)
+      | (?P<newline>{LINE_END.pattern})
       | (?P<comment>(\#|//)[^\r\n]*)
       | (?P<num>(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)
       | (?P<name>[A-Za-z_][A-Za-z_0-9]*)
-      | (?P<op>\+=|<=|>=|==|!=|[-+*/(){},;:=<>])""",
+      | (?P<op>\+=|<=|>=|==|!=|[-+*/(){{}},;:=<>])""",
     re.VERBOSE,
 )
 

@@ -360,9 +360,8 @@ def _llama_layer(layer: nn.Module) -> Callable:
         _refuse(layer, "mlp_bias", True, "swiglu_mlp has no biases")
     if (getattr(config, "pretraining_tp", 1) or 1) != 1:
         _refuse(layer, "pretraining_tp", config.pretraining_tp, "only 1")
-    if _partial_rotary_factor(config) != 1.0:   # Phi-4-mini's 0.75
-        _refuse(layer, "partial_rotary_factor", _partial_rotary_factor(config), "only 1.0: qkv_rope "
-                "rotates whole heads")
+    if (rotary := _partial_rotary_factor(config)) != 1.0:   # Phi-4-mini's 0.75
+        _refuse(layer, "partial_rotary_factor", rotary, "only 1.0: qkv_rope rotates whole heads")
     if getattr(config, "resid_pdrop", 0.0):   # Phi-3's dropout on the MLP's output
         _refuse(layer, "resid_pdrop", config.resid_pdrop, "only 0.0: swiglu_mlp has no dropout")
     hf = sys.modules[type(layer).__module__]   # its model's attention functions
