@@ -381,6 +381,31 @@ def test_passthrough_gives_x_whose_gradient_joins_the_norms(norm, dtype, tol, mo
     torch.testing.assert_close(alone, torch.full_like(x, 3.0))
 
 
+@pytest.mark.parametrize("op", ["rms_norm_linear", "layer_norm_linear", "out_proj_residual", "linear"])
+def test_float64_parameters_beside_float32_activations(op):
+    """g, beta and bias may be float64 beside float32 activations (docs/ops.md): on the Triton
+    backend their gradients, summed in float32 as every reduction is, are stored in float64 by
+    the finishing kernel (the launch once refused float64 outputs, after the forward had run)."""
+    from coda.ops import linear
+
+    m, k, n = 13, 40, 24
+    x, w, residual = make((m, k), (n, k), (m, n), dtype=F32, seed=11)
+    g, beta, b = make((k,), (k,), (n,), dtype=F64, seed=12)
+    w.data /= k**0.5
+    fn, ref, inputs = {
+        "rms_norm_linear": (lambda x, w, g, b: rms_norm_linear(x, g, w, 1e-6, b),
+                            lambda x, w, g, b: ref_rms(x, g, w, 1e-6, b), [x, w, g, b]),
+        "layer_norm_linear": (lambda x, w, g, beta, b: layer_norm_linear(x, g, beta, w, b),
+                              lambda x, w, g, beta, b: ref_ln(x, g, beta, w, b), [x, w, g, beta, b]),
+        "out_proj_residual": (lambda x, w, r, b: out_proj_residual(x, w, r, b, stats=None),
+                              ref_out_proj, [x, w, residual, b]),
+        "linear": (lambda x, w, b: linear(x, w, b), lambda x, w, b: x @ w.T + b, [x, w, b]),
+    }[op]
+    got = forward_backward(fn, inputs)
+    assert [t.dtype for t in got[1]] == [t.dtype for t in inputs]
+    assert_matches(got, forward_backward(ref, upcast(inputs)), TOL32)
+
+
 def test_out_proj_into_norms_interpreter():
     """The fused block at float32: out projection (+ dropout, + residual, statistics) feeding both
     norms, and the statistics themselves."""

@@ -630,9 +630,11 @@ def _check_dtypes(launch: Launch) -> None:
     if launch.a.dtype != launch.b.dtype:
         raise LaunchError(f"A is {launch.a.dtype} but B is {launch.b.dtype}: the Triton backend "
                           f"needs one input dtype")
-    if any(s.dtype == torch.float64 for s in launch.outputs):
-        raise LaunchError("float64 outputs (out_dtype or dtypes=) are not supported by the Triton "
-                          "backend")
+    # (a reduction, summed in float32 like every one, may be stored in float64: its finishing
+    # kernel converts; a float64 parameter's gradient of float32 activations is one)
+    if any(s.dtype == torch.float64 and s.reduction is None for s in launch.outputs):
+        raise LaunchError("float64 tile outputs (out_dtype or dtypes=) are not supported by the Triton "
+                          "backend; reductions may be float64")
 
 
 def _layout(launch: Launch) -> str:
