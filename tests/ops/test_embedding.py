@@ -144,8 +144,9 @@ def test_tied_table_gradient_shared_with_another_branch_is_left_alone():
 
 @needs_interpreter
 def test_the_lm_heads_gradient_is_added_into_in_place(monkeypatch):
-    """A gradient that its producer made for this one use (linear_cross_entropy's, marked
-    `sole_use`) is added into in place: no copy of a [V, H] table (GPT-2's tied LM head)."""
+    """With in_place=True, a gradient that its producer made for this one use
+    (linear_cross_entropy's, marked `sole_use`) is added into in place: no copy of a [V, H]
+    table (GPT-2's tied LM head under coda.patch)."""
     import sys
 
     from coda.ops import linear_cross_entropy, tied_embedding
@@ -154,13 +155,39 @@ def test_the_lm_heads_gradient_is_added_into_in_place(monkeypatch):
     seen = []
     add = module.table_grad
     monkeypatch.setattr(module, "table_grad",
-                        lambda *args, into=None: seen.append(into) or add(*args, into=into))
+                        lambda *args, into=None, **kw: seen.append(into) or add(*args, into=into, **kw))
     w = torch.randn(10, 8, requires_grad=True)
     ids = batch(10, 2).reshape(-1)
-    y, table = tied_embedding(ids, w)
+    y, table = tied_embedding(ids, w, in_place=True)
     linear_cross_entropy(y * 1.0, table, ids.flip(0)).backward()
     assert len(seen) == 1 and getattr(seen[0], module.SOLE_USE, False)
     assert torch.equal(seen[0], w.grad)   # the lookup's gradient was added into it
+
+
+@needs_interpreter
+@pytest.mark.parametrize("observer", ["hook", "autograd.grad"])
+def test_the_lm_heads_gradient_seen_by_the_caller_is_its_own(observer):
+    """By default the head's gradient for the table is added into a copy: a hook on the table,
+    or torch.autograd.grad asking for it, is handed the head's gradient alone, and keeps it
+    (in place, the lookup's rows were added into what the caller held), against float64."""
+    from coda.ops import linear_cross_entropy, tied_embedding
+
+    v, h, t = 20, 16, 6
+    gen = torch.Generator().manual_seed(3)
+    w0, ids, target = torch.randn(v, h, generator=gen), *torch.randint(0, v, (2, t), generator=gen)
+    head = w0.to(F64).requires_grad_()   # d loss / d table: the head's part alone
+    torch.nn.functional.cross_entropy(w0.to(F64)[ids] @ head.T, target).backward()
+    w = w0.clone().requires_grad_()
+    y, table = tied_embedding(ids, w)
+    loss = linear_cross_entropy(y, table, target)
+    if observer == "hook":
+        seen = []
+        table.register_hook(seen.append)
+        loss.backward()
+        got = seen[0]
+    else:
+        got, _ = torch.autograd.grad(loss, (table, w))
+    torch.testing.assert_close(got.to(F64), head.grad, rtol=1e-5, atol=1e-6)
 
 
 @needs_interpreter
