@@ -278,8 +278,8 @@ def _patch_input_embeddings(model: nn.Module) -> None:
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if self.__dict__.pop(TIE_NEXT, False):   # the tied LM head of this forward takes the table
             # (in place: the table is the head's alone, no hook or autograd.grad reads its gradient)
-            y, table = ops.tied_embedding(ids, self.weight, self.padding_idx, in_place=True)
-            self.__dict__[TIED_TABLE] = table
+            y, shared = ops.tied_embedding(ids, self.weight, self.padding_idx, in_place=True)
+            self.__dict__[TIED_TABLE] = shared
             return y
         return ops.embedding(ids, self.weight, self.padding_idx)
 
