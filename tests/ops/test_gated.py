@@ -103,6 +103,24 @@ def test_interleave_pairs_gate_and_up_columns():
 
 
 @pytest.mark.parametrize("name", sorted(ACTS))
+def test_a_row_scaled_by_zero_has_a_zero_scale_gradient(name):
+    """A row whose rstd is 0 (a masked row) feeds f(0) * 0: its scale's gradient is 0, as
+    float64 autograd of the unfused formula gives (the backward divides a row sum by rstd
+    elsewhere; here it gave 0 / 0)."""
+    fn, act = ACTS[name]
+    x, w_gate, w_up, w_down, res, r = gated_inputs((5,), 6, 4, 3, torch.float64)
+    r[1] = r[3] = 0.0
+    inputs = [t.requires_grad_() for t in (x, interleave(w_gate, w_up), w_down, res, r)]
+    ref_in = leaves(x, w_gate, w_up, w_down, res, r)
+    cot = [torch.randn(5, 3, dtype=torch.float64)]
+    got = grads_of([fn(*inputs)], cot, inputs)
+    rx, rg, ru, rd, rres, rr = grads_of(gated_reference(act, *ref_in)[:1], cot, ref_in)
+    assert rr[1] == 0 and rr[0] != 0
+    for a, b in zip(got, (rx, interleave(rg, ru), rd, rres, rr), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(ACTS))
 def test_gated_gradcheck_float64(name):
     fn, _ = ACTS[name]
     x, w_gate, w_up, w_down, res, r = gated_inputs((2, 3), 5, 4, 6, torch.float64)

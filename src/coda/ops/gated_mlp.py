@@ -23,7 +23,7 @@ backward  dy'            = dy + 2 dss ⊙_row y      (STATS_GRAD.map, only when 
           dx             = dpre @ w_gate_up   (one GEMM over K = 2F; dx_program or cuBLAS)
           dw_gate_up     = dpre.T @ x         (cuBLAS: weight_grad)
           dw_down        = dy'.T @ h  (h is the up GEMM's output, kept alive: no recompute)
-          dresidual      = dy',   drstd = dr / r   (sum_c dpre * pre = r * d(loss)/dr)
+          dresidual      = dy',   drstd = dr / r   (sum_c dpre * pre = r * d(loss)/dr; 0 where r = 0)
 
 With `sumsq` (ss_x = Σ x² per row, as out_proj_residual(stats="rms") emits it) in place of rstd,
 the norm is the op's own: every epilogue computes r = rsqrt(ss_x / H + eps), and the gradient
@@ -247,7 +247,9 @@ class GatedMLPFunction(torch.autograd.Function):
                 dw_gate_up = weight_grad(dpre, rows, like=w_gate_up)
             if need_r:
                 shape, dtype = ctx.rstd
-                drstd = (outs["dr"] / scale).to(dtype).reshape(shape)
+                # (a row scaled by 0 has pre = 0, where f(gate) * up has a zero gradient: its
+                # d loss/d r is 0, not dr / r = 0 / 0)
+                drstd = torch.where(scale == 0, 0.0, outs["dr"] / scale).to(dtype).reshape(shape)
         dw_down = weight_grad(dy, h, like=w_down) if need_wd else None
         dresidual = None
         if need_res and not residual_grad:
