@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch import nn
 
+import coda
 import oracle
 from coda.nn import BertLayer, LlamaBlock
 from coda.ops import permute_for_interleaved_rope
@@ -133,3 +134,16 @@ def test_bert_names_and_dropout():
     torch.testing.assert_close(layer.eval()(x), layer(x, fused=False))
     torch.manual_seed(0)
     assert not torch.allclose(layer.train()(x), layer.eval()(x))
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda: LlamaBlock(24, n_heads=3, n_kv_heads=2, hidden=32), "n_kv_heads=2 must divide n_heads=3"),
+    (lambda: LlamaBlock(24, n_heads=5, n_kv_heads=5, hidden=32), "n_heads=5 must divide the model width 24"),
+    (lambda: BertLayer(30, n_heads=4, hidden=32), "n_heads=4 must divide the model width 30"),
+    (lambda: coda.nn.GPT(coda.nn.GPTConfig(n_embd=130, n_head=4)), "n_heads=4 must divide the model width"),
+])
+def test_head_counts_their_attention_cannot_run_are_refused(make, words):
+    """A block whose heads do not split its width (or its query heads into key/value groups) is
+    refused when built, not by SDPA's or a view's error in its first forward."""
+    with pytest.raises(coda.CodaError, match=words):
+        make()

@@ -28,6 +28,7 @@ from torch import nn
 
 from .. import ops
 from .layer_norm import layer_norm
+from .modules import head_dim
 
 #: coda.ops activation name -> the eager function
 EAGER_ACTIVATIONS = {"gelu_erf": F.gelu, "gelu": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu}
@@ -39,6 +40,7 @@ class BertLayer(nn.Module):
                  dtype: torch.dtype | None = None):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
+        head_dim(dim, n_heads)
         self.n_heads, self.dropout, self.activation = n_heads, dropout, activation
         self.attention = nn.ModuleDict({
             "self": nn.ModuleDict({name: nn.Linear(dim, dim, **kw) for name in ("query", "key", "value")}),

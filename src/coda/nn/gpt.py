@@ -36,6 +36,7 @@ from torch import nn
 from ..ops import linear, linear_cross_entropy, mlp
 from ..ops.norms import layer_norm_linear, out_proj_residual
 from .layer_norm import layer_norm
+from .modules import head_dim
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Block(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         c = config.n_embd
+        head_dim(c, config.n_head)
         self.n_head, self.eps = config.n_head, config.eps
         self.ln_1, self.ln_2 = nn.LayerNorm(c, config.eps), nn.LayerNorm(c, config.eps)
         self.qkv, self.attn_out = nn.Linear(c, 3 * c), nn.Linear(c, c)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import ops
-from .modules import SwiGLUMLP
+from .modules import SwiGLUMLP, head_dim
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float = 10000.0,
@@ -53,7 +53,7 @@ class LlamaBlock(nn.Module):
                  dtype: torch.dtype | None = None):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
-        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, dim // n_heads
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim(dim, n_heads, n_kv_heads)
         self.eps, self.rope_theta = eps, rope_theta
         kv = n_kv_heads * self.head_dim
         self.input_layernorm = nn.RMSNorm(dim, eps=eps, **kw)

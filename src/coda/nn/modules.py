@@ -30,6 +30,16 @@ from .. import ops
 from ..errors import CodaError
 
 
+def head_dim(dim: int, n_heads: int, n_kv_heads: int | None = None) -> int:
+    """dim // n_heads, once the heads split dim evenly and (grouped-query attention) n_heads is a
+    multiple of n_kv_heads: a block refuses at construction what its attention could not run."""
+    if n_heads < 1 or dim % n_heads:
+        raise CodaError(f"n_heads={n_heads} must divide the model width {dim}")
+    if n_kv_heads is not None and (n_kv_heads < 1 or n_heads % n_kv_heads):
+        raise CodaError(f"n_kv_heads={n_kv_heads} must divide n_heads={n_heads}")
+    return dim // n_heads
+
+
 class Linear(nn.Linear):
     """`dropout(f(x @ weight.T + bias))` as one `coda.ops.linear`; an `nn.Linear` with the
     activation and dropout in the GEMM's epilogue."""
