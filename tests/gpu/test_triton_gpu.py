@@ -218,18 +218,21 @@ def test_stream_k_weight_gradient(config, shape):
         assert err <= 2 * err_eager + 1e-6, f"{key}: error {err:.3e} vs eager {err_eager:.3e}"
 
 
-def test_reductions_stored_in_bfloat16_are_the_float32_sums_rounded_once():
+@pytest.mark.parametrize("stored", [torch.bfloat16, torch.float64])
+def test_reductions_stored_in_another_dtype_are_the_float32_sums_converted_once(stored):
+    """bfloat16 (a bias's gradient in its dtype) and float64 (a float64 bias beside bfloat16
+    activations): the finishing kernel converts the float32 sums, A's column sums included."""
     prog = coda.compile("EPILOGUE(bias: col) { output = input + bias; s = row_sum(output);"
                         " c = col_sum(output); }")
     a = torch.randn(1000, 512, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(768, 512, device="cuda", dtype=torch.bfloat16)
     bias = torch.randn(768, device="cuda", dtype=torch.bfloat16)
-    wide = prog(a, w.T, bias=bias)
-    narrow = prog(a, w.T, bias=bias, dtypes={"s": torch.bfloat16, "c": torch.bfloat16})
+    wide = prog(a, w.T, bias=bias, a_col_sums=True)
+    narrow = prog(a, w.T, bias=bias, a_col_sums=True, dtypes=dict.fromkeys(("s", "c", "a_col_sums"), stored))
     assert torch.equal(narrow["output"], wide["output"])
-    for key in ("s", "c"):
-        assert narrow[key].dtype == torch.bfloat16
-        assert torch.equal(narrow[key], wide[key].to(torch.bfloat16)), key
+    for key in ("s", "c", "a_col_sums"):
+        assert narrow[key].dtype == stored
+        assert torch.equal(narrow[key], wide[key].to(stored)), key
 
 
 @pytest.mark.parametrize("mainloop", ["default", "pingpong"])
