@@ -117,8 +117,10 @@ def test_swiglu_mlp(dtype, residual):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize(("torch_norm", "module", "eps"), [(nn.RMSNorm, RMSNormLinear, 1e-6),
+                                                           (nn.RMSNorm, RMSNormLinear, None),
                                                            (nn.LayerNorm, LayerNormLinear, 1e-5)])
 def test_norm_linear(dtype, bias, torch_norm, module, eps):
+    """eps=None (nn.RMSNorm's default): the input dtype's epsilon, as there."""
     ref = randomize(TorchNormLinear(torch_norm(40, eps=eps), nn.Linear(40, 24, bias)))
     ours = module(40, 24, eps=eps, bias=bias).double()
     ours.load_state_dict(ref.state_dict())

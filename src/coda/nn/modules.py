@@ -139,25 +139,25 @@ class RMSNormLinear(nn.Module):
     """`linear(norm(x))` with `norm` an `nn.RMSNorm`, as one `coda.ops.rms_norm_linear` (the norm
     folded into the GEMM)."""
 
-    def __init__(self, dim: int, out: int, eps: float = 1e-6, bias: bool = False,
+    def __init__(self, dim: int, out: int, eps: float | None = 1e-6, bias: bool = False,
                  device: torch.device | None = None, dtype: torch.dtype | None = None):
+        """eps None: the input dtype's epsilon, as nn.RMSNorm's default."""
         super().__init__()
         self.norm = nn.RMSNorm(dim, eps=eps, device=device, dtype=dtype)
         self.linear = nn.Linear(dim, out, bias, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor, sumsq: torch.Tensor | None = None) -> torch.Tensor:
         """sumsq: Σ x² per row when x's producer summed it (`out_proj_residual(stats="rms")`)."""
-        return ops.rms_norm_linear(x, self.norm.weight, self.linear.weight, self.norm.eps, self.linear.bias,
-                                   sumsq)
+        eps = torch.finfo(x.dtype).eps if self.norm.eps is None else self.norm.eps
+        return ops.rms_norm_linear(x, self.norm.weight, self.linear.weight, eps, self.linear.bias, sumsq)
 
     @classmethod
     def from_torch(cls, norm: nn.Module, linear: nn.Linear) -> RMSNormLinear:
         """From an nn.RMSNorm, or HF's RMSNorm of LLaMA and its kin (`weight`, `variance_epsilon`),
         and the nn.Linear after it."""
         w = linear.weight
-        eps = _rms_norm_eps(norm, w.dtype)
-        new = cls(linear.in_features, linear.out_features, eps, linear.bias is not None, device=w.device,
-                  dtype=w.dtype)
+        new = cls(linear.in_features, linear.out_features, _rms_norm_eps(norm), linear.bias is not None,
+                  device=w.device, dtype=w.dtype)
         _copy_norm(norm, new.norm, linear.in_features)
         new.linear.load_state_dict(linear.state_dict())
         return new
@@ -190,13 +190,13 @@ class LayerNormLinear(nn.Module):
         return new
 
 
-def _rms_norm_eps(norm: nn.Module, dtype: torch.dtype) -> float:
-    """The eps of an nn.RMSNorm (its dtype's epsilon where None, nn.RMSNorm's default), or of a
+def _rms_norm_eps(norm: nn.Module) -> float | None:
+    """The eps of an nn.RMSNorm (None: the input dtype's epsilon, as there), or of a
     module with a gain `weight` [n] and a float `variance_epsilon` (HF's LlamaRMSNorm and its
     kin), once a probe shows it computes weight * x * rsqrt(mean(x²) + eps): a norm of another
     formula under those names (a (1 + weight) gain, say) would fold in wrong, silently."""
     if isinstance(norm, nn.RMSNorm):
-        return norm.eps if norm.eps is not None else torch.finfo(dtype).eps
+        return norm.eps
     g, eps = getattr(norm, "weight", None), getattr(norm, "variance_epsilon", None)
     if not isinstance(g, torch.Tensor) or g.dim() != 1 or not isinstance(eps, float):
         raise CodaError(f"RMSNormLinear.from_torch: {type(norm).__name__} is neither an nn.RMSNorm nor an "
