@@ -328,7 +328,9 @@ def test_infinities_in_every_mainloop(mainloop):
     launch = prog.bind(a, w.T, t=t)
     outs = prog.triton.launch(launch, config) if config else prog(a, w.T, t=t)
     h = a.double() @ w.double().T + t.double()
-    assert torch.equal(outs["output"].isneginf(), h <= 0) and torch.equal(outs["nan"].isnan(), h <= 0)
+    sure = h.abs() > 1e-2   # (the float32 sum's sign may differ from float64's within its rounding)
+    for name, special in (("output", torch.isneginf), ("nan", torch.isnan)):
+        assert torch.equal(special(outs[name])[sure], (h <= 0)[sure]), name
     lse = torch.logsumexp(h, dim=1)
     assert outs["lse"].isinf().nonzero().flatten().tolist() == [1234] and outs["lse"][1234] > 0
     keep = torch.arange(4096, device="cuda") != 1234
