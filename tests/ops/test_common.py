@@ -452,3 +452,17 @@ def test_a_device_constant_made_in_a_graph_capture_is_not_kept(monkeypatch):
     first = common.device_constant(key, make)
     assert common.device_constant(key, make) is first and len(made) == 3
     del common._DEVICE_CONSTANTS[key]
+
+
+def test_a_device_constant_made_on_fake_tensors_is_not_kept():
+    """A shape-propagating run on FakeTensors (docs/integrations.md invites one) makes its
+    constants as FakeTensors: they are not kept, so a real run after it reads real values (a
+    patched LLaMA's loss had turned NaN)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    key = ("test fake constant", len(common._DEVICE_CONSTANTS))
+    with FakeTensorMode():
+        common.device_constant(key, lambda: torch.arange(4))
+    assert key not in common._DEVICE_CONSTANTS
+    assert torch.equal(common.device_constant(key, lambda: torch.arange(4)), torch.arange(4))
+    del common._DEVICE_CONSTANTS[key]

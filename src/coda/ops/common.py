@@ -217,13 +217,15 @@ _DEVICE_CONSTANTS: dict[tuple, torch.Tensor] = {}
 
 def device_constant(key: tuple, make: Callable[[], torch.Tensor]) -> torch.Tensor:
     """The tensor `make()` gives, made once per `key` (which names its device) and kept for
-    reuse; its users never write it. Not kept when first made inside a CUDA-graph capture: the
+    reuse; its users never write it. Not kept when first made inside a CUDA-graph capture (the
     kernel that fills it runs only when the graph replays, in the graph's memory pool, so eager
-    launches after it would read garbage."""
+    launches after it would read garbage), nor when it is no plain tensor (a FakeTensor of a
+    shape-propagating run, a tracer's wrapper: real runs after it would read no values)."""
     value = _DEVICE_CONSTANTS.get(key)
     if value is None:
         value = make()
-        if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+        if type(value) is torch.Tensor and not (torch.cuda.is_available()
+                                                and torch.cuda.is_current_stream_capturing()):
             _DEVICE_CONSTANTS[key] = value
     return value
 
