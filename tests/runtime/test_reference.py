@@ -513,3 +513,20 @@ def test_operands_named_a_b_and_self_reach_every_entry_point():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     text = prog.explain(x, w, **operands)
     assert "a: col" in text and "b: row" in text and "self: scalar" in text
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_a_launch_is_outside_autograd_on_every_backend(backend):
+    """Inputs that require grad are read as values and `out=` (a leaf that requires grad) is
+    written in place on both backends alike: the reference's outputs had carried a graph, and
+    its write into such an `out=` had raised torch's error, where Triton's did neither."""
+    prog = coda.compile("EPILOGUE(bias: col) { output = input + bias; s = row_sum(output); }")
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.randn(5, 4, generator=g, requires_grad=True), torch.randn(4, 6, generator=g)
+    bias = torch.randn(6, generator=g, requires_grad=True)
+    outs = prog(a, b, bias=bias, backend=backend)
+    assert not any(t.requires_grad or t.grad_fn for t in outs.values())
+    out = torch.full((5, 6), float("nan"), requires_grad=True)
+    assert prog(a, b, bias=bias, out=out, backend=backend)["output"] is out
+    want = a.detach().double() @ b.double() + bias.detach().double()
+    torch.testing.assert_close(out.detach().double(), want, rtol=1e-5, atol=1e-5)

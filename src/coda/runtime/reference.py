@@ -17,10 +17,12 @@ from .binding import A_COL_SUMS, Launch
 from .partials import Partials
 
 
+@torch.no_grad()
 def run_reference(launch: Launch) -> dict[str, torch.Tensor]:
     """Evaluate the bound program and write its outputs (into `out=` when given); with an
     `m_limit` only their rows before it. An unfinished row sum comes back as Partials of
-    one part: the sum itself."""
+    one part: the sum itself. Outside autograd, as a Triton launch is: a launch is a kernel,
+    on every backend (a trainable op is a torch.autograd.Function, docs/python-api.md)."""
     outputs = launch.allocate_outputs()
     launch, rows = _limited(launch)
     results = evaluate(launch)
