@@ -288,6 +288,14 @@ def test_expanded_out_is_refused():
     assert "out= has stride 0" in text and "[0, 1]" in text
 
 
+def test_out_with_outputs_that_leave_output_out_is_refused():
+    """out= was neither written nor returned when outputs= left 'output' out."""
+    prog = coda.compile("output = input; s = row_sum(input);")
+    a, b = _ab()
+    text = _launch_error(prog, a, b, out=torch.zeros(4, 6, dtype=F64), outputs=["s"])
+    assert "out= is where 'output' goes, but outputs= leaves 'output' out" in text
+
+
 def test_outputs_naming_nothing_says_so():
     prog = coda.compile("output = input; s = row_sum(input);")
     a, b = _ab()

@@ -205,6 +205,9 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     selected = _select(specs, outputs, extra=A_COL_SUMS if a_col_sums else None)
     if epi.accumulates and selected[0].name != "output":
         raise LaunchError("the program accumulates into `output`: outputs= must include 'output'")
+    if out is not None and selected[0].name != "output":
+        raise LaunchError("out= is where 'output' goes, but outputs= leaves 'output' out: include it, "
+                          "or drop out=")
     check_limit("m_limit", m_limit, a.device)
     check_limit("k_limit", k_limit, a.device)
     if k_limit is not None and b is None:
