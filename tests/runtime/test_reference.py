@@ -501,6 +501,9 @@ def test_explain_with_cpu_tensors_needs_neither_cuda_nor_the_interpreter(monkeyp
     text = prog.explain(a, b, bias=torch.zeros(6))
     assert "bias: col" in text and "# Triton kernel (portable mainloop)" in text
     assert "def coda_gemm_" in text
+    # a launch's keywords as they are, backend= among them (it was bound as an operand)
+    assert prog.explain(a, b, bias=torch.zeros(6), backend="reference") == text
+    assert prog.bind(a, b, bias=torch.zeros(6), backend="triton").kinds == {"bias": "col"}
 
 
 def test_operands_named_a_b_and_self_reach_every_entry_point():

@@ -209,8 +209,10 @@ class Program:
         return self(a, b, backend="reference", **kwargs)
 
     def bind(self, a: torch.Tensor, b: torch.Tensor | None, /, **kwargs) -> Launch:
-        """Validate a launch without running it (what `__call__` does first)."""
-        options = {k: kwargs.pop(k) for k in LAUNCH_OPTIONS if k in kwargs and k != "backend"}
+        """Validate a launch without running it (what `__call__` does first); `backend=` is
+        taken and has no say (every backend binds alike)."""
+        kwargs.pop("backend", None)
+        options = {k: kwargs.pop(k) for k in LAUNCH_OPTIONS if k in kwargs}
         if isinstance(a, torch.Tensor) and a.dim() > 2:   # the launch on A's rows
             _, (a, b, kwargs, out) = flatten_leading(a, b, kwargs, options.get("out"))
             if out is not None:
