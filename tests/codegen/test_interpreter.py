@@ -363,3 +363,24 @@ def test_a_col_sums_of_a_concat_and_a_transposed_a(dim):
                m_limit=torch.tensor([33]))
     assert out["a_col_sums"].dtype == torch.float16
     assert rel(out["a_col_sums"], oracle.np64(joined[:33]).sum(0)) < 1e-3
+
+
+def test_a_launched_program_copies_and_pickles():
+    """A program that has run its Triton kernel copies (copy.deepcopy) and pickles (torch.save of
+    a module holding one) like a fresh one: its kernels and plans (generated modules, locks) are
+    not part of it, and the copy builds its own at its first launch."""
+    import copy
+    import io
+    import pickle
+
+    prog = coda.compile("EPILOGUE(bias: col) { output = gelu(input + bias); s = row_sum(output); }")
+    a, b, bias = torch.randn(40, 24), torch.randn(24, 36), torch.randn(36)
+    first = prog(a, b, bias=bias, backend="triton")
+    buffer = io.BytesIO()
+    torch.save(prog, buffer)
+    buffer.seek(0)
+    twins = copy.deepcopy(prog), pickle.loads(pickle.dumps(prog)), torch.load(buffer, weights_only=False)
+    for twin in twins:
+        again = twin(a, b, bias=bias, backend="triton")
+        assert all(torch.equal(again[k], first[k]) for k in first)
+    assert prog._plans   # the original keeps its own

@@ -108,6 +108,12 @@ class Program:
         self._triton = None
         self._plans: dict[tuple, object] = {}
 
+    def __getstate__(self) -> dict:
+        """What a copy or a pickle keeps: the program, not its compiled kernels and launch plans
+        (generated modules, locks, device buffers), which the copy builds again at its first
+        launch."""
+        return self.__dict__ | {"_triton": None, "_plans": {}}
+
     @property
     def name(self) -> str:
         return self.ir.name
