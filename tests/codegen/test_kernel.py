@@ -61,6 +61,26 @@ def test_an_unwritable_cache_directory_falls_back_to_a_temporary_one(monkeypatch
     assert kernel._fallback_dir is not None and any(kernel._fallback_dir.iterdir())
 
 
+def test_a_damaged_kernel_file_in_the_cache_is_written_again(monkeypatch, tmp_path):
+    """A kernel file cut short (a crash while it was written) or emptied is replaced by the
+    source the launch generated: the program runs, where it had failed with a raw
+    IndentationError or AttributeError in this and every later process."""
+    import coda
+
+    monkeypatch.setenv("CODA_CACHE_DIR", str(tmp_path))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    a, b = torch.randn(8, 4, device=device), torch.randn(4, 8, device=device)
+    text = "EPILOGUE damaged_cache_test() { output = input * 3.0; }"
+    coda.compile(text)(a, b, backend="triton")
+    files = sorted((tmp_path / "kernels").glob("damaged_cache_test_*.py"))
+    assert files
+    for damage in (lambda t: t[: len(t) // 2], lambda t: ""):
+        for f in files:
+            f.write_text(damage(f.read_text()))
+        out = coda.compile(text)(a, b, backend="triton")["output"]   # a new program: builds again
+        assert torch.allclose(out, 3 * a @ b, atol=1e-5)
+
+
 def test_float32_dots_follow_torchs_matmul_precision():
     """The portable kernel takes float32 operands as torch's own float32 matmuls do: 3xTF32
     under "highest" (PyTorch's default), one TF32 MMA under "high"; a launch after the setting

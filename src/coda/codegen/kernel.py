@@ -226,8 +226,13 @@ def _source_file(filename: str, source: str) -> Path:
 
 
 def _written(path: Path, source: str) -> Path:
-    """`path`, holding `source` (written once, atomically: another process may be writing it too)."""
-    if not path.exists():
+    """`path`, holding `source`: written when it is missing or holds anything else (a file cut
+    short by a crash, edited by hand), atomically (another process may be writing it too)."""
+    try:
+        held = path.read_bytes()
+    except OSError:
+        held = None
+    if held != source.encode():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(source)
