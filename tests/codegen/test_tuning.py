@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -41,6 +42,39 @@ def test_store_is_safe_under_threads(tmp_path):
         t.join()
     fresh = TuningStore(tmp_path / "tuning.json")
     assert all(fresh.get(f"k{i}") == Config(16 * (i + 1), 64, 32) for i in range(16))
+
+
+def _put_one(path: str, key: str, ready) -> None:   # a process of its own
+    ready.wait()
+    TuningStore(Path(path)).put(key, Config(64, 64, 32))
+
+
+def test_two_processes_each_storing_a_key_keep_both(tmp_path):
+    """Each process merges its entry into the file as it is then (DDP's ranks tuning at once):
+    the last writer had rewritten the file from what it read first, dropping the other's."""
+    import multiprocessing
+
+    path = tmp_path / "tuning.json"
+    seen = TuningStore(path)
+    assert seen.get("rank0") is None   # read before either wrote
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    procs = [ctx.Process(target=_put_one, args=(str(path), f"rank{i}", ready)) for i in range(2)]
+    for p in procs:
+        p.start()
+    ready.set()
+    for p in procs:
+        p.join(60)
+    assert all(TuningStore(path).get(f"rank{i}") == Config(64, 64, 32) for i in range(2))
+    assert seen.get("rank1") == Config(64, 64, 32)   # a key not seen before is read again
+
+
+def test_the_store_follows_coda_cache_dir_set_after_import(tmp_path, monkeypatch):
+    """The tuning file lives where CODA_CACHE_DIR says when it is used, as the kernel files do."""
+    store = TuningStore()
+    monkeypatch.setenv("CODA_CACHE_DIR", str(tmp_path))
+    store.put("key", Config(64, 64, 32))
+    assert (tmp_path / "tuning.json").exists() and TuningStore().get("key") == Config(64, 64, 32)
 
 
 def test_autotune_picks_the_fastest_skips_broken_and_reports_progress(tmp_path, monkeypatch, capsys):

@@ -8,6 +8,7 @@ atomically, and a corrupt file is treated as empty.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -205,25 +206,36 @@ def cache_dir() -> Path:
 
 
 class TuningStore:
-    """The on-disk map from a tuning key to the configuration that won."""
+    """The on-disk map from a tuning key to the configuration that won, shared by the processes
+    that use one cache directory (DDP's ranks, say): a key this process has not seen is looked
+    for in the file again, and a new entry is merged into the file as it is then, under a file
+    lock, so no process drops another's. A corrupt file reads as empty."""
 
     def __init__(self, path: Path | None = None):
-        self.path = path or cache_dir() / "tuning.json"
+        self._path = path
         self._lock = threading.Lock()
-        self._entries: dict[str, dict] | None = None
+        self._entries: dict[str, dict] = {}
+        self._read_from: Path | None = None
 
-    def _load(self) -> dict[str, dict]:
-        if self._entries is None:
-            try:
-                entries = json.loads(self.path.read_text())
-                self._entries = entries if isinstance(entries, dict) else {}
-            except (OSError, ValueError):
-                self._entries = {}
-        return self._entries
+    @property
+    def path(self) -> Path:
+        """The file: CODA_CACHE_DIR's as it is now (it may be set after `import coda`)."""
+        return self._path or cache_dir() / "tuning.json"
+
+    @staticmethod
+    def _read(path: Path) -> dict[str, dict]:
+        try:
+            entries = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return entries if isinstance(entries, dict) else {}
 
     def get(self, key: str) -> Config | None:
         with self._lock:
-            entry = self._load().get(key)
+            path = self.path
+            if path != self._read_from or key not in self._entries:
+                self._entries, self._read_from = self._read(path), path
+            entry = self._entries.get(key)
         try:
             return Config(**entry) if isinstance(entry, dict) else None
         except TypeError:
@@ -231,15 +243,19 @@ class TuningStore:
 
     def put(self, key: str, config: Config) -> None:
         with self._lock:
-            entries = self._load()
-            entries[key] = asdict(config)
+            path = self.path
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-                tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
-                os.replace(tmp, self.path)
-            except OSError:
-                pass  # a read-only cache only costs a re-tune in the next process
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path.with_suffix(".lock"), "a") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX)   # released when closed
+                    entries = self._read(path) | {key: asdict(config)}
+                    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+                    tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
+                    os.replace(tmp, path)
+            except OSError:   # a read-only cache only costs a re-tune in the next process
+                known = self._entries if path == self._read_from else self._read(path)
+                entries = known | {key: asdict(config)}
+            self._entries, self._read_from = entries, path
 
 
 STORE = TuningStore()
