@@ -450,6 +450,25 @@ def test_transposed_weights_inductor():
     assert_inductor_matches_eager(fn, args)
 
 
+def test_weight_grad_into_a_wider_buffer_compiles_without_a_break():
+    """`weight_grad(dy, x, into=)` with a float32 buffer and float16 activations (its CODA
+    ACCUMULATE launch, which Dynamo cannot trace) takes torch's ops under torch.compile: one
+    graph, the float64 sum within float32's rounding."""
+    g = torch.Generator().manual_seed(2)
+    dy, x = torch.randn(40, 6, generator=g).half(), torch.randn(40, 5, generator=g).half()
+    acc = torch.randn(6, 5, generator=g)
+
+    def step(dy, x, acc):
+        return ops.weight_grad(dy, x, into=acc.clone())
+
+    explained = torch._dynamo.explain(step)(dy, x, acc)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+    got = torch.compile(step, backend="aot_eager", fullgraph=True)(dy, x, acc)
+    want = acc.double() + dy.double().T @ x.double()
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_dropout_seed_drawn_per_run():
     """seed=None is drawn inside the graph at each run (not baked in at trace time), from torch's
     generator; the backward reuses the forward's mask."""

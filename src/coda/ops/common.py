@@ -302,4 +302,7 @@ def weight_grad(dy: torch.Tensor, x: torch.Tensor, into: torch.Tensor | None = N
         return torch.matmul(dy.T, x)
     if into.dtype == dy.dtype:
         return into.addmm_(dy.T, x)
+    from ..integrations.compile import routed  # here: that module imports this one
+    if routed():   # torch.compile traces it (a CODA launch would break its graph): torch's ops
+        return into.addmm_(dy.T.to(into.dtype), x.to(into.dtype))
     return ACCUMULATE(dy.T, x, out=into)["output"]   # e.g. a float32 .grad of bf16 activations
