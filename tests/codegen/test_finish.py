@@ -124,6 +124,24 @@ def test_kept_partial_buffers_serve_launch_after_launch(monkeypatch):
                 torch.testing.assert_close(out[key].double(), want[key], rtol=1e-5, atol=1e-4, msg=key)
 
 
+def test_kept_partial_buffers_are_each_host_threads_own():
+    """Two host threads launching one plan on one stream could enqueue kernel, kernel, finish,
+    finish: each thread keeps its own set of partial buffers (one thread, one set, launch after
+    launch)."""
+    import threading
+
+    prog = coda.compile("EPILOGUE kept_threads() { output = input; s = row_sum(input); }")
+    prog.map(torch.randn(40, 50), outputs=["s"])
+    (plan,) = prog._plans.values()
+    cpu = torch.device("cpu")
+    mine = plan._partials(cpu)
+    theirs = []
+    worker = threading.Thread(target=lambda: theirs.extend([plan._partials(cpu), plan._partials(cpu)]))
+    worker.start()
+    worker.join()
+    assert plan._partials(cpu) is mine and theirs[0] is theirs[1] and theirs[0] is not mine
+
+
 def test_reductions_stored_in_another_dtype_are_the_float32_result_rounded_once():
     """dtypes= on the Triton kernels (interpreter): the finishing kernel sums in float32 and
     rounds once to the stored dtype, as `.to()` of the float32 result would; the plans of the

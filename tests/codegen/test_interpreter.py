@@ -384,3 +384,18 @@ def test_a_launched_program_copies_and_pickles():
         again = twin(a, b, bias=bias, backend="triton")
         assert all(torch.equal(again[k], first[k]) for k in first)
     assert prog._plans   # the original keeps its own
+
+
+def test_a_program_on_ever_new_shapes_keeps_a_bounded_number_of_plans(monkeypatch):
+    """Each new row count makes a plan (with its partial buffers); at MAX_PLANS the program
+    drops them and starts over, and every launch's sums stay right."""
+    from coda.runtime import program as program_module
+
+    monkeypatch.setattr(program_module, "MAX_PLANS", 3)
+    prog = coda.compile("EPILOGUE() { output = input; s = row_sum(input); }")
+    b = torch.randn(16, 24)
+    for m in range(5, 12):
+        a = torch.randn(m, 16)
+        got = prog(a, b, backend="triton")["s"]
+        torch.testing.assert_close(got.double(), (a.double() @ b.double()).sum(1), rtol=1e-5, atol=1e-4)
+        assert len(prog._plans) <= 3

@@ -341,7 +341,7 @@ class Plan:
             partial_bytes += 4 * self.grid[0] * config.block_m * config.block_n
         # (stream-K's are kept at any size: fresh flags are a memset a launch)
         self.keep_partials = partial_bytes <= KEPT_PARTIAL_BYTES or self.stream_k
-        self.kept_partials: dict[int | None, dict[str, list[torch.Tensor]]] = {}
+        self.kept_partials: dict[tuple[int | None, int], dict[str, list[torch.Tensor]]] = {}
 
     def run(self, a: torch.Tensor | Concat, b: torch.Tensor, values: dict, out: torch.Tensor | None,
             seed: int, limits: tuple = (None, None)) -> dict[str, torch.Tensor]:
@@ -413,9 +413,10 @@ class Plan:
 
     def _partials(self, device: torch.device) -> dict[str, list[torch.Tensor]]:
         """The reductions' partial buffers: the kernel writes them and the finishing kernel
-        reads them right after, on one stream, so one set per stream serves every launch
-        (stream order keeps launches apart; an allocation costs ~4 us of host time on the H200
-        machine, docs/performance.md).
+        reads them right after, on one stream, so one set per stream and host thread serves
+        every launch (stream order keeps one thread's launches apart; two threads on one stream
+        could enqueue kernel, kernel, finish, finish; an allocation costs ~4 us of host time on
+        the H200 machine, docs/performance.md).
         Fresh ones while a CUDA graph is captured (its memory pool owns what its kernels
         touch) and above KEPT_PARTIAL_BYTES (a large launch does not notice the allocation)."""
         stream = None
@@ -423,11 +424,12 @@ class Plan:
             if torch._C._cuda_isCurrentStreamCapturing():
                 return self._new_partials(device)
             stream = torch._C._cuda_getCurrentRawStream(device.index)
-        kept = self.kept_partials.get(stream)
+        where = (stream, threading.get_ident())
+        kept = self.kept_partials.get(where)
         if kept is None:
             kept = self._new_partials(device)
             if self.keep_partials:
-                self.kept_partials[stream] = kept
+                self.kept_partials[where] = kept
         return kept
 
     def _new_partials(self, device: torch.device) -> dict[str, list[torch.Tensor]]:

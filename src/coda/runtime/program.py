@@ -16,6 +16,11 @@ from .reference import run_reference
 from .rng import seed_word
 
 BACKENDS = ("auto", "triton", "reference")
+#: The launch plans a program keeps (one per layout of its operands: shapes, strides, dtypes),
+#: each with its reductions' partial buffers; a program launched on ever new shapes (batches of
+#: varying length) drops them all when it reaches this many, rather than hold them for good. A
+#: dropped plan costs its next launch the planning (its kernel stays compiled).
+MAX_PLANS = 256
 
 
 def _meta(x) -> tuple | type:
@@ -196,6 +201,8 @@ class Program:
             return run_reference(launch)
         plan, outputs = self.triton.start(launch)
         if key is not None:
+            if len(self._plans) >= MAX_PLANS:   # shapes that keep changing: start over
+                self._plans.clear()
             self._plans[key] = plan
         return outputs
 
