@@ -163,7 +163,9 @@ def test_return_dict_false_gives_a_tuple(build):
     ids, labels = batch()
     expected = model(input_ids=ids, labels=labels).loss
     got = model(input_ids=ids, labels=labels, return_dict=False)
-    assert isinstance(got, tuple)
+    want = ref(input_ids=ids, labels=labels, return_dict=False)
+    assert isinstance(got, tuple) and len(got) == len(want)   # logits None in their place
+    assert got[1] is None and [type(t) for t in got[2:]] == [type(t) for t in want[2:]]
     torch.testing.assert_close(got[0], expected, rtol=0, atol=0)
     model.config.return_dict = False
     assert isinstance(model(input_ids=ids, labels=labels), tuple)
@@ -693,6 +695,87 @@ def test_generation_with_kv_cache_matches(build):
     assert torch.equal(got.sequences, want.sequences)
     for step_got, step_want in zip(got.logits, want.logits, strict=True):
         torch.testing.assert_close(step_got, step_want, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("build", [tiny_gpt2, tiny_llama], ids=["gpt2", "llama"])
+def test_generation_of_a_left_padded_batch_matches(build):
+    """The patched head shows HF's forward signature, which generate reads: from the attention
+    mask it builds the padded rows' positions (GPT-2's are absolute), and it passes the mask on.
+    HF's Trainer keeps a batch's columns by the same signature."""
+    import inspect
+
+    ref = build(torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    assert inspect.signature(model.forward) == inspect.signature(ref.forward)
+    prompt = batch()[0][:, :8]
+    mask = torch.ones_like(prompt)
+    mask[0, :3] = 0
+    options = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, attention_mask=mask,
+                   output_logits=True, return_dict_in_generate=True)
+    got, want = model.generate(prompt, **options), ref.generate(prompt, **options)
+    assert torch.equal(got.sequences, want.sequences)
+    # (HF's eager float64 attention gives the padded row of the tiny LLaMA NaN logits, both models)
+    torch.testing.assert_close(got.logits[0], want.logits[0], rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+@pytest.mark.parametrize("build", [tiny_gpt2, tiny_llama, tiny_bert], ids=["gpt2", "llama", "bert"])
+def test_a_hooked_submodule_runs_hfs_forward(build):
+    """A forward hook on a patched layer's submodule (an ablation) fires and changes the output
+    as in the unpatched model: the CODA forward, which calls no submodule, gives way to HF's
+    while a hook is on; a global forward hook likewise."""
+    ref = build(torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    ids, labels = batch()
+
+    def layer_mlp(m):
+        layer = (m.transformer.h if build is tiny_gpt2 else m.bert.encoder.layer if build is tiny_bert
+                 else m.model.layers)[0]
+        return layer.output.dense if build is tiny_bert else layer.mlp
+
+    fired = []
+    for m in (ref, model):
+        layer_mlp(m).register_forward_hook(lambda mod, args, out: fired.append(1) or out * 0.5)
+    got, want = (m(input_ids=ids, labels=labels).loss.double() for m in (model, ref))
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)   # (HF's loss is float32)
+    assert len(fired) == 2
+    seen = []
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda mod, args, out: seen.append(mod))
+    try:
+        model(input_ids=ids)
+    finally:
+        handle.remove()
+    assert any(isinstance(m, torch.nn.Linear) for m in seen)   # HF's forward called the layers' linears
+
+
+@pytest.mark.parametrize("build", [tiny_gpt2, tiny_bert], ids=["gpt2", "bert"])
+def test_dropout_modules_in_eval_mode_apply_none(build):
+    """In a model in training mode, an nn.Dropout put in eval mode applies no dropout, as
+    calling it would: the patched forwards read each module's own mode, not their layer's.
+    (HF's attention dropout follows its attention module's mode: left out here.)"""
+    hidden = (dict(resid_pdrop=0.3, embd_pdrop=0.3, attn_pdrop=0.0) if build is tiny_gpt2
+              else dict(hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.0))
+    model = coda.patch(build(torch.float64, **hidden)).train()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.eval()
+    ids, labels = batch()
+    losses = {model(input_ids=ids, labels=labels).loss.item() for _ in range(2)}
+    assert losses == {model.eval()(input_ids=ids, labels=labels).loss.item()}
+
+
+@pytest.mark.parametrize("build", [tiny_gpt2, tiny_bert], ids=["gpt2", "bert"])
+def test_a_forward_that_raises_leaves_nothing_on_the_embedding(build):
+    """A labelled forward that fails after the embedding ran (a sequence past the model's
+    positions) takes back the tied table it was handed: nothing holds its graph, and the model
+    still copies."""
+    from coda.integrations import hf
+
+    model = coda.patch(build(torch.float64)).train()
+    ids = torch.randint(0, VOCAB, (1, 80))
+    with pytest.raises((IndexError, RuntimeError)):
+        model(input_ids=ids, labels=ids)
+    assert not {hf.TIE_NEXT, hf.TIED_TABLE} & set(vars(model.get_input_embeddings()))
+    copy.deepcopy(model)
 
 
 @pytest.mark.parametrize("build", [tiny_gpt2, tiny_bert])

@@ -66,6 +66,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -232,19 +233,35 @@ def _unpickled(cls: type, state: dict) -> nn.Module:
 
 def _guarded(method: Callable, original: Callable, watched) -> Callable:
     """`method`, run while every watched submodule has the type it had when the module was
-    patched; HF's `original` once one has been replaced (a LoRA adapter injected after
-    `coda.patch`, say, which the CODA forward would not call): never a silent wrong answer.
-    HF's `original` too while HF records attention maps (`output_attentions=True`)."""
+    patched and no forward hook or pre-hook (its own or a global one: an ablation, a
+    `weight_norm`'s recomputed weight); HF's `original` once one has been replaced (a LoRA
+    adapter injected after `coda.patch`, say, which the CODA forward would not call) or hooked,
+    since the CODA forward reads the submodules' weights and calls none of them: never a silent
+    wrong answer. HF's `original` too while HF records attention maps (`output_attentions=True`)."""
     recording_attentions = _attention_recorder()
 
     @functools.wraps(method)   # its signature: HF's feed-forward chunking counts the parameters
     def forward(self, *args, **kwargs):
-        if not recording_attentions() and all(
-                type(m) is kind for m, (_, kind) in zip(_reached(self, watched), watched, strict=True)):
+        if not recording_attentions() and not _global_hooks() and all(
+                type(m) is kind and not (m._forward_hooks or m._forward_pre_hooks)
+                for m, (_, kind) in zip(_reached(self, watched), watched, strict=True)):
             return method(self, *args, **kwargs)
         return original(self, *args, **kwargs)
 
     return forward
+
+
+def _dropout_p(dropout: nn.Dropout) -> float:
+    """What an nn.Dropout applies now, by its own mode as calling it would (a model in training
+    mode may hold a Dropout put in eval mode): its p, or 0."""
+    return dropout.p if dropout.training else 0.0
+
+
+def _global_hooks() -> bool:
+    """Whether forward hooks are registered for every module (`nn.modules.module.
+    register_module_forward_hook` and its pre-hook twin)."""
+    hooks = nn.modules.module
+    return bool(hooks._global_forward_hooks or hooks._global_forward_pre_hooks)
 
 
 def _attention_recorder() -> Callable[[], bool]:
@@ -287,20 +304,11 @@ def _patch_input_embeddings(model: nn.Module) -> None:
     table._coda_patched = True
 
 
-#: Set on the token embedding by an LM head's forward that will compute its loss (`_ask_tied_table`),
+#: Set on the token embedding by an LM head's forward that will compute its loss (`_tied_table_asked`),
 #: taken by the embedding's next forward, which then leaves `tied_embedding`'s table under
 #: TIED_TABLE for the head (`_head_loss`): the head's weight gradient then arrives in the
 #: embedding's backward, which adds the tokens' rows into it (ops/embedding.py).
 TIE_NEXT, TIED_TABLE = "_coda_tie_next", "_coda_tied_table"
-
-
-def _ask_tied_table(model: nn.Module) -> None:
-    """Before the base model's forward: its patched token embedding hands out its table if the
-    LM head shares it (tied weights) and a gradient will be formed."""
-    table, head = model.get_input_embeddings(), model.get_output_embeddings()
-    if (getattr(table, "_coda_patched", False) and head is not None and head.weight is table.weight
-            and torch.is_grad_enabled() and table.weight.requires_grad):
-        table.__dict__[TIE_NEXT] = True
 
 
 def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
@@ -510,7 +518,7 @@ def _gpt2_block(block: nn.Module) -> Callable:
             raise ValueError(f"{type(self).__name__} has no cross-attention (add_cross_attention=False)")
         attn, mlp, ln1, ln2 = self.attn, self.mlp, self.ln_1, self.ln_2
         lead, d = hidden_states.shape[:-1], attn.head_dim
-        resid_p = attn.resid_dropout.p if self.training else 0.0
+        resid_p = _dropout_p(attn.resid_dropout)
         # Conv1D stores weight [in, out]: w.T is the nn.Linear-layout [out, in] view (no copy).
         # passthrough: the residual's gradient joins hidden_states' inside the norm's dx kernel
         # split: q, k, v as blocks of the GEMM's output, whose gradients (from SDPA's backward)
@@ -522,12 +530,12 @@ def _gpt2_block(block: nn.Module) -> Callable:
                                                     split=[attn.split_size] * 3)
         q, k, v = (t.reshape(*lead, -1, d).transpose(1, 2) for t in qkv)
         out = _attend(hf, attn, q, k, v, attention_mask,
-                      attn.attn_dropout.p if self.training else 0.0, cache, kwargs)
+                      attn.attn_dropout.p if attn.training else 0.0, cache, kwargs)
         h, ss, s = ops.out_proj_residual(out.reshape(*lead, -1), attn.c_proj.weight.T, hidden_states,
                                          bias=attn.c_proj.bias, dropout_p=resid_p, stats="layer")
         x, h = layer_norm(h, ln2.weight, ln2.bias, ln2.eps, rowsum=s, sumsq=ss, passthrough=True)
         y, ss, s = ops.mlp(x, mlp.c_fc.weight.T, mlp.c_fc.bias, mlp.c_proj.weight.T, mlp.c_proj.bias,
-                           "gelu", dropout_p=mlp.dropout.p if self.training else 0.0, residual=h,
+                           "gelu", dropout_p=_dropout_p(mlp.dropout), residual=h,
                            stats="layer")
         return _carry_sums(y, s, ss)
 
@@ -614,7 +622,7 @@ def _bert_output(output: nn.Module) -> Callable:
     def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
         norm = self.LayerNorm
         y, ss, s = ops.out_proj_residual(hidden_states, self.dense.weight, input_tensor, bias=self.dense.bias,
-                                         dropout_p=self.dropout.p if self.training else 0.0, stats="layer")
+                                         dropout_p=_dropout_p(self.dropout), stats="layer")
         return layer_norm(y, norm.weight, norm.bias, norm.eps, rowsum=s, sumsq=ss)
 
     return forward
@@ -630,7 +638,7 @@ def _bert_feed_forward(layer: nn.Module) -> Callable:
     def feed_forward_chunk(self, attention_output: torch.Tensor) -> torch.Tensor:
         fc1, fc2, norm = self.intermediate.dense, self.output.dense, self.output.LayerNorm
         y, ss, s = ops.mlp(attention_output, fc1.weight, fc1.bias, fc2.weight, fc2.bias, activation,
-                           dropout_p=self.output.dropout.p if self.training else 0.0,
+                           dropout_p=_dropout_p(self.output.dropout),
                            residual=attention_output, stats="layer")
         return layer_norm(y, norm.weight, norm.bias, norm.eps, rowsum=s, sumsq=ss)
 
@@ -690,21 +698,22 @@ def _causal_lm(model: nn.Module) -> Callable:
         num_items = kwargs.pop("num_items_in_batch", None)
         shift_labels = kwargs.pop("shift_labels", None)
         return_dict = _return_dict(self, kwargs)
-        _ask_tied_table(self)
-        outputs = getattr(self, self.base_model_prefix)(*args, return_dict=True, **kwargs)
-        hidden = outputs.last_hidden_state
-        if shift_labels is None:  # HF: pad one ignored label at the end, then shift left
-            pad = labels.new_full((*labels.shape[:-1], 1), IGNORE_INDEX)
-            shift_labels = torch.cat((labels[..., 1:], pad), dim=-1)
-        loss = _head_loss(self, hidden, shift_labels, "mean" if num_items is None else "sum",
-                          self._coda_skip_ignored)
+        with _tied_table_asked(self):
+            outputs = getattr(self, self.base_model_prefix)(*args, return_dict=True, **kwargs)
+            hidden = outputs.last_hidden_state
+            if shift_labels is None:  # HF: pad one ignored label at the end, then shift left
+                pad = labels.new_full((*labels.shape[:-1], 1), IGNORE_INDEX)
+                shift_labels = torch.cat((labels[..., 1:], pad), dim=-1)
+            loss = _head_loss(self, hidden, shift_labels, "mean" if num_items is None else "sum",
+                              self._coda_skip_ignored)
         if num_items is not None:
             loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
         output = CausalLMOutputWithPast(loss=loss, logits=None, hidden_states=outputs.hidden_states,
                                         attentions=outputs.attentions,
                                         **{field: getattr(outputs, field, None)})
-        return output if return_dict else output.to_tuple()
+        return output if return_dict else _as_tuple(output)
 
+    forward.__signature__ = inspect.signature(original)   # what generate and Trainer read
     return forward
 
 
@@ -720,15 +729,40 @@ def _masked_lm(model: nn.Module) -> Callable:
         from transformers.modeling_outputs import MaskedLMOutput
 
         return_dict = _return_dict(self, kwargs)
-        _ask_tied_table(self)
-        outputs = self.bert(*args, return_dict=True, **kwargs)
-        hidden = self.cls.predictions.transform(outputs.last_hidden_state)
-        output = MaskedLMOutput(loss=_head_loss(self, hidden, labels, "mean", self._coda_skip_ignored),
-                                logits=None,
+        with _tied_table_asked(self):
+            outputs = self.bert(*args, return_dict=True, **kwargs)
+            hidden = self.cls.predictions.transform(outputs.last_hidden_state)
+            loss = _head_loss(self, hidden, labels, "mean", self._coda_skip_ignored)
+        output = MaskedLMOutput(loss=loss, logits=None,
                                 hidden_states=outputs.hidden_states, attentions=outputs.attentions)
-        return output if return_dict else output.to_tuple()
+        return output if return_dict else _as_tuple(output)
 
+    forward.__signature__ = inspect.signature(original)   # what Trainer reads
     return forward
+
+
+def _as_tuple(output) -> tuple:
+    """A patched head's output with `return_dict=False`: HF's tuple, `logits` None in its place
+    (`to_tuple()` leaves None fields out, which would move what follows into logits' place)."""
+    return (output.loss, None, *output.to_tuple()[1:])
+
+
+@contextlib.contextmanager
+def _tied_table_asked(model: nn.Module) -> Iterator[None]:
+    """Around a head's forward with labels: its patched token embedding hands out its table if
+    the head shares it (tied weights) and a gradient will be formed; what the forward leaves
+    behind is taken back when it ends, also when it raises (a table left holding a graph would
+    keep its memory and fail copy.deepcopy of the model; a flag left by a forward that ran no
+    embedding, given inputs_embeds, would reach the next one)."""
+    table, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if (getattr(table, "_coda_patched", False) and head is not None and head.weight is table.weight
+            and torch.is_grad_enabled() and table.weight.requires_grad):
+        table.__dict__[TIE_NEXT] = True
+    try:
+        yield
+    finally:
+        table.__dict__.pop(TIE_NEXT, None)
+        table.__dict__.pop(TIED_TABLE, None)
 
 
 def _return_dict(model: nn.Module, kwargs: dict) -> bool:
@@ -744,7 +778,6 @@ def _head_loss(model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, red
     """Cross-entropy of the model's output embedding (the decoder, [V, H] and its bias) applied to
     `hidden`, against `labels` (-100: ignored), without the logits in memory."""
     head, table = model.get_output_embeddings(), model.get_input_embeddings()
-    table.__dict__.pop(TIE_NEXT, None)   # not taken: no embedding ran (inputs_embeds)
     weight = table.__dict__.pop(TIED_TABLE, head.weight)
     return ops.linear_cross_entropy(hidden, weight, labels.to(hidden.device), bias=head.bias,
                                     ignore_index=IGNORE_INDEX, reduction=reduction,
