@@ -349,8 +349,22 @@ def test_bad_annotations_and_defaults():
 
     with pytest.raises(coda.DslError, match="has kind 'column'"):
         coda.epilogue(bad_kind)
-    with pytest.raises(coda.DslError, match="default that is not a number"):
+    with pytest.raises(coda.DslError, match="default that is not a number") as info:
         coda.epilogue(bad_default)
+    # a parameter's fault is located at the function's definition, as the rest of its errors
+    assert info.value.loc == Loc(bad_default.__code__.co_firstlineno, 1, __file__)
+
+
+@pytest.mark.parametrize(("operand", "words"), [
+    ("input", "'input' is the GEMM result"), ("acc", "'acc' is the GEMM result"),
+    ("gelu", "'gelu' is reserved"), ("save", "'save' is reserved")])
+def test_reserved_names_are_no_operands_of_a_function_either(operand, words):
+    """The text DSL's reserved names (the GEMM result's, the primitives', its keywords) name no
+    operand of a traced function: the two front ends accept the same programs."""
+    ns = {"coda": coda}
+    exec(f"def f(x, {operand}: coda.tile):\n    return x + {operand}\n", ns)
+    with pytest.raises(coda.DslError, match=words):
+        coda.epilogue(ns["f"])
 
 
 def test_what_is_not_an_epilogue_function():

@@ -36,7 +36,7 @@ class _Lowering:
         for decl in program.params or ():
             if decl.name in self.params:
                 raise DslError(f"parameter {decl.name!r} is declared twice", decl.loc)
-            _check_name(decl.name, decl.loc, "a parameter")
+            check_name(decl.name, decl.loc, "a parameter")
             self.params[decl.name] = Param(decl.name, decl.kind, decl.loc)
         self.assigned = {t.name for s in program.body for t in s.targets}
         self.env: dict[str, Node] = {}
@@ -99,13 +99,13 @@ class _Lowering:
         if target.name in self.env:
             raise DslError(f"{target.name!r} already names a value; an output needs a new name",
                            target.loc)
-        _check_name(target.name, target.loc, "an output")
+        check_name(target.name, target.loc, "an output")
         if target.name in self.params:
             raise DslError(f"cannot assign to operand {target.name!r}", target.loc)
 
     def bind(self, target: ast.Name, node: Node) -> None:
         name = target.name
-        _check_name(name, target.loc, "a value")
+        check_name(name, target.loc, "a value")
         if name in self.params:
             raise DslError(f"cannot assign to operand {name!r}", target.loc)
         if name in self.reductions:
@@ -143,7 +143,7 @@ class _Lowering:
             if self.declared_only:
                 raise DslError(f"unknown name {name!r}: not `input`, a local value or a "
                                f"declared parameter", e.loc)
-            _check_name(name, e.loc, "an operand")
+            check_name(name, e.loc, "an operand")
             self.params[name] = Param(name, None, e.loc, declared=False)
         return Node("operand", (), name, e.loc)
 
@@ -174,7 +174,9 @@ class _Lowering:
         return True
 
 
-def _check_name(name: str, loc: Loc, what: str) -> None:
+def check_name(name: str, loc: Loc | None, what: str) -> None:
+    """Refuse a reserved name (the GEMM result's, a primitive's, a keyword) for a parameter, a
+    value or an output: the text DSL's rule, and the tracer's for a function's operands."""
     if name in INPUT_NAMES:
         raise DslError(f"{name!r} is the GEMM result; it cannot be used as {what} name", loc)
     if name in PRIMITIVES or name in ("save", "EPILOGUE"):

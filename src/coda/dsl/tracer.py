@@ -16,6 +16,7 @@ from collections.abc import Callable
 from ..errors import DslError, Loc
 from ..ir import Epilogue, Node, Output, Param
 from ..primitives import INFIX, KINDS, PRIMITIVES
+from .lower import check_name
 
 
 class Value:
@@ -174,23 +175,10 @@ def trace(fn: Callable) -> Epilogue:
     names = list(signature.parameters)
     if not names:
         raise DslError(f"{name}: an epilogue function takes the GEMM result as its first parameter")
-    params: dict[str, Param] = {}
-    for p in list(signature.parameters.values())[1:]:
-        if p.name == "output":
-            continue
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            raise DslError(f"{name}: *args and **kwargs cannot be epilogue operands")
-        kind = None if p.annotation is p.empty else _annotation_kind(fn, p.annotation)
-        if kind is not None and kind not in KINDS:
-            raise DslError(f"{name}: parameter {p.name!r} has kind {kind!r}; expected one "
-                           f"of {', '.join(KINDS)}")
-        default = None
-        if p.default is not p.empty:
-            if not isinstance(p.default, numbers.Real) or isinstance(p.default, bool):
-                raise DslError(f"{name}: parameter {p.name!r} has a default that is not "
-                               f"a number")
-            default, kind = float(p.default), kind or "scalar"
-        params[p.name] = Param(p.name, kind, None, default)
+    try:
+        params = _operands(fn, name, list(signature.parameters.values())[1:])
+    except DslError as e:   # a parameter's fault: point at the function's definition
+        raise e.located(*_user_line(fn, None)) from None
     symbols = {n: Value(Node("prior" if n == "output" else "operand", (), None if n == "output" else n))
                for n in names[1:]}
     try:
@@ -210,6 +198,31 @@ def trace(fn: Callable) -> Epilogue:
             raise
         raise e.located(*_user_line(fn, None)) from None
     return Epilogue(name, params, outputs)
+
+
+def _operands(fn: Callable, name: str, parameters: list[inspect.Parameter]) -> dict[str, Param]:
+    """The epilogue's operands from the function's parameters after the GEMM result's (`output`,
+    the prior contents of `out=`, is none): a kind from the annotation, a numeric default makes
+    a scalar; the text DSL's reserved names refused."""
+    params: dict[str, Param] = {}
+    for p in parameters:
+        if p.name == "output":
+            continue
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise DslError(f"{name}: *args and **kwargs cannot be epilogue operands")
+        check_name(p.name, None, "an operand")
+        kind = None if p.annotation is p.empty else _annotation_kind(fn, p.annotation)
+        if kind is not None and kind not in KINDS:
+            raise DslError(f"{name}: parameter {p.name!r} has kind {kind!r}; expected one "
+                           f"of {', '.join(KINDS)}")
+        default = None
+        if p.default is not p.empty:
+            if not isinstance(p.default, numbers.Real) or isinstance(p.default, bool):
+                raise DslError(f"{name}: parameter {p.name!r} has a default that is not "
+                               f"a number")
+            default, kind = float(p.default), kind or "scalar"
+        params[p.name] = Param(p.name, kind, None, default)
+    return params
 
 
 def _user_line(fn: Callable, tb) -> tuple[Loc | None, str | None]:
