@@ -280,6 +280,16 @@ def backend_note(device: torch.device) -> str:
     return "reference backend (CODA's programs evaluated by eager PyTorch)"
 
 
+#: What the throughput ratio measures, by device: the step is launched from Python, whose host
+#: time a CODA launch raises more than a PyTorch kernel does (docs/training.md, "On a GPU").
+THROUGHPUT_NOTE = {
+    "cpu": " (the reference backend interprets each program in Python: the CPU path is for "
+           "correctness, not speed)",
+    "cuda": " (launched from Python: at this size the host's launch time bounds the step; CODA's "
+            "speed shows with the step captured as a CUDA graph, coda.capture_step, docs/training.md)",
+}
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     try:
         device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -324,7 +334,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"{r.label:>5}: final train loss {r.final_loss:.4f}, held-out loss {r.held_out:.4f}, "
               f"{r.tokens_per_s / 1000:.1f}k tokens/s")
     if args.compare:
-        print(f"CODA / eager throughput: {runs[0].tokens_per_s / runs[1].tokens_per_s:.2f}x")
+        print(f"CODA / eager throughput: {runs[0].tokens_per_s / runs[1].tokens_per_s:.2f}x"
+              + THROUGHPUT_NOTE.get(device.type, ""))
     if args.sample > 0:
         prompt, continuation = sample(model, held_out, args.sample, args.seed, device)
         print(f"sample (held-out text, then the model's continuation after '|'):\n{prompt}|{continuation}")
