@@ -280,12 +280,13 @@ def backend_note(device: torch.device) -> str:
     return "reference backend (CODA's programs evaluated by eager PyTorch)"
 
 
-#: What the throughput ratio measures, by device: the step is launched from Python, whose host
-#: time a CODA launch raises more than a PyTorch kernel does (docs/training.md, "On a GPU").
+#: What the throughput ratio measures, by device (docs/training.md): on a CPU the reference
+#: backend's interpretation of each program; on a GPU a step launched from Python, whose host
+#: time a CODA launch raises more than a PyTorch kernel does.
 THROUGHPUT_NOTE = {
     "cpu": " (the reference backend interprets each program in Python: the CPU path is for "
            "correctness, not speed)",
-    "cuda": " (launched from Python: at this size the host's launch time bounds the step; CODA's "
+    "cuda": " (launched from Python: at small sizes the host's launch time bounds CODA's step; its "
             "speed shows with the step captured as a CUDA graph, coda.capture_step, docs/training.md)",
 }
 
