@@ -542,6 +542,51 @@ def test_gradient_checkpointing(family, use_reentrant):
     assert_causal_lm_matches(ref, 1e-10)
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_reentrant_checkpointing_recomputes_the_same_layer(family, monkeypatch):
+    """Under bf16 autocast (reference backend) the reentrant checkpoint's recomputed layers get
+    the row sums the first forward gave them (their input, detached, shares the previous
+    layer's output's storage), so the gradients equal the uncheckpointed ones bit for bit;
+    summing them again made each norm round differently, the gradients off by ~5e-3."""
+    monkeypatch.setattr(coda.runtime.program, "interpreter_enabled", lambda: False)
+    ref = (tiny_llama(torch.float32) if family == "llama" else
+           tiny_gpt2(torch.float32, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    ids, labels = batch()
+
+    def grads(checkpointed: bool) -> list[torch.Tensor]:
+        model = copy.deepcopy(ref).train()
+        if checkpointed:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = coda.patch(model)(input_ids=ids, labels=labels).loss
+        loss.backward()
+        return [p.grad for p in model.parameters()]
+
+    for got, want in zip(grads(True), grads(False), strict=True):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_checkpointed_dropout_replays_the_forwards_masks(use_reentrant):
+    """GPT-2 with hidden dropout in training: the recomputed layers draw the seeds the first
+    forward drew (the checkpoint restores torch's RNG), so the gradients are the uncheckpointed
+    model's, not those of other masks."""
+    ref = tiny_gpt2(torch.float64, resid_pdrop=0.3, embd_pdrop=0.0, attn_pdrop=0.0).train()
+    ids, labels = batch()
+
+    def grads(checkpointed: bool) -> list[torch.Tensor]:
+        model = copy.deepcopy(ref)
+        if checkpointed:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+        torch.manual_seed(5)
+        coda.patch(model)(input_ids=ids, labels=labels).loss.backward()
+        return [p.grad for p in model.parameters()]
+
+    for got, want in zip(grads(True), grads(False), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("build", [tiny_llama, tiny_gpt2, tiny_bert], ids=["llama", "gpt2", "bert"])
 def test_autocast(build, dtype, monkeypatch):

@@ -294,6 +294,27 @@ def test_follows_autocast_casts_what_it_should():
     with torch.autocast("cpu", dtype=torch.bfloat16):   # tensors passed by keyword only
         op(x=args[0], w=args[1], **extra)
     assert seen["x"] == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16):   # a kept one passed by position
+        op(*args, extra["stats"], extra["ids"], extra["wide"])
+    assert seen["stats"] == torch.float32
+
+
+def test_an_op_under_autocast_compiles_after_a_dict_changed():
+    """torch.compile(fullgraph=True) of an op under autocast, after the traced code changed a dict
+    (as a patched GPT-2's forward does, its tied LM head flagging its embedding): the op's
+    autocast wrapper binds no `inspect.Signature`, whose mappingproxy Dynamo refuses then."""
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 16, requires_grad=True), torch.randn(8, 16, requires_grad=True)
+    flags = {}
+
+    def step(x):
+        flags["seen"] = True
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return coda.ops.linear(x, w, activation="gelu")
+
+    y = torch.compile(step, backend="aot_eager", fullgraph=True)(x)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y, step(x), rtol=0, atol=0)
 
 
 

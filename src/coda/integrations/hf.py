@@ -69,6 +69,7 @@ import functools
 import inspect
 import sys
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 
 import torch
@@ -566,27 +567,45 @@ def _final_norm(model: nn.Module) -> Callable:
     return type(model).forward
 
 
-#: the attribute by which a block's output carries its row sums Σ y and Σ y² (taken in the
+#: the attribute by which a block's output y carries its row sums Σ y and Σ y² (taken in the
 #: epilogue of the GEMM that formed y) to the norm that reads y next, which then needs no map
-#: of its own to sum them; with y's version counter, so that a change in place drops them.
-#: Not under torch.compile (Dynamo keeps no tensor attribute), nor on inference tensors
-#: (`torch.inference_mode`: they have no version counter): there each norm sums its input.
+#: of its own to sum them. Kept on y's storage (`_carrier`), which y detached shares: a
+#: reentrant checkpoint recomputes a layer on its input detached, and must use the sums the
+#: first forward used, else the recomputed layer differs from it by the rounding of the sums
+#: (gradients off by about an ulp in bf16). With a weak reference to y and y's layout and
+#: version: the sums hold while y is unchanged and are given to y, or a tensor sharing y's
+#: memory and version counter (y detached). Not under torch.compile (Dynamo keeps no
+#: attribute), nor on inference tensors (`torch.inference_mode`: they have no version
+#: counter): there each norm sums its input.
 CARRIED_SUMS = "_coda_row_sums"
+
+
+def _carrier(t: torch.Tensor) -> object:
+    """What holds t's carried sums: its storage, or a tensor subclass itself (whose storage
+    may not be reachable)."""
+    return t.untyped_storage() if type(t) is torch.Tensor else t
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return t.storage_offset(), t.shape, t.stride(), t.dtype, t._version
 
 
 def _carry_sums(y: torch.Tensor, s: torch.Tensor | None, ss: torch.Tensor) -> torch.Tensor:
     if not torch.compiler.is_compiling() and not y.is_inference():
-        setattr(y, CARRIED_SUMS, (s, ss, y._version))
+        setattr(_carrier(y), CARRIED_SUMS, (s, ss, weakref.ref(y), _layout(y)))
     return y
 
 
 def _carried_sums(x: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """(Σ x, Σ x²) per row if x came out of `_carry_sums` unchanged (Σ x None where an
-    RMSNorm comes next), else (None, None)."""
-    carried = None if torch.compiler.is_compiling() else getattr(x, CARRIED_SUMS, None)
-    if carried is None or carried[2] != x._version:
+    """(Σ x, Σ x²) per row if x is a tensor out of `_carry_sums`, unchanged, or one sharing its
+    memory and version counter (Σ x None where an RMSNorm comes next), else (None, None)."""
+    if torch.compiler.is_compiling() or x.is_inference():
         return None, None
-    return carried[0], carried[1]
+    s, ss, ref, layout = getattr(_carrier(x), CARRIED_SUMS, (None, None, lambda: None, None))
+    y = ref()
+    if y is None or _layout(y) != layout or _layout(x) != layout:
+        return None, None
+    return s, ss
 
 
 # ----------------------------------------------------------------------------------------------- BERT

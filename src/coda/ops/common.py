@@ -94,9 +94,13 @@ def follows_autocast(*keep: str, widest: bool = False) -> Callable[[Callable], C
     producer's row sums) are cast to the region's dtype; with `widest` (a norm, which autocast
     runs in float32) its 16-bit ones to float32. The op then runs with autocast off, its kernels
     computing in their inputs' dtype. The casts are autograd's: float32 parameters receive
-    float32 gradients. Outside autocast the op is called as it is."""
+    float32 gradients. Outside autocast the op is called as it is.
+
+    The parameter names are read once, here: under torch.compile, `inspect.Signature.bind` at
+    each call reads a mappingproxy, which Dynamo refuses once the traced code has changed any
+    dict (an HF model's forward does), a graph break and a failed `fullgraph=True`."""
     def wrap(op: Callable) -> Callable:
-        signature = inspect.signature(op)
+        names = tuple(inspect.signature(op).parameters)   # the ops take no *args or **kwargs
 
         @functools.wraps(op)
         def run(*args, **kwargs):
@@ -106,12 +110,16 @@ def follows_autocast(*keep: str, widest: bool = False) -> Callable[[Callable], C
                 return op(*args, **kwargs)
             source, target = (((torch.bfloat16, torch.float16), torch.float32) if widest
                               else ((torch.float32,), torch.get_autocast_dtype(device)))
-            bound = signature.bind(*args, **kwargs)
-            for name, value in bound.arguments.items():
+
+            def cast(name: str, value: object) -> object:
                 if name not in keep and isinstance(value, torch.Tensor) and value.dtype in source:
-                    bound.arguments[name] = value.to(target)
+                    return value.to(target)
+                return value
+            # (positional arguments past the parameters are passed on: the op refuses the call)
+            args = tuple(cast(name, v) for name, v in zip(names, args, strict=False)) + args[len(names):]
+            kwargs = {name: cast(name, v) for name, v in kwargs.items()}
             with torch.autocast(device, enabled=False):
-                return op(*bound.args, **bound.kwargs)
+                return op(*args, **kwargs)
         return run
     return wrap
 
