@@ -191,6 +191,27 @@ def test_pack_to_twice_the_width_and_back(dtype):
     assert rel(swap(a, b, backend="triton")["output"], want) < TOL[dtype]
 
 
+def test_a_constant_of_both_domains_is_whole_where_pack_and_rope_read_it():
+    """`1.0` is one node (CSE) that `input + 1.0` reads in [M, N] and pack or rope in the pair
+    domain: each broadcasts it to a tile of its own domain (they once took the [M, N] tile's
+    shape, and the kernel failed on the mismatch)."""
+    m, n, k = 37, 68, 5
+    a, b = oracle.launch_inputs(m, n, k, seed=6, dtype=torch.float32)
+    g = torch.Generator().manual_seed(7)
+    cos, sin = (oracle.random_values((m, 3), "any", g, torch.float32) for _ in range(2))
+    gate = oracle.unpack(oracle.np64(a) @ oracle.np64(b))[0]
+    packed = np.empty((m, n))
+    packed[:, 0::2], packed[:, 1::2] = gate, 1.0
+    rotated = oracle.rope(np.ones((m, n // 2)), oracle.np64(cos), oracle.np64(sin))
+    cases = {"output = pack(g, 1.0);": packed, "output = g + rope(1.0, cos, sin);": gate + rotated}
+    for body, want in cases.items():
+        prog = coda.compile("EPILOGUE(cos: head, sin: head) { g, u = unpack(input); save s = input + 1.0; "
+                            f"{body} }}")
+        got = prog(a, b, backend="triton", cos=cos, sin=sin)
+        assert rel(got["output"], want) < 1e-6, body
+        assert rel(got["s"], oracle.np64(a) @ oracle.np64(b) + 1.0) < 1e-6, body
+
+
 def test_out_dtype_scalar_tensor_and_poisoned_out():
     m, n, k = 33, 34, 35
     a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)

@@ -102,3 +102,30 @@ def test_float32_dots_follow_torchs_matmul_precision():
         torch.set_float32_matmul_precision(before)
     assert sorted(plan.meta["DOT_PRECISION"] for plan in prog._plans.values()) == ["tf32", "tf32x3"]
     assert kernel.dot_precision(torch.float16) == "tf32"
+
+
+def test_a_kernel_writing_out_counts_as_an_in_place_change():
+    """A kernel writes `out=` through its pointer, which autograd does not see: the launch bumps
+    out's version counter, as the reference backend's copy does, so a tensor that a graph saved
+    and a launch then overwrote fails loudly at backward instead of giving a wrong gradient (a
+    first launch and a cached one, also an in-place map)."""
+    import pytest
+
+    import coda
+
+    prog = coda.compile("output = input;")
+    a, b = torch.randn(8, 4), torch.eye(4, 8)
+    for _ in range(2):   # the second launch takes the cached plan
+        x = torch.randn(8, 8, requires_grad=True)
+        h = x * 1.0
+        loss = (h * h).sum()   # saves h
+        before = h._version
+        prog(a, b, backend="triton", out=h.detach())
+        assert h._version > before
+        torch.testing.assert_close(h.detach(), a @ b)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+    y = torch.randn(8, 8)
+    before = y._version
+    prog.map(y, backend="triton", out=y)
+    assert y._version > before

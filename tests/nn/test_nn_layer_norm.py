@@ -186,6 +186,24 @@ def test_one_pass_backward_float32(norm, shape, choice, needs):
             assert (have.double() - expect).norm() / expect.norm() < 1e-5
 
 
+@pytest.mark.parametrize("norm", ["layer", "rms"])
+def test_one_pass_backward_takes_float16_sums(norm):
+    """A caller's float16 sums (rms_norm(x, g, sumsq=...) checks only that they are floating
+    point) are read as float32: the gradients equal those from the same values given in
+    float32, where the interpreter used to stop at rsqrt of a float16."""
+    one_pass = importlib.import_module("coda.nn.layer_norm_grad")
+    x, g, beta = (t.float() for t in inputs((9, 24), seed=6))
+    dy = torch.randn(9, 24, generator=torch.Generator().manual_seed(7))
+    half = {k: v.half() for k, v in row_operands(norm, x).items()}
+    beta = None if norm == "rms" else beta
+    got, want = (one_pass.launch(dy, x, g, **sums, inv_n=1.0 / 24, eps=1e-5, dres=None, need_dx=True,
+                                 param_dtypes=(torch.float32,) * 2, beta=beta)
+                 for sums in (half, {k: v.float() for k, v in half.items()}))
+    for have, expect in zip(got, want, strict=True):
+        if expect is not None:
+            torch.testing.assert_close(have, expect, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("shape", [(70, 48), (33, 200), (0, 16)])
 @pytest.mark.parametrize("norm", ["layer", "rms"])
 def test_one_pass_forward_float32(norm, shape):
@@ -233,6 +251,14 @@ def test_errors_name_the_argument():
         layer_norm(x, g, beta, rowsum=x.sum(-1))
     with pytest.raises(coda.LaunchError, match="sumsq"):
         layer_norm(x, g, beta, rowsum=x.sum(-1), sumsq=x.sum(-1)[:2])
+    # integer parameters or sums: refused by name on every path (the one-pass kernel read an
+    # integer gain, the maps refused it as their operand)
+    with pytest.raises(coda.LaunchError, match=r"layer_norm: g has dtype torch\.int64"):
+        layer_norm(x, torch.ones(8, dtype=torch.long), beta)
+    with pytest.raises(coda.LaunchError, match=r"layer_norm: rowsum has dtype torch\.int64"):
+        layer_norm(x, g, beta, rowsum=torch.ones(4, dtype=torch.long), sumsq=x.sum(-1))
+    with pytest.raises(coda.LaunchError, match=r"rms_norm: g has dtype torch\.int32"):
+        rms_norm(x, torch.ones(8, dtype=torch.int32))
 
 
 # RMSNorm: coda.nn.rms_norm -------------------------------------------------------------------------

@@ -206,6 +206,19 @@ def test_no_rows_gives_torchs_loss_and_zero_gradients(reduction):
         assert torch.equal(grad, torch.zeros_like(grad))
 
 
+@pytest.mark.parametrize("options", [{}, dict(skip_ignored=True), dict(low_memory=True),
+                                     dict(reduction="none")])
+def test_meta_tensors_give_the_shapes(options):
+    """Shape propagation: on the meta device the loss and gradients come back with their shapes
+    (the forward's launches write into their own blocks with out= and stop at m_limit, which a
+    meta tensor neither overlaps nor has a value for)."""
+    x, w = (torch.empty(shape, device="meta", requires_grad=True) for shape in ((2, 3, 8), (11, 8)))
+    loss = linear_cross_entropy(x, w, torch.zeros(2, 3, dtype=torch.long, device="meta"), **options)
+    assert loss.is_meta and loss.shape == ((2, 3) if options.get("reduction") else ())
+    loss.sum().backward()
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
+
+
 # float32 through the Triton interpreter -----------------------------------------------------------
 # Float32 errors: the logits carry a few ulps times sqrt(K) (K <= 96), the log-sum-exp and the
 # softmax in the epilogue a few ulps more, and dx and dw sum V <= 97 or T <= 45 float32 products.

@@ -79,6 +79,21 @@ def test_float64_takes_torch_backward():
     torch.testing.assert_close(w.grad, reference_grad(ids, dy, rows, 2), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, F64])   # the kernel's path, torch's backward
+@pytest.mark.parametrize(("tokens", "width"), [(4, 0), (0, 4)])   # no features, no tokens
+def test_a_table_of_zero_width_or_no_tokens(dtype, tokens, width):
+    """As torch's embedding: a [V, 0] table gives [..., 0] rows and a [V, 0] gradient (dy
+    [..., 0] has no rows to infer with reshape(-1, 0)); no ids give a zero gradient."""
+    ids = torch.tensor([1, 4, 0, 1])[:tokens].reshape(2, tokens // 2)
+    w = torch.randn(5, width, dtype=dtype, requires_grad=True)
+    want = w.detach().to(F64).requires_grad_()
+    torch.nn.functional.embedding(ids, want).backward(torch.ones(2, tokens // 2, width, dtype=F64))
+    y = embedding(ids, w)
+    assert y.shape == (2, tokens // 2, width)
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(w.grad, want.grad.to(dtype))
+
+
 def test_without_grad_it_is_torch_embedding():
     w = torch.randn(10, 4)
     ids = torch.tensor([[1, 9], [0, 1]])

@@ -62,6 +62,9 @@ def test_prior_output_adapts_to_the_new_output():
     ("g, u = unpack(input);\noutput = pack(g, input);", 2, 10, "pack's arguments mix"),
     ("output = pack(pack(input, input), input);", 1, 10, "already packed"),
     ("output += pack(input, input);", 1, 1, "can only be stored as an output"),
+    # values of their column met in both domains: one node, computed in one domain
+    ("v = dropout(r, 0.5);\ng, u = unpack(input + v);\noutput = g * v;", 1, 5, "dropout() is used in both"),
+    ("v = rope(r, c, s);\ng, u = unpack(input + v);\noutput = g * v;", 1, 5, "rope() is used in both"),
 ])
 def test_domain_errors_at_compile_time(source, line, col, fragment):
     err = dsl_error(source)

@@ -288,6 +288,37 @@ def test_expanded_out_is_refused():
     assert "out= has stride 0" in text and "[0, 1]" in text
 
 
+def test_out_whose_elements_share_memory_is_refused():
+    """An `as_strided` out= whose elements overlap would have tiles race to store them (the
+    reference's copy silently kept the last); views that slicing and transposing make pass."""
+    prog = coda.compile("output = input;")
+    a, b = _ab()
+    text = _launch_error(prog, a, b, out=torch.zeros(12, dtype=F64).as_strided((4, 6), (2, 1)))
+    assert "out= (shape [4, 6], strides [2, 1]) has elements that share memory" in text
+    buffer = torch.full((8, 18), float("nan"), dtype=F64)
+    for out in (buffer[::2, ::3], torch.full((6, 4), float("nan"), dtype=F64).T):
+        prog.reference(a, b, out=out)
+        assert torch.equal(out, a @ b)
+    assert not binding._self_overlapping(torch.zeros(1, 6).expand(0, 6))   # no elements
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_an_inference_tensor_is_out_only_inside_inference_mode(backend):
+    """As PyTorch's in-place ops: a launch outside inference mode refuses to write an inference
+    tensor (the reference's copy raised PyTorch's error, a kernel wrote it), also where the
+    plan was made inside (the cached path)."""
+    if backend == "triton" and not program.interpreter_enabled():
+        pytest.skip("runs the kernel through the interpreter")
+    prog = coda.compile("output = input;")
+    a, b = _ab(dtype=torch.float32)
+    with torch.inference_mode():
+        out = torch.full((4, 6), float("nan"))
+        prog(a, b, out=out, backend=backend)
+    torch.testing.assert_close(out, a @ b)
+    with pytest.raises(coda.LaunchError, match="out= is an inference tensor"):
+        prog(a, b, out=out, backend=backend)
+
+
 def test_out_with_outputs_that_leave_output_out_is_refused():
     """out= was neither written nor returned when outputs= left 'output' out."""
     prog = coda.compile("output = input; s = row_sum(input);")
@@ -441,6 +472,17 @@ def test_meta_tensors_take_the_reference_even_under_the_interpreter(monkeypatch)
     assert outs["output"].shape == (8, 6) and outs["s"].shape == (8,) and outs["s"].is_meta
     with pytest.raises(coda.LaunchError, match="A is on meta"):
         prog(a, b, r=r, backend="triton")
+
+
+def test_meta_tensors_take_out():
+    """Shape propagation on meta tensors (the LM head's cross-entropy and qkv_rope launch with
+    out=): each meta tensor's data_ptr is 0, which is no shared memory."""
+    prog = coda.compile("output = input + r; s = row_sum(input);")
+    a, b, r = (torch.empty(shape, device="meta") for shape in ((8, 4), (4, 6), (8, 6)))
+    out = torch.empty(8, 6, device="meta")
+    outs = prog(a, b, r=r, out=out)
+    assert outs["output"] is out and outs["s"].shape == (8,) and outs["s"].is_meta
+    assert prog.map(r, r=r, out=out)["output"] is out
 
 
 def test_errors_come_before_any_backend_runs(monkeypatch):

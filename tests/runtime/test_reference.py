@@ -211,6 +211,30 @@ def test_row_logsumexp_is_stable_for_large_values():
     assert_close64(got, REDUCTIONS["row_logsumexp"](x))
 
 
+@pytest.mark.parametrize(("m", "n"), [(0, 5), (4, 0)])
+def test_reductions_over_no_values(m, n):
+    """An empty row (N = 0) or column (M = 0) sums to 0 and has maximum and log-sum-exp -inf, as
+    the kernels give (torch.amax refuses an empty dimension); also for a map."""
+    prog = coda.compile("output = input; rs = row_sum(input); cs = col_sum(input);"
+                        " rm = row_max(input); cm = col_max(input); lse = row_logsumexp(input);")
+    a, b = launch_inputs(m, n, 3, seed=1)
+    for got in (prog.reference(a, b), prog.map(torch.ones(m, n, dtype=torch.float64), backend="reference")):
+        assert got["output"].shape == (m, n)
+        assert got["rs"].tolist() == [0.0] * m and got["cs"].tolist() == [0.0] * n
+        assert got["rm"].tolist() == [-math.inf] * m and got["lse"].tolist() == [-math.inf] * m
+        assert got["cm"].tolist() == [-math.inf] * n
+
+
+def test_limits_on_meta_tensors_run_the_launch_whole():
+    """A meta m_limit or k_limit has no value to read back (shape propagation through the LM
+    head's cross-entropy, which launches with them): the launch runs whole, shapes only."""
+    prog = coda.compile("output = input; s = row_sum(input);")
+    a, b = torch.empty(8, 4, device="meta"), torch.empty(4, 6, device="meta")
+    limit = torch.ones(1, dtype=torch.int64, device="meta")
+    outs = prog.reference(a, b, m_limit=limit, k_limit=limit)
+    assert outs["output"].shape == (8, 6) and outs["s"].shape == (8,) and outs["s"].is_meta
+
+
 def test_reductions_of_broadcast_values_cover_the_whole_tile():
     prog = coda.compile("output = input; a = row_sum(r); b = col_sum(2); c = col_max(r); d = row_max(c2);")
     m, n = 5, 3
@@ -304,6 +328,27 @@ def test_rope_in_the_pair_domain():
     got = prog.reference(a, b, cs=angle.cos(), sn=angle.sin())["output"]
     gate, up = unpack(np64(a) @ np64(b))
     assert_close64(got, rope(gate, np64(angle.cos()), np64(angle.sin())) * up)
+
+
+def test_a_constant_of_both_domains_is_whole_where_pack_rope_and_dropout_read_it():
+    """`1.0` is one node (CSE) that `input + 1.0` reads in [M, N] and a pairwise op or dropout in
+    the pair domain, [M, N/2]: each reads it as a tile of its own domain."""
+    m, n = 5, 8
+    a, b = launch_inputs(m, n, 3, seed=4)
+    g = torch.Generator().manual_seed(5)
+    cos, sin = random_values((m, 2), "any", g), random_values((m, 2), "any", g)
+    gate = unpack(np64(a) @ np64(b))[0]
+    packed = np.empty((m, n))
+    packed[:, 0::2], packed[:, 1::2] = gate, 1.0
+    cases = {"output = pack(g, 1.0);": packed,
+             "output = g + rope(1.0, cos, sin);": gate + rope(np.ones((m, n // 2)), np64(cos), np64(sin)),
+             "output = g + dropout(1.0, 0.5);": gate + 2.0 * dropout_mask_from_rng(7, 0.5, m, n // 2)}
+    for body, want in cases.items():
+        prog = coda.compile("EPILOGUE(cos: head, sin: head) { g, u = unpack(input); save s = input + 1.0; "
+                            f"{body} }}")
+        got = prog.reference(a, b, cos=cos, sin=sin, seed=7)
+        assert_close64(got["output"], want)
+        assert_close64(got["s"], np64(a) @ np64(b) + 1.0)
 
 
 # dropout on the reference backend ----------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..ir import Node
 from ..passes.edges import zero_past_edge
-from ..passes.widths import DOUBLE, FULL, HALF
+from ..passes.widths import DOUBLE, FULL, HALF, PACKED
 from ..primitives import PRIMITIVES
 from .mainloops import OPERAND_PARTITION
 
@@ -303,8 +303,11 @@ class _Emitter:
         d = _DOMAIN[width]
         return f"{d.mask_rows}[:, None] & {d.mask_cols}[None, :]"
 
-    def broadcast(self, node: Node) -> str:
-        return f"tl.broadcast_to({self.names[node]}, {self.tile_shape(self.domains[node])})"
+    def broadcast(self, node: Node, width: str) -> str:
+        """`node`'s value as a whole tile of the `width` domain, where unpack, pack or rope reads
+        it: a value that does not depend on the column (a constant, a row operand) is one node
+        in both domains, in the [M, N] one by its own."""
+        return f"tl.broadcast_to({self.arg(node, width)}, {self.tile_shape(width)})"
 
     def run(self) -> str:
         params = ", ".join(["acc", "pid_m", "tile_n", "M", "N", "seed",
@@ -372,7 +375,8 @@ class _Emitter:
         if op == "unpack":
             return self.unpack(node)
         if op == "pack":
-            joined = ", ".join(self.broadcast(a) for a in node.args)
+            unpacked = next(w for w, packed in PACKED.items() if packed == width)
+            joined = ", ".join(self.broadcast(a, unpacked) for a in node.args)
             packed = f"tl.reshape(tl.join({joined}), {self.tile_shape(width)})"
             if self.gluon and width == FULL:  # back in the accumulator's layout
                 return f"gl.convert_layout({packed}, acc.type.layout)"
@@ -442,7 +446,7 @@ class _Emitter:
         source = node.args[0]
         if source not in self.unpacked:
             pair = (f"{self.names[source]}_first", f"{self.names[source]}_second")
-            self.emit(f"{pair[0]}, {pair[1]} = tl.split(tl.reshape({self.broadcast(source)}, "
+            self.emit(f"{pair[0]}, {pair[1]} = tl.split(tl.reshape({self.broadcast(source, FULL)}, "
                       f"(BLOCK_M, BLOCK_N // 2, 2)))")
             self.unpacked[source] = pair
         return self.unpacked[source][node.arg]
@@ -452,7 +456,8 @@ class _Emitter:
         v = self.names[node]
         width = self.domains[node]
         block = _DOMAIN[width].block
-        self.emit(f"{v}_x0, {v}_x1 = tl.split(tl.reshape({self.broadcast(x)}, (BLOCK_M, {block} // 2, 2)))")
+        self.emit(f"{v}_x0, {v}_x1 = tl.split(tl.reshape({self.broadcast(x, width)}, "
+                  f"(BLOCK_M, {block} // 2, 2)))")
         rows, mask = "rows", "mask_m"
         if self.gluon:  # the pairs' layout (a split) is not the tile's
             rows, mask = f"{v}_rows", f"{v}_mask"

@@ -407,6 +407,8 @@ class Plan:
             if self.persistent:
                 _ensure_allocator()
             self.compiled, self.launcher = first_launch(self.kernel.fn, self.grid, args, self.meta, device)
+        if out is not None:   # written through its pointer: autograd's check of saved tensors sees it
+            torch.autograd.graph.increment_version(out)
         if self.finisher is not None:
             self.finisher([m_limit, *finish_args], device)
         return outputs

@@ -187,7 +187,8 @@ def rms_norm(x: torch.Tensor, g: torch.Tensor, eps: float = 1e-6, sumsq: torch.T
 def _check(op: str, x: object, params: dict[str, object], sums: dict[str, object], passthrough: object
            ) -> None:
     """A LaunchError naming the argument unless x is a floating-point [..., n] tensor, `params`
-    are tensors [n] on its device and the given `sums` have its leading shape."""
+    are floating-point tensors [n] on its device and the given `sums` floating-point tensors of
+    its leading shape there (an integer gain would pass one kernel and fail another)."""
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or not x.is_floating_point():
         raise LaunchError(f"{op}: x must be a floating-point tensor [..., n]")
     n = x.shape[-1]
@@ -196,8 +197,12 @@ def _check(op: str, x: object, params: dict[str, object], sums: dict[str, object
     for name, t in params.items():
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != (n,) or t.device != x.device:
             raise LaunchError(f"{op}: {name} must be a tensor of shape [{n}] on {x.device}")
+        checks.float_tensor(op, name, t)
     checks.flag("passthrough", passthrough)
     for name, t in sums.items():
-        if t is not None and (not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(x.shape[:-1])):
+        if t is None:
+            continue
+        checks.float_tensor(op, name, t, x)
+        if tuple(t.shape) != tuple(x.shape[:-1]):
             raise LaunchError(f"{op}: {name} must be a tensor of shape {list(x.shape[:-1])}, got "
                               f"{checks.describe(t)}")

@@ -44,14 +44,15 @@ from ..codegen.kernel import launch_cached
 @triton.jit
 def load_rows(DY, X, DRES, SHIFT, S, SS, rows, M, N, stride_dy, stride_x, stride_dres, stride_shift,
               CHUNK: tl.constexpr, CHUNKS: tl.constexpr, RMS: tl.constexpr, HAS_DRES: tl.constexpr):
-    """What the rows' step reads, as stored: their sums (ss, s, shift) and dy, x, dres as tuples
-    of chunks (dres: dy's where there is none; never read then)."""
+    """What the rows' step reads, as stored: their sums (ss, s, shift; ss and s in float32,
+    whatever dtype a caller's sumsq came in) and dy, x, dres as tuples of chunks (dres: dy's
+    where there is none; never read then)."""
     row_in = rows < M
-    ss = tl.load(SS + rows, mask=row_in, other=0.0)
+    ss = tl.load(SS + rows, mask=row_in, other=0.0).to(tl.float32)
     if RMS:
         s, shift = ss, ss
     else:
-        s = tl.load(S + rows, mask=row_in, other=0.0)
+        s = tl.load(S + rows, mask=row_in, other=0.0).to(tl.float32)
         shift = tl.load(SHIFT + rows * stride_shift, mask=row_in, other=0.0).to(tl.float32)
     dys, xs, dress = (), (), ()
     for c in tl.static_range(CHUNKS):

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from ..errors import LaunchError
 from ..runtime.program import default_backend
 from . import checks
-from .common import op_function
+from .common import as_rows, op_function
 
 
 @op_function
@@ -43,7 +43,7 @@ class EmbeddingFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor, dw: torch.Tensor | None = None
                  ) -> tuple[None, torch.Tensor, None, None, None]:
         (ids,) = ctx.saved_tensors
-        return None, table_grad(dy.reshape(-1, dy.shape[-1]), ids.reshape(-1), ctx.rows,
+        return None, table_grad(as_rows(dy)[0], ids.reshape(-1), ctx.rows,
                                 ctx.padding_idx, into=dw, in_place=ctx.in_place), None, None, None
 
 
@@ -81,7 +81,7 @@ def table_grad(dy: torch.Tensor, ids: torch.Tensor, rows: int, padding_idx: int 
         in_place = (in_place and getattr(into, SOLE_USE, False) and into.is_contiguous()
                     and into.dtype == dy.dtype)
         dw = into if in_place else into.to(dy.dtype, copy=True, memory_format=torch.contiguous_format)
-    if ids.numel():
+    if dw.numel() and ids.numel():
         embedding_grad.launch(dy.contiguous(), ids, dw, padding_idx, accumulate=into is not None)
     return dw
 

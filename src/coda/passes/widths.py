@@ -20,6 +20,11 @@ from ..ir import Epilogue, Node
 FULL, HALF, DOUBLE = "full", "half", "double"
 #: The domain `pack` gives, from that of its arguments.
 PACKED = {HALF: FULL, FULL: DOUBLE}
+#: The values that depend on their column but on no `input`, so they take the domain they meet:
+#: what a second domain would change (one node cannot be computed in both).
+COLUMN_DEPENDENT = {"col_index": "which number columns differently",
+                    "dropout": "whose masks differ (drawn per column of the domain)",
+                    "rope": "whose column pairs differ"}
 #: Each domain's columns, as a text and from the GEMM's N.
 COLUMNS = {FULL: "N", HALF: "N/2", DOUBLE: "2N"}
 
@@ -79,10 +84,10 @@ def widths(epi: Epilogue) -> Widths:
                     given = {w for w, packed in PACKED.items() if packed in mine}
                 context.setdefault(arg, set()).update(given)
     final = {n: ({own[n]} if own[n] else context.get(n, {FULL})) for n in order}
-    for node in order:
-        if node.op == "col_index" and len(final[node]) > 1:
-            raise DslError("col_index() is used in both the [M, N] and the [M, N/2] column domain, "
-                           "which number columns differently; use it in one of them", node.loc)
+    for node in order:   # computed once, in one domain, while its values depend on the column
+        if node.op in COLUMN_DEPENDENT and len(final[node]) > 1:
+            raise DslError(f"{node.op}() is used in both the [M, N] and the [M, N/2] column domain, "
+                           f"{COLUMN_DEPENDENT[node.op]}; use it in one of them", node.loc)
     outputs = {o.name: min(final[o.value]) for o in epi.outputs}
     for o in epi.outputs:
         if o.reduction is not None and outputs[o.name] == DOUBLE:

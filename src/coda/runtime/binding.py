@@ -195,6 +195,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     specs = _stored_as(specs, dtypes)
     if out is not None:
         _check_out(out, specs[0], a.device)
+        check_out_writable(out)
         check_out_overlap(concat or a, b, out, values)
     elif epi.accumulates:
         raise LaunchError("the program accumulates into `output` (it reads the prior output, as "
@@ -389,15 +390,46 @@ def _check_out(out, spec: OutputSpec, device) -> None:
         raise LaunchError(f"out= has stride 0 along a dimension (strides {list(out.stride())}, an "
                           f"expanded view): its elements would overlap; give a tensor that owns "
                           f"each element")
+    if _self_overlapping(out):
+        raise LaunchError(f"out= (shape {list(out.shape)}, strides {list(out.stride())}) has elements "
+                          f"that share memory: tiles would race to store them; give a tensor that "
+                          f"owns each element")
+
+
+def _self_overlapping(x: torch.Tensor) -> bool:
+    """Whether elements of x may share memory: taken by stride, each dimension's stride must pass
+    the furthest element the smaller ones reach. Every view that slicing, transposing and
+    permuting make passes; an `as_strided` layout that fails it is refused, overlapping or not."""
+    if x.numel() == 0:
+        return False
+    reach = 0
+    for stride, size in sorted(zip(x.stride(), x.shape, strict=True)):
+        if size > 1:
+            if stride <= reach:
+                return True
+            reach += (size - 1) * stride
+    return False
+
+
+def check_out_writable(out: torch.Tensor) -> None:
+    """PyTorch allows no in-place update of an inference tensor (one made under
+    torch.inference_mode) outside inference mode: neither does a launch, on any backend (the
+    reference's copy raised PyTorch's error, a kernel wrote it). Runs on cached launches too:
+    a plan made inside inference mode serves launches outside it."""
+    if out.is_inference() and not torch.is_inference_mode_enabled():
+        raise LaunchError("out= is an inference tensor (made under torch.inference_mode), which "
+                          "PyTorch does not let a launch outside inference mode update in place: "
+                          "launch inside torch.inference_mode(), or pass a clone")
 
 
 def check_out_overlap(a, b, out: torch.Tensor, operands: dict) -> None:
     """`out=` may not share memory with a GEMM's A or B: other tiles still read them after this
     one's output is stored. Only what a tile reads at its own elements before it stores may be
     `out=` itself, element for element: a map's input (an in-place map) or a tile operand (an
-    in-place residual add); no other operand may overlap it. Runs on cached launches too."""
+    in-place residual add); no other operand may overlap it. Runs on cached launches too. Meta
+    tensors hold no memory (each one's data_ptr is 0): nothing to share."""
     o0, o1 = _byte_range(out)
-    if o0 == o1:
+    if o0 == o1 or out.device.type == "meta":
         return
     pieces = a.pieces if isinstance(a, Concat) else (a,)
     in_place_map = b is None and len(pieces) == 1

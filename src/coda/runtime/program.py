@@ -10,7 +10,15 @@ from ..errors import LaunchError
 from ..ir import LAUNCH_OPTIONS, Epilogue, format_epilogue
 from ..passes import optimize, widths
 from ..passes.widths import COLUMNS
-from .binding import Concat, Launch, bind, check_out_overlap, check_per_call, probability_operands
+from .binding import (
+    Concat,
+    Launch,
+    bind,
+    check_out_overlap,
+    check_out_writable,
+    check_per_call,
+    probability_operands,
+)
 from .partials import Partials
 from .reference import run_reference
 from .rng import seed_word
@@ -192,6 +200,7 @@ class Program:
                 if seed is not None or self.probabilities:
                     check_per_call(self.probabilities, operands, seed)
                 if out is not None:
+                    check_out_writable(out)
                     check_out_overlap(a, b, out, operands)
                 return plan.run(a, b, operands, out, seed_word(seed), limits)
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,

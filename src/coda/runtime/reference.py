@@ -10,7 +10,7 @@ import dataclasses
 import torch
 
 from ..ir import Node
-from ..passes.widths import COLUMNS, columns
+from ..passes.widths import COLUMNS, PACKED, columns
 from ..primitives import PRIMITIVES
 from . import rng
 from .binding import A_COL_SUMS, Launch
@@ -39,7 +39,10 @@ def run_reference(launch: Launch) -> dict[str, torch.Tensor]:
 
 def _limited(launch: Launch) -> tuple[Launch, int]:
     """The launch as if M and K were at most its limits (read back from the device: this is
-    the ground truth, not the fast path), and its M."""
+    the ground truth, not the fast path), and its M. On the meta device a limit has no value
+    to read, and the outputs no values to keep: the launch runs whole."""
+    if launch.a.device.type == "meta":
+        return launch, launch.m
     m = launch.m if launch.m_limit is None else max(0, min(launch.m, int(launch.m_limit)))
     k = launch.k if launch.k_limit is None else max(0, min(launch.k, int(launch.k_limit)))
     if (m, k) == (launch.m, launch.k):
@@ -64,8 +67,11 @@ def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[s
     domains = program.widths.nodes
     env: dict[Node, torch.Tensor] = {}
 
-    def tile(node: Node) -> torch.Tensor:
-        return env[node].expand(m, cols[domains[node]])
+    def tile(node: Node, width: str | None = None) -> torch.Tensor:
+        """`node`'s value, whole, in the `width` domain where pack, rope or dropout reads it
+        (default its own): a value that does not depend on the column (a constant, a row
+        operand) is one node in both domains, in the [M, N] one by its own."""
+        return env[node].expand(m, cols[width or domains[node]])
 
     for node in program.ir.nodes():
         op, args = node.op, [env[a] for a in node.args]
@@ -81,9 +87,11 @@ def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[s
         elif op == "unpack":
             value = tile(node.args[0])[:, node.arg::2]
         elif op == "pack":
-            value = torch.stack([tile(a) for a in node.args], dim=2).flatten(1)
+            unpacked = next(w for w, packed in PACKED.items() if packed == domains[node])
+            value = torch.stack([tile(a, unpacked) for a in node.args], dim=2).flatten(1)
         elif op == "dropout":
-            x, p = tile(node.args[0]), args[1].clamp(0, 1).nan_to_num(1.0)   # tl_math.probability
+            x = tile(node.args[0], domains[node])
+            p = args[1].clamp(0, 1).nan_to_num(1.0)   # as tl_math.probability
             keep = rng.dropout_mask(launch.seed, p.float(), m, x.shape[1], x.device)
             value = torch.where(keep, x / (1 - p), torch.zeros((), dtype=ct, device=x.device))
         elif op == "row_index":
@@ -91,7 +99,7 @@ def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[s
         elif op == "col_index":
             value = torch.arange(cols[domains[node]], dtype=ct, device=launch.a.device)[None, :]
         elif op == "rope":
-            value = _rope(tile(node.args[0]), args[1], args[2])
+            value = _rope(tile(node.args[0], domains[node]), args[1], args[2])
         else:
             value = PRIMITIVES[op].ref(*args)
         env[node] = value
@@ -119,6 +127,14 @@ def _finish(reduction: str | None, x: torch.Tensor) -> torch.Tensor:
         return x
     return {
         "row_sum": lambda: x.sum(1), "col_sum": lambda: x.sum(0),
-        "row_max": lambda: x.amax(1), "col_max": lambda: x.amax(0),
+        "row_max": lambda: _amax(x, 1), "col_max": lambda: _amax(x, 0),
         "row_logsumexp": lambda: torch.logsumexp(x, 1),
     }[reduction]()
+
+
+def _amax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """The maximum along `dim`; -inf over no values (N or M is 0), as the kernels' maxima start
+    (torch.amax refuses an empty dimension)."""
+    if x.shape[dim] == 0:
+        return x.new_full(x.shape[:dim] + x.shape[dim + 1:], -torch.inf)
+    return x.amax(dim)
