@@ -1,13 +1,14 @@
 """codegen/kernel.py: the key of launch_cached's direct launchers separates every argument
 difference Triton compiles a separate kernel for (on the CPU the interpreter runs each launch
 through Triton itself, so the cache is filled only on a GPU: tests/gpu covers the launches); the
-generated kernel's source file; how float32 operands meet the tensor cores."""
+generated kernel's source file; which tensors TMA reads; how float32 operands meet the tensor
+cores; the allocator of a direct launcher's launches through Triton's own launcher."""
 
 from __future__ import annotations
 
 import torch
 
-from coda.codegen.kernel import _specialization
+from coda.codegen.kernel import _specialization, _tma_ok
 
 
 def test_the_key_separates_what_triton_specializes_on():
@@ -18,6 +19,16 @@ def test_the_key_separates_what_triton_specializes_on():
     assert _specialization(768) == _specialization(1024)                     # both multiples of 16
     assert len({_specialization(v) for v in (1, 768, 770, 2**31)}) == 4      # 1, %16, other, 64-bit
     assert _specialization(1e-5) == _specialization(0.5)
+
+
+def test_tma_reads_dense_rows_not_expanded_views():
+    """A tensor map's strides step over whole rows: an expanded view (stride 0, a vector
+    broadcast to a tile) is read through pointers instead."""
+    base = torch.zeros(64, 32, dtype=torch.float16)
+    assert _tma_ok(base, row_major=True) and _tma_ok(base.T)
+    assert not _tma_ok(base[0].expand(64, 32), row_major=True)
+    assert not _tma_ok(torch.zeros(64, dtype=torch.float16)[:, None].expand(64, 32))   # strides (1, 0)
+    assert not _tma_ok(base[:, 1:17])                  # 2 bytes past a 16-byte boundary
 
 
 def test_launches_run_through_triton_under_the_interpreter():
@@ -129,3 +140,39 @@ def test_a_kernel_writing_out_counts_as_an_in_place_change():
     before = y._version
     prog.map(y, backend="triton", out=y)
     assert y._version > before
+
+
+def test_a_direct_launch_through_tritons_own_launcher_sets_the_allocator_of_its_thread(monkeypatch):
+    """While a profiler's launch hooks are set, a Plan's cached launches go through Triton's own
+    launcher, which takes a Hopper kernel's TMA scratch from Triton's allocator: that is kept
+    per thread, and such a launch may come from another thread than the first one (autograd's
+    backward), where none was set."""
+    import threading
+    from types import SimpleNamespace
+
+    from triton import knobs
+    from triton.runtime import _allocation
+
+    from coda.codegen import kernel
+
+    allocators = []
+
+    class Compiled:   # what direct_launcher reads of a compiled kernel
+        run = SimpleNamespace(profile_scratch_size=0, global_scratch_size=128, num_ctas=1, launch=None,
+                              launch_cooperative_grid=False, launch_pdl=False)
+        function = packed_metadata = None
+
+        def __getitem__(self, grid):
+            return lambda *args: allocators.append(_allocation._allocator.get())
+
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
+    launcher = kernel.direct_launcher(Compiled(), (2,), torch.device("cuda", 0))
+    hook = lambda *args: None   # noqa: E731
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        thread = threading.Thread(target=launcher, args=(1,))
+        thread.start()
+        thread.join()
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(allocators) == 1 and allocators[0] is not _allocation._NULL_ALLOCATOR

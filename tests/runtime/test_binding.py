@@ -531,3 +531,11 @@ def test_a_cached_launch_still_checks_the_seed_and_the_probabilities():
         with pytest.raises(coda.LaunchError, match=match):
             prog(a, b, p=p, seed=seed, backend="triton")
     assert len(prog._plans) == 1
+
+
+def test_output_names_that_are_not_a_collection_are_a_launch_error():
+    """outputs= and unfinished= that cannot be iterated (a bare number) are named in a
+    LaunchError, as a string or a non-string name is, not a TypeError from iterating them."""
+    prog = coda.compile("EPILOGUE() { output = input; s = row_sum(input); }")
+    for option in ("outputs", "unfinished"):
+        assert "takes a list of output names, got 3" in _launch_error(prog, *_ab(), **{option: 3})

@@ -3,6 +3,7 @@ at odd shapes, in float64 (tight) and float32 (a float32 tolerance), plus output
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -540,6 +541,10 @@ def test_explain_without_tensors():
 def test_explain_with_cpu_tensors_needs_neither_cuda_nor_the_interpreter(monkeypatch):
     """`explain(a, b)` shows the kernel a launch on those tensors would run; on the CPU that is
     the interpreter's, whether or not the interpreter is switched on."""
+    # Triton fixes a @triton.jit function's mode when it is defined: the helpers a generated
+    # kernel imports must load under the interpreter first, or every interpreter test after
+    # this one in the process fails
+    importlib.import_module("coda.codegen.tl_math")
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     prog = coda.compile("output = gelu(input + bias);")
     a, b = launch_inputs(8, 6, 4, seed=0, dtype=torch.float32)

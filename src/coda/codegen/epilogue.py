@@ -105,6 +105,8 @@ def kernel_params(program: Program, sig: Signature) -> list[str]:
             params += [f"red_{out.name}_max", f"red_{out.name}_sum"]
         else:
             params.append(f"red_{out.name}_ptr")
+            if out.name in sig.unfinished:   # and its stride between parts: M, not M under m_limit
+                params.append(f"red_{out.name}_sp")
     return params
 
 
@@ -540,5 +542,8 @@ class _Emitter:
             self.emit(f"tl.store(red_{out.name}_sum + tile_n * M + {d.rows}, "
                       f"tl.sum(cm.exp({part} - {part}_shift[:, None]), axis=1), mask={mask})")
         else:
-            self.emit(f"tl.store(red_{out.name}_ptr + tile_n * M + {d.rows}, "
+            # a finished sum's parts lie M (under m_limit, the limit) apart, as the finishing
+            # kernel reads them; parts left unfinished go where the caller's [P, M] reads them
+            stride = f"red_{out.name}_sp" if out.name in self.sig.unfinished else "M"
+            self.emit(f"tl.store(red_{out.name}_ptr + tile_n * {stride} + {d.rows}, "
                       f"{combine}({part}, axis=1), mask={mask})")

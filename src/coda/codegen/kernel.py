@@ -31,7 +31,7 @@ from ..ir import format_epilogue
 from ..passes.widths import DOUBLE
 from ..runtime.binding import A_COL_SUMS, MAX_PIECES, Concat, Launch
 from ..runtime.partials import Partials
-from ..runtime.program import Program
+from ..runtime.program import Program, tf32_matmuls
 from . import tuning
 from .epilogue import (
     Signature,
@@ -385,7 +385,7 @@ class Plan:
                 args += (tensor, *tensor.stride())
             elif spec.name in self.unfinished:   # fresh: the caller keeps them
                 parts = _fresh_parts((self.partial_rows["row"], self.sizes[0]), device)
-                args.append(parts)
+                args += (parts, parts.stride(0))
                 tensor = Partials(parts)
             elif self.direct:   # its one partial is the result
                 tensor = torch.empty(spec.shape, dtype=spec.dtype, device=device)
@@ -527,8 +527,15 @@ def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callabl
     from triton import knobs
 
     runner, run = compiled[(*grid, 1, 1)], compiled.run
-    if run.profile_scratch_size:   # an instrumented kernel: Triton's own path
-        return runner
+
+    def triton_launch(*args) -> None:
+        """Triton's own path, which takes the TMA scratch from Triton's allocator: set per
+        thread, and this may not be the thread of the first launch (autograd's backward)."""
+        _ensure_allocator()
+        runner(*args)
+
+    if run.profile_scratch_size:   # an instrumented kernel
+        return triton_launch
     launch, function, packed = run.launch, compiled.function, compiled.packed_metadata
     cooperative, pdl = run.launch_cooperative_grid, run.launch_pdl
     scratch_bytes = math.prod(grid) * run.num_ctas * run.global_scratch_size
@@ -537,7 +544,7 @@ def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callabl
 
     def launcher(*args) -> None:
         if hooks.launch_enter_hook.calls or hooks.launch_exit_hook.calls:
-            return runner(*args)
+            return triton_launch(*args)
         stream = current_stream(index)
         buffer = scratch.get(stream)
         if buffer is None and scratch_bytes:
@@ -684,12 +691,13 @@ def _readable_pieces(launch: Launch, config: Config) -> bool:
 
 def dot_precision(dtype: torch.dtype) -> str:
     """How the portable kernel's tensor cores take float32 operands: as PyTorch's own float32
-    matmuls do under `torch.set_float32_matmul_precision`. "highest" (PyTorch's default): 3xTF32,
+    matmuls do under `torch.set_float32_matmul_precision` (or `torch.backends.cuda.matmul.
+    fp32_precision`: program.tf32_matmuls). "highest" (PyTorch's default): 3xTF32,
     each operand split into its TF32 part and the TF32 remainder, three MMAs for about float32's
     accuracy; "high" or "medium": one TF32 MMA (10-bit mantissas, ~1e-3 relative error; 2-3x
     the error of cuBLAS's TF32 GEMMs in tests/examples/test_layer_scale.py on an H100, fifty-eighth
     session). Other dtypes ignore it."""
-    if dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
+    if dtype == torch.float32 and not tf32_matmuls():
         return "tf32x3"
     return "tf32"
 
@@ -709,13 +717,14 @@ def _variant(launch: Launch) -> str:
 
 def _tma_ok(x: torch.Tensor, row_major: bool = False) -> bool:
     """A 2-D tensor TMA can address: 16-byte aligned, one unit stride (the last one if
-    `row_major`), the other a multiple of 16 bytes."""
+    `row_major`), the other a nonzero multiple of 16 bytes (an expanded view, stride 0, is
+    read through pointers: a tensor map's strides step over whole rows)."""
     size = x.element_size()
     if x.data_ptr() % 16:
         return False
     if x.stride(1) == 1:
-        return (x.stride(0) * size) % 16 == 0
-    return not row_major and x.stride(0) == 1 and (x.stride(1) * size) % 16 == 0
+        return x.stride(0) != 0 and (x.stride(0) * size) % 16 == 0
+    return not row_major and x.stride(0) == 1 and x.stride(1) != 0 and (x.stride(1) * size) % 16 == 0
 
 
 _sm_counts: dict[int, int] = {}

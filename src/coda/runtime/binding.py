@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -222,7 +223,7 @@ def _unfinished(names, selected: tuple[OutputSpec, ...], dtypes, m_limit) -> fro
     as float32 partials (so not in `dtypes=`)."""
     if names is None:
         return frozenset()
-    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+    if not _is_name_list(names):
         raise LaunchError(f"unfinished= takes a list of output names, got {names!r}")
     specs = {s.name: s for s in selected}
     for name in names:
@@ -286,7 +287,7 @@ def _select(specs: tuple[OutputSpec, ...], names, extra: str | None = None) -> t
     """The specs that `outputs=` names (all when None), and `extra` (asked for otherwise)."""
     if names is None:
         return specs
-    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+    if not _is_name_list(names):
         raise LaunchError(f"outputs= takes a list of output names, got {names!r}")
     names = [*names, *([extra] if extra else [])]
     known = [s.name for s in specs]
@@ -297,6 +298,13 @@ def _select(specs: tuple[OutputSpec, ...], names, extra: str | None = None) -> t
         raise LaunchError(f"outputs=: {unknown[0]!r} is not an output of the program; it has: "
                           f"{', '.join(known)}")
     return tuple(s for s in specs if s.name in names)
+
+
+def _is_name_list(names) -> bool:
+    """Whether `names` (outputs= or unfinished=) is a collection of names: not a string (its
+    letters), nor something that is not iterable at all."""
+    return (isinstance(names, Iterable) and not isinstance(names, str)
+            and all(isinstance(n, str) for n in names))
 
 
 def probability_operands(epi) -> tuple[str, ...]:

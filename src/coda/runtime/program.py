@@ -83,6 +83,24 @@ def _dims(shape) -> str:
     return ", ".join(map(str, shape))
 
 
+def _names(names):
+    """outputs= or unfinished= in a plan's key: a list as a tuple, anything else as it is."""
+    return tuple(names) if isinstance(names, (list, tuple)) else names
+
+
+_fp32_precision = getattr(torch._C, "_get_fp32_precision_getter", None)   # torch >= 2.9
+
+
+def tf32_matmuls() -> bool:
+    """Whether torch's float32 CUDA matmuls may use TF32. Read from the setting that both
+    `torch.set_float32_matmul_precision` and (torch >= 2.9) `torch.backends.cuda.matmul.
+    fp32_precision` write: the old getter raises once the new API has chosen TF32, and keeps
+    reporting "high" after the new API has gone back to "ieee"."""
+    if _fp32_precision is None:
+        return torch.get_float32_matmul_precision() != "highest"
+    return _fp32_precision("cuda", "matmul") == "tf32"
+
+
 def interpreter_enabled() -> bool:
     """True when TRITON_INTERPRET=1: Triton kernels then run on CPU tensors."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -188,14 +206,18 @@ class Program:
         if backend != "reference" and isinstance(first, torch.Tensor) and triton_runs_on(first):
             # The cached fast path: same shapes, strides, dtypes and alignment as a launch
             # that was validated before, so only the values outside this key are checked.
-            key = (backend, _meta(a), _meta(b), _meta(out), out_dtype, seed is None,
-                   outputs if outputs is None else tuple(outputs),
-                   None if dtypes is None else repr(dtypes), *map(_meta, limits), a_col_sums,
-                   unfinished if unfinished is None else tuple(unfinished), *operands,
-                   *map(_meta, operands.values()),
+            # (options as bind takes them: a_col_sums=1 or outputs="s" must not find the plan of
+            # a_col_sums=True or outputs=["s"], which bind would refuse)
+            key = (backend, _meta(a), _meta(b), _meta(out), out_dtype, seed is None, _names(outputs),
+                   None if dtypes is None else repr(dtypes), *map(_meta, limits),
+                   a_col_sums if isinstance(a_col_sums, bool) else None, _names(unfinished),
+                   *operands, *map(_meta, operands.values()),
                    # float32 GEMMs follow torch's float32 matmul precision (kernel.dot_precision)
-                   first.dtype == torch.float32 and torch.get_float32_matmul_precision())
-            plan = self._plans.get(key)
+                   first.dtype == torch.float32 and tf32_matmuls())
+            try:
+                plan = self._plans.get(key)
+            except TypeError:   # an unhashable option (a list of lists): bind says what is wrong
+                plan = key = None
             if plan is not None:
                 if seed is not None or self.probabilities:
                     check_per_call(self.probabilities, operands, seed)
