@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 import coda
+from coda.primitives import INFIX
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 GELU_CUBIC = 0.044715
@@ -263,3 +264,19 @@ def randomize(module: torch.nn.Module, scale: float, vector_offset: float, seed:
                     + (p.dim() == 1) * vector_offset)
     return module
 
+
+def dsl_text(tree) -> str:
+    """The DSL text of a fuzzers' expression tree: ("var", name), ("const", value) or
+    ("call", primitive, args)."""
+    if tree[0] == "var":
+        return tree[1]
+    if tree[0] == "const":
+        return f"({tree[1]!r})" if tree[1] < 0 else repr(tree[1])
+    _, name, args = tree
+    parts = [dsl_text(a) for a in args]
+    if name in INFIX.values():
+        infix = next(k for k, v in INFIX.items() if v == name)
+        return f"({parts[0]} {infix} {parts[1]})"
+    if name == "neg":
+        return f"(-{parts[0]})"
+    return f"{name}({', '.join(parts)})"

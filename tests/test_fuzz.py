@@ -19,8 +19,16 @@ from hypothesis import strategies as st
 
 import coda
 from coda.ir import format_epilogue
-from coda.primitives import INFIX, KINDS, PRIMITIVES
-from oracle import ELEMENTWISE, REDUCTIONS, dropout_mask_from_rng, launch_inputs, np64, random_values
+from coda.primitives import KINDS, PRIMITIVES
+from oracle import (
+    ELEMENTWISE,
+    REDUCTIONS,
+    dropout_mask_from_rng,
+    dsl_text,
+    launch_inputs,
+    np64,
+    random_values,
+)
 
 #: CODA_FUZZ_EXAMPLES=5000 for a longer search than CI's.
 FUZZ = settings(max_examples=int(os.environ.get("CODA_FUZZ_EXAMPLES", "150")), deadline=None, database=None,
@@ -191,32 +199,17 @@ def _programs(draw):
     return statements
 
 
-def _dsl(tree) -> str:
-    if tree[0] == "var":
-        return tree[1]
-    if tree[0] == "const":
-        return f"({tree[1]!r})" if tree[1] < 0 else repr(tree[1])
-    _, name, args = tree
-    parts = [_dsl(a) for a in args]
-    if name in INFIX.values():
-        infix = next(k for k, v in INFIX.items() if v == name)
-        return f"({parts[0]} {infix} {parts[1]})"
-    if name == "neg":
-        return f"(-{parts[0]})"
-    return f"{name}({', '.join(parts)})"
-
-
 def _program_text(statements) -> str:
     lines = ["EPILOGUE fz(t: tile, r: row, c: col, s: scalar) {"]
     for kind, name, tree in statements:
         if kind == "let" or kind == "output":
-            lines.append(f"  {name} = {_dsl(tree)};")
+            lines.append(f"  {name} = {dsl_text(tree)};")
         elif kind == "save":
-            lines.append(f"  save {name} = {_dsl(tree)};")
+            lines.append(f"  save {name} = {dsl_text(tree)};")
         elif kind == "accumulate":
-            lines.append(f"  output += {_dsl(tree)};")
+            lines.append(f"  output += {dsl_text(tree)};")
         else:
-            lines.append(f"  {name} = {kind}({_dsl(tree)});")
+            lines.append(f"  {name} = {kind}({dsl_text(tree)});")
     return "\n".join([*lines, "}"])
 
 
