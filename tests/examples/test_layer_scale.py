@@ -46,8 +46,10 @@ def test_layer_scale_matches_eager(example, dtype, shape):
     # and a result's own rounding to `dtype` (up to half an ulp of its largest element) can land
     # well for eager and not for CODA: float16 dgamma 5.6e-4, one rounding's worth, against
     # eager's 2.6e-4 (seed 1154574802; 1.0-1.07x eager on 30 other seeds), so CODA may also be
-    # one such rounding off eager's error where that is more than twice it
-    rounding = torch.finfo(dtype).eps / 2
+    # that far off eager's error where that is more than twice it. Two roundings of nearly equal
+    # sums can land a whole ulp apart, half an ulp each way (float16 dgamma 1.03e-3 against
+    # eager's 5.13e-4, seed 822776317, at 37x50x24; CODA's error the smaller on seeds 1-3)
+    rounding = torch.finfo(dtype).eps
     for name, got, want in zip(NAMES, fused, eager, strict=True):
         bound = max(2 * want, want + rounding) + floor
         assert got <= bound, f"{name}: {got:.2e} against eager's {want:.2e} (seed {seed})"
