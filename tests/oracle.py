@@ -265,6 +265,24 @@ def randomize(module: torch.nn.Module, scale: float, vector_offset: float, seed:
     return module
 
 
+def call(name: str, *args) -> tuple:
+    """A fuzzers' expression tree node: primitive `name` applied to `args`."""
+    return ("call", name, tuple(args))
+
+
+def guarded(name: str, args) -> tuple:
+    """`name` applied to `args` kept in its safe domain: log/sqrt/rsqrt(abs(x) + 1),
+    exp(min(x, 5)), a / (abs(b) + 1). The guards are part of the tree, so every evaluation
+    sees them."""
+    if name in ("log", "sqrt", "rsqrt"):
+        return call(name, call("add", call("abs", args[0]), ("const", 1.0)))
+    if name == "exp":
+        return call("exp", call("min", args[0], ("const", 5.0)))
+    if name == "div":
+        return call("div", args[0], call("add", call("abs", args[1]), ("const", 1.0)))
+    return call(name, *args)
+
+
 def dsl_text(tree) -> str:
     """The DSL text of a fuzzers' expression tree: ("var", name), ("const", value) or
     ("call", primitive, args)."""

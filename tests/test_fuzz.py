@@ -23,8 +23,10 @@ from coda.primitives import KINDS, PRIMITIVES
 from oracle import (
     ELEMENTWISE,
     REDUCTIONS,
+    call,
     dropout_mask_from_rng,
     dsl_text,
+    guarded,
     launch_inputs,
     np64,
     random_values,
@@ -142,22 +144,6 @@ TERNARY = sorted(n for n, (_, d) in ELEMENTWISE.items() if len(d) == 3)
 REDUCTION_NAMES = sorted(REDUCTIONS)
 
 
-def _call(name, *args):
-    return ("call", name, args)
-
-
-def _guard(name, args):
-    """Keep arguments in the safe domain: log/sqrt/rsqrt(abs(x) + 1), exp(min(x, 5)),
-    a / (abs(b) + 1). The guards are part of the tree, so every evaluation sees them."""
-    if name in ("log", "sqrt", "rsqrt"):
-        return _call(name, _call("add", _call("abs", args[0]), ("const", 1.0)))
-    if name == "exp":
-        return _call("exp", _call("min", args[0], ("const", 5.0)))
-    if name == "div":
-        return _call("div", args[0], _call("add", _call("abs", args[1]), ("const", 1.0)))
-    return _call(name, *args)
-
-
 def _expressions(local_names):
     leaves = [st.sampled_from(OPERANDS).map(lambda v: ("var", v)),
               st.sampled_from(CONSTS).map(lambda v: ("const", v))]
@@ -165,13 +151,13 @@ def _expressions(local_names):
         leaves.append(st.sampled_from(local_names).map(lambda v: ("var", v)))
 
     def extend(children):
-        unary = st.builds(lambda f, x: _guard(f, (x,)), st.sampled_from(UNARY), children)
-        binary = st.builds(lambda f, x, y: _guard(f, (x, y)), st.sampled_from(BINARY), children, children)
+        unary = st.builds(lambda f, x: guarded(f, (x,)), st.sampled_from(UNARY), children)
+        binary = st.builds(lambda f, x, y: guarded(f, (x, y)), st.sampled_from(BINARY), children, children)
         return st.one_of(
             unary, binary, unary, binary,
-            st.builds(lambda f, x, y, z: _guard(f, (x, y, z)), st.sampled_from(TERNARY), children,
+            st.builds(lambda f, x, y, z: guarded(f, (x, y, z)), st.sampled_from(TERNARY), children,
                       children, children),
-            st.builds(lambda x, p: _call("dropout", x, ("const", p)), children,
+            st.builds(lambda x, p: call("dropout", x, ("const", p)), children,
                       st.sampled_from([0.0, 0.25, 0.5])),
         )
 

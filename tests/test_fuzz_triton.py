@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 import coda
 from coda.runtime.program import interpreter_enabled
-from oracle import ELEMENTWISE, REDUCTIONS, dropout_mask_from_rng, dsl_text, np64
+from oracle import ELEMENTWISE, REDUCTIONS, call, dropout_mask_from_rng, dsl_text, guarded, np64
 
 pytestmark = pytest.mark.skipif(not interpreter_enabled(), reason="needs TRITON_INTERPRET=1 on a CPU")
 
@@ -79,27 +79,11 @@ SIZES = (1, 2, 7, 33, 67, 130)
 EVEN_SIZES = (2, 4, 36, 66, 132)
 
 
-def _call(name, *args):
-    return ("call", name, tuple(args))
-
-
-def _guard(name, args):
-    """Keep arguments in the safe domain, as test_fuzz.py does: log/sqrt/rsqrt(abs(x) + 1),
-    exp(min(x, 5)), a / (abs(b) + 1)."""
-    if name in ("log", "sqrt", "rsqrt"):
-        return _call(name, _call("add", _call("abs", args[0]), ("const", 1.0)))
-    if name == "exp":
-        return _call("exp", _call("min", args[0], ("const", 5.0)))
-    if name == "div":
-        return _call("div", args[0], _call("add", _call("abs", args[1]), ("const", 1.0)))
-    return _call(name, *args)
-
-
 def _exact(leaves):
     """Trees over exact leaves whose every value is exact in float32 (small integers)."""
     def extend(children):
-        return st.one_of(st.builds(_call, st.sampled_from(EXACT_UNARY), children),
-                         st.builds(_call, st.sampled_from(EXACT_BINARY), children, children))
+        return st.one_of(st.builds(call, st.sampled_from(EXACT_UNARY), children),
+                         st.builds(call, st.sampled_from(EXACT_BINARY), children, children))
     return st.recursive(st.one_of(st.sampled_from(leaves).map(lambda v: ("var", v)),
                                   st.sampled_from(INT_CONSTS).map(lambda v: ("const", v))),
                         extend, max_leaves=3)
@@ -110,15 +94,15 @@ def _general(leaves, exact, rope: tuple[str, str] | None):
     `rope`: an operand meets one column domain), and exact subtrees in comparisons and `where`
     conditions."""
     def extend(children):
-        options = [st.builds(lambda f, x: _guard(f, (x,)), st.sampled_from(UNARY), children),
-                   st.builds(lambda f, x, y: _guard(f, (x, y)), st.sampled_from(BINARY), children, children),
-                   st.builds(lambda c, x, y: _call("where", c, x, y), exact, children, children),
-                   st.builds(lambda lo, x: _call("clamp", x, lo, _call("add", lo, ("const", 1.5))),
+        options = [st.builds(lambda f, x: guarded(f, (x,)), st.sampled_from(UNARY), children),
+                   st.builds(lambda f, x, y: guarded(f, (x, y)), st.sampled_from(BINARY), children, children),
+                   st.builds(lambda c, x, y: call("where", c, x, y), exact, children, children),
+                   st.builds(lambda lo, x: call("clamp", x, lo, call("add", lo, ("const", 1.5))),
                              children, children),
-                   st.builds(lambda x, p: _call("dropout", x, ("const", p)), children,
+                   st.builds(lambda x, p: call("dropout", x, ("const", p)), children,
                              st.sampled_from([0.25, 0.5]))]
         if rope:
-            options.append(children.map(lambda x: _call("rope", x, *(("var", table) for table in rope))))
+            options.append(children.map(lambda x: call("rope", x, *(("var", table) for table in rope))))
         return st.one_of(*options)
 
     base = st.one_of(st.sampled_from(leaves).map(lambda v: ("var", v)),
@@ -157,7 +141,7 @@ def _programs(draw):
             exact_names += ["g", "u"]
         index = ["row_index"] + ["col_index"] * (index_domain == domain)
         exact = _exact(exact_names).flatmap(lambda t: st.one_of(
-            st.just(t), st.just(t), st.sampled_from(index).map(lambda f: _call("add", t, _call(f)))))
+            st.just(t), st.just(t), st.sampled_from(index).map(lambda f: call("add", t, call(f)))))
         if exact_only:
             value = draw(exact)
         else:
@@ -167,7 +151,7 @@ def _programs(draw):
             tables = (("cos", "sin") if domain == "full" else ("cosh", "sinh")) if domain in rope_in else None
             value = draw(_general(names, exact, tables))
         if stored and domain == "half" and not _mentions(value, paired):
-            value = _call("add", value, ("var", draw(st.sampled_from(["g", "u"]))))
+            value = call("add", value, ("var", draw(st.sampled_from(["g", "u"]))))
         return value
 
     if draw(st.booleans()):
@@ -189,10 +173,10 @@ def _programs(draw):
             paired.add(name)
     final = draw(st.sampled_from(["output", "output", "accumulate", "pack_half", "pack_full"]))
     if final == "pack_half" and "half" in domains:
-        pair = _call("pack", tree("half", stored=True), tree("half", stored=True))
+        pair = call("pack", tree("half", stored=True), tree("half", stored=True))
         statements.append(("output", "output", pair, "full"))
     elif final == "pack_full":
-        statements.append(("output", "output", _call("pack", tree("full"), tree("full")), "double"))
+        statements.append(("output", "output", call("pack", tree("full"), tree("full")), "double"))
     else:
         domain = draw(st.sampled_from(domains))
         statements.append(("accumulate" if final == "accumulate" else "output", "output",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..ir import Node
 from ..passes.edges import zero_past_edge
-from ..passes.widths import DOUBLE, FULL, HALF, PACKED
+from ..passes.widths import DOUBLE, FULL, HALF, UNPACKED
 from ..primitives import PRIMITIVES
 from .mainloops import OPERAND_PARTITION
 
@@ -377,8 +377,7 @@ class _Emitter:
         if op == "unpack":
             return self.unpack(node)
         if op == "pack":
-            unpacked = next(w for w, packed in PACKED.items() if packed == width)
-            joined = ", ".join(self.broadcast(a, unpacked) for a in node.args)
+            joined = ", ".join(self.broadcast(a, UNPACKED[width]) for a in node.args)
             packed = f"tl.reshape(tl.join({joined}), {self.tile_shape(width)})"
             if self.gluon and width == FULL:  # back in the accumulator's layout
                 return f"gl.convert_layout({packed}, acc.type.layout)"

@@ -20,6 +20,8 @@ from ..ir import Epilogue, Node
 FULL, HALF, DOUBLE = "full", "half", "double"
 #: The domain `pack` gives, from that of its arguments.
 PACKED = {HALF: FULL, FULL: DOUBLE}
+#: The domain `pack`'s arguments are in, from the domain it gives.
+UNPACKED = {packed: w for w, packed in PACKED.items()}
 #: The values that depend on their column but on no `input`, so they take the domain they meet:
 #: what a second domain would change (one node cannot be computed in both).
 COLUMN_DEPENDENT = {"col_index": "which number columns differently",

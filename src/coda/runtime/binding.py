@@ -196,8 +196,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     specs = _stored_as(specs, dtypes)
     if out is not None:
         _check_out(out, specs[0], a.device)
-        check_out_writable(out)
-        check_out_overlap(concat or a, b, out, values)
+        check_out_per_call(concat or a, b, out, values)
     elif epi.accumulates:
         raise LaunchError("the program accumulates into `output` (it reads the prior output, as "
                           "`output += ...` does): pass the tensor to accumulate into as out=")
@@ -419,23 +418,30 @@ def _self_overlapping(x: torch.Tensor) -> bool:
     return False
 
 
-def check_out_writable(out: torch.Tensor) -> None:
+def _check_out_writable(out: torch.Tensor) -> None:
     """PyTorch allows no in-place update of an inference tensor (one made under
     torch.inference_mode) outside inference mode: neither does a launch, on any backend (the
-    reference's copy raised PyTorch's error, a kernel wrote it). Runs on cached launches too:
-    a plan made inside inference mode serves launches outside it."""
+    reference's copy raised PyTorch's error, a kernel wrote it). A plan made inside inference
+    mode may serve launches outside it."""
     if out.is_inference() and not torch.is_inference_mode_enabled():
         raise LaunchError("out= is an inference tensor (made under torch.inference_mode), which "
                           "PyTorch does not let a launch outside inference mode update in place: "
                           "launch inside torch.inference_mode(), or pass a clone")
 
 
-def check_out_overlap(a, b, out: torch.Tensor, operands: dict) -> None:
+def check_out_per_call(a, b, out: torch.Tensor, operands: dict) -> None:
+    """What `out=` must satisfy on every launch, cached ones too (a plan's key holds its layout,
+    not its memory or mode): writable here, and apart from what the tiles still read."""
+    _check_out_writable(out)
+    _check_out_overlap(a, b, out, operands)
+
+
+def _check_out_overlap(a, b, out: torch.Tensor, operands: dict) -> None:
     """`out=` may not share memory with a GEMM's A or B: other tiles still read them after this
     one's output is stored. Only what a tile reads at its own elements before it stores may be
     `out=` itself, element for element: a map's input (an in-place map) or a tile operand (an
-    in-place residual add); no other operand may overlap it. Runs on cached launches too. Meta
-    tensors hold no memory (each one's data_ptr is 0): nothing to share."""
+    in-place residual add); no other operand may overlap it. Meta tensors hold no memory (each
+    one's data_ptr is 0): nothing to share."""
     o0, o1 = _byte_range(out)
     if o0 == o1 or out.device.type == "meta":
         return

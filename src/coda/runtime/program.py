@@ -14,8 +14,7 @@ from .binding import (
     Concat,
     Launch,
     bind,
-    check_out_overlap,
-    check_out_writable,
+    check_out_per_call,
     check_per_call,
     probability_operands,
 )
@@ -222,8 +221,7 @@ class Program:
                 if seed is not None or self.probabilities:
                     check_per_call(self.probabilities, operands, seed)
                 if out is not None:
-                    check_out_writable(out)
-                    check_out_overlap(a, b, out, operands)
+                    check_out_per_call(a, b, out, operands)
                 return plan.run(a, b, operands, out, seed_word(seed), limits)
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
                       outputs=outputs, dtypes=dtypes, m_limit=limits[0], k_limit=limits[1],

@@ -10,7 +10,7 @@ import dataclasses
 import torch
 
 from ..ir import Node
-from ..passes.widths import COLUMNS, PACKED, columns
+from ..passes.widths import COLUMNS, UNPACKED, columns
 from ..primitives import PRIMITIVES
 from . import rng
 from .binding import A_COL_SUMS, Launch
@@ -87,8 +87,7 @@ def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[s
         elif op == "unpack":
             value = tile(node.args[0])[:, node.arg::2]
         elif op == "pack":
-            unpacked = next(w for w, packed in PACKED.items() if packed == domains[node])
-            value = torch.stack([tile(a, unpacked) for a in node.args], dim=2).flatten(1)
+            value = torch.stack([tile(a, UNPACKED[domains[node]]) for a in node.args], dim=2).flatten(1)
         elif op == "dropout":
             x = tile(node.args[0], domains[node])
             p = args[1].clamp(0, 1).nan_to_num(1.0)   # as tl_math.probability
