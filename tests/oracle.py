@@ -270,6 +270,29 @@ def call(name: str, *args) -> tuple:
     return ("call", name, tuple(args))
 
 
+def names_in(tree, found: set | None = None) -> set:
+    """The variable names a fuzzers' expression tree reads."""
+    found = set() if found is None else found
+    if tree[0] == "var":
+        found.add(tree[1])
+    elif tree[0] == "call":
+        for arg in tree[2]:
+            names_in(arg, found)
+    return found
+
+
+def without_unread_lets(statements: list) -> list:
+    """The fuzzers' statements (kind, name, tree, ...) less each "let" that no later statement
+    reads (the DSL refuses an unread local); dropping one may leave another unread."""
+    while True:
+        read = [names_in(s[2]) for s in statements]
+        dead = [i for i, s in enumerate(statements)
+                if s[0] == "let" and not any(s[1] in r for r in read[i + 1:])]
+        if not dead:
+            return statements
+        statements = [s for i, s in enumerate(statements) if i not in dead]
+
+
 def guarded(name: str, args) -> tuple:
     """`name` applied to `args` kept in its safe domain: log/sqrt/rsqrt(abs(x) + 1),
     exp(min(x, 5)), a / (abs(b) + 1). The guards are part of the tree, so every evaluation

@@ -30,6 +30,7 @@ from oracle import (
     launch_inputs,
     np64,
     random_values,
+    without_unread_lets,
 )
 
 #: CODA_FUZZ_EXAMPLES=5000 for a longer search than CI's.
@@ -182,7 +183,7 @@ def _programs(draw):
             statements.append((draw(st.sampled_from(REDUCTION_NAMES)), f"rd{i}", tree))
     final = draw(st.sampled_from(["output", "output", "accumulate"]))
     statements.append((final, "output", draw(_expressions(tuple(local_names)))))
-    return statements
+    return without_unread_lets(statements)
 
 
 def _program_text(statements) -> str:

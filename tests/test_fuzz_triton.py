@@ -35,7 +35,17 @@ from hypothesis import strategies as st
 
 import coda
 from coda.runtime.program import interpreter_enabled
-from oracle import ELEMENTWISE, REDUCTIONS, call, dropout_mask_from_rng, dsl_text, guarded, np64
+from oracle import (
+    ELEMENTWISE,
+    REDUCTIONS,
+    call,
+    dropout_mask_from_rng,
+    dsl_text,
+    guarded,
+    names_in,
+    np64,
+    without_unread_lets,
+)
 
 pytestmark = pytest.mark.skipif(not interpreter_enabled(), reason="needs TRITON_INTERPRET=1 on a CPU")
 
@@ -181,16 +191,7 @@ def _programs(draw):
         domain = draw(st.sampled_from(domains))
         statements.append(("accumulate" if final == "accumulate" else "output", "output",
                            tree(domain, stored=True), domain))
-    return statements
-
-
-def _names(tree, found: set) -> set:
-    if tree[0] == "var":
-        found.add(tree[1])
-    elif tree[0] == "call":
-        for arg in tree[2]:
-            _names(arg, found)
-    return found
+    return without_unread_lets(statements)
 
 
 KINDS = {"t": "tile", "ti": "tile", "th": "tile", "tih": "tile", "r": "row", "ri": "row", "c": "col",
@@ -200,7 +201,7 @@ KINDS = {"t": "tile", "ti": "tile", "th": "tile", "tih": "tile", "r": "row", "ri
 def _program_text(statements) -> str:
     used = set()
     for _, _, tree, _ in statements:
-        _names(tree, used)
+        names_in(tree, used)
     params = [name for name in KINDS if name in used]
     lines = ["EPILOGUE fz(" + ", ".join(f"{p}: {KINDS[p]}" for p in params) + ") {"]
     for kind, name, tree, _ in statements:

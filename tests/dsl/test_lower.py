@@ -107,6 +107,11 @@ def test_compile_needs_text():
     ("output = h;\nh = input;", 1, 10, ("'h' is read before it is assigned",)),
     ("h = h + 1;\noutput = h;", 1, 5, ("'h' is read before it is assigned",)),
     ("x += 1;\noutput = x;", 1, 1, ("'x' is read before it is assigned",)),
+    # locals neither read nor kept as outputs (once silently dropped: a forgotten `save`)
+    ("output = input;\nextra = input * 2;", 2, 1, ("'extra' is assigned but never read",
+                                                    "`save extra = ...;`")),
+    ("h = gelu(input);\nh = input;\noutput = h;", 1, 1, ("'h' is assigned but never read before it "
+                                                         "is assigned again",)),
     # `output` never assigned
     ("h = input;", 1, 11, ("never assigns `output`",)),
     ("outptu = input;", 1, 16, ("never assigns `output` (it assigns 'outptu': did you mean `output`?)",)),

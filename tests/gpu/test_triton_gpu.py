@@ -318,7 +318,7 @@ def test_infinities_in_every_mainloop(mainloop):
     +inf in a row makes its log-sum-exp +inf through the tile partials and the finishing merge,
     as torch.logsumexp."""
     prog = coda.compile("EPILOGUE(t: tile) { h = input + t; output = where(h > 0, h, log(0));"
-                        " nan = where(h > 0, h, sqrt(-1)); lse = row_logsumexp(h); }")
+                        " save nan = where(h > 0, h, sqrt(-1)); lse = row_logsumexp(h); }")
     g = torch.Generator(device="cuda").manual_seed(5)
     a = torch.randn(4096, 768, device="cuda", generator=g).to(torch.bfloat16)
     w = torch.randn(3072, 768, device="cuda", generator=g).to(torch.bfloat16)

@@ -8,6 +8,8 @@ Scoping rules (docs/dsl.md has the user's version):
   assigned, `output` is the prior contents of `out=` (so `output += x;` accumulates).
 - `save NAME = e;` writes a tile output and binds NAME; `NAME = row_sum(e);` (or another
   reduction) writes a reduction output, which the program cannot read back.
+- A local that is neither an output nor read afterwards is an error: it is either dead code or a
+  value the user meant to keep and forgot to `save`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class _Lowering:
         self.env: dict[str, Node] = {}
         self.outputs: list[Output] = []
         self.reductions: dict[str, str] = {}
+        self.unread: dict[str, Loc | None] = {}   # local -> where its latest value was assigned
 
     def run(self) -> Epilogue:
         for stmt in self.program.body:
@@ -50,6 +53,9 @@ class _Lowering:
             close = difflib.get_close_matches("output", self.env, n=1)
             hint = f" (it assigns {close[0]!r}: did you mean `output`?)" if close else ""
             raise DslError(f"the program never assigns `output`{hint}", self.program.end)
+        if self.unread:
+            name, loc = next(iter(self.unread.items()))
+            raise unread_error(name, loc, "")
         main = Output("output", self.env["output"], None, self.program.loc)
         return Epilogue(self.program.name or "epilogue", self.params, (main, *self.outputs))
 
@@ -63,7 +69,7 @@ class _Lowering:
                 raise DslError("only `unpack(...)` gives two values", stmt.targets[1].loc)
             pair = self.expr(value.args[0]) if self.arity_ok(value) else None
             for index, target in enumerate(stmt.targets):
-                self.bind(target, Node("unpack", (pair,), index, value.loc))
+                self.bind(target, Node("unpack", (pair,), index, value.loc), kept=True)
             return
         target = stmt.targets[0]
         if form == "unpack":
@@ -88,7 +94,7 @@ class _Lowering:
         if stmt.op == "save":
             self.declare_output(target)
             self.outputs.append(Output(target.name, node, None, stmt.loc))
-        self.bind(target, node)
+        self.bind(target, node, kept=stmt.op == "save" or target.name == "output")
 
     def declare_output(self, target: ast.Name) -> None:
         if target.name == "output":
@@ -103,8 +109,12 @@ class _Lowering:
         if target.name in self.params:
             raise DslError(f"cannot assign to operand {target.name!r}", target.loc)
 
-    def bind(self, target: ast.Name, node: Node) -> None:
+    def bind(self, target: ast.Name, node: Node, kept: bool) -> None:
+        """Bind a local; one that is not `kept` (an output) must be read before the program ends
+        or the name is assigned again."""
         name = target.name
+        if name in self.unread:
+            raise unread_error(name, self.unread[name], " before it is assigned again")
         check_name(name, target.loc, "a value")
         if name in self.params:
             raise DslError(f"cannot assign to operand {name!r}", target.loc)
@@ -112,6 +122,8 @@ class _Lowering:
             raise DslError(f"{name!r} is the reduction output {self.reductions[name]}(...); "
                            f"it cannot be reassigned", target.loc)
         self.env[name] = node
+        if not kept:
+            self.unread[name] = target.loc
 
     # expressions ------------------------------------------------------------------------------
     def expr(self, e) -> Node:
@@ -128,6 +140,7 @@ class _Lowering:
                            f"complete only when the kernel ends, so the epilogue cannot read it",
                            e.loc)
         if name in self.env:
+            self.unread.pop(name, None)
             return self.env[name]
         if name in INPUT_NAMES:
             return Node("input", (), None, e.loc)
@@ -172,6 +185,11 @@ class _Lowering:
             plural = "s" if arity != 1 else ""
             raise DslError(f"{e.func} takes {arity} argument{plural}, got {len(e.args)}", e.loc)
         return True
+
+
+def unread_error(name: str, loc: Loc | None, when: str) -> DslError:
+    return DslError(f"{name!r} is assigned but never read{when}, and it is not an output: write "
+                    f"`save {name} = ...;` to keep it as a tile output, or remove it", loc)
 
 
 def check_name(name: str, loc: Loc | None, what: str) -> None:
