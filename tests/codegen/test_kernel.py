@@ -51,6 +51,27 @@ def test_launches_run_through_triton_under_the_interpreter():
     assert not any(key[0] is twice for key in kernel._DIRECT)
 
 
+def test_direct_launchers_are_bounded_when_grids_keep_changing(monkeypatch):
+    """A grid per row count (a sequence length per batch) would grow the cache without end:
+    past MAX_DIRECT it starts over, and every launch still runs its kernel."""
+    from coda.codegen import kernel
+
+    ran = []
+
+    def compiled(fn, grid, args, meta, device):   # Triton's first launch runs the kernel too
+        ran.append(grid)
+        return None, lambda *args: ran.append(grid)
+
+    monkeypatch.setattr(kernel, "first_launch", compiled)
+    monkeypatch.setattr(kernel, "_DIRECT", {})
+    fn = type("Kernel", (), {"arg_names": ["n"]})()
+    for rows in range(3 * kernel.MAX_DIRECT):
+        kernel.launch_cached(fn, (rows,), [rows], {}, torch.device("cpu"))
+        kernel.launch_cached(fn, (rows,), [rows], {}, torch.device("cpu"))
+        assert len(kernel._DIRECT) <= kernel.MAX_DIRECT
+    assert ran == [(rows,) for rows in range(3 * kernel.MAX_DIRECT) for _ in range(2)]
+
+
 def test_an_unwritable_cache_directory_falls_back_to_a_temporary_one(monkeypatch, tmp_path):
     """Generated kernel source must live in a file (Triton reads it from there): with the cache
     directory unwritable the launch still runs, from a temporary directory, and says so once."""

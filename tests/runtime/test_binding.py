@@ -319,6 +319,23 @@ def test_an_inference_tensor_is_out_only_inside_inference_mode(backend):
         prog(a, b, out=out, backend=backend)
 
 
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_sparse_tensors_are_refused_by_name(backend):
+    """A sparse A, B, operand or out= (2-D, or A with leading dimensions) is a LaunchError naming
+    it, on either backend (the reference ran a sparse A, PyTorch raised on a sparse operand, and
+    the cached path's key read strides that sparse tensors lack)."""
+    prog = coda.compile("EPILOGUE(r: row) { output = input * r; }")
+    a, b = _ab(dtype=torch.float32)
+    r, out = torch.ones(4), torch.zeros(4, 6)
+    cases = {"A": ((a.to_sparse(), b), {"r": r}), "B": ((a, b.to_sparse_csr()), {"r": r}),
+             "operand 'r'": ((a, b), {"r": r.to_sparse()}),
+             "out=": ((a, b), {"r": r, "out": out.to_sparse()}),
+             "A ": ((a[None].to_sparse(), b), {"r": r[None]})}
+    for name, (args, kwargs) in cases.items():
+        with pytest.raises(coda.LaunchError, match=f"^{name.strip()} has layout torch.sparse"):
+            prog(*args, backend=backend, **kwargs)
+
+
 def test_out_with_outputs_that_leave_output_out_is_refused():
     """out= was neither written nor returned when outputs= left 'output' out."""
     prog = coda.compile("output = input; s = row_sum(input);")

@@ -499,6 +499,7 @@ def _specialization(arg) -> tuple | type:
 
 
 _DIRECT: dict[tuple, tuple[Callable[..., None], list]] = {}   # key: (launcher, its constexprs)
+MAX_DIRECT = 256   # grids that keep changing (a sequence length per batch): start over past this
 
 
 def launch_cached(fn, grid: tuple[int], args: list, meta: dict, device: torch.device) -> None:
@@ -516,6 +517,8 @@ def launch_cached(fn, grid: tuple[int], args: list, meta: dict, device: torch.de
         return
     _, launcher = first_launch(fn, grid, args, meta, device)
     if launcher is not None:
+        if len(_DIRECT) >= MAX_DIRECT:
+            _DIRECT.clear()
         _DIRECT[key] = launcher, [meta[name] for name in fn.arg_names if name in meta]
 
 

@@ -336,12 +336,21 @@ _MATRIX_SHAPES = {"A": "[M, K], or [..., M, K] with leading dimensions", "B": "[
 def _check_matrix(name: str, x) -> None:
     if not isinstance(x, torch.Tensor):
         raise LaunchError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    check_strided(name, x)
     if x.dim() != 2:
         shape = _MATRIX_SHAPES.get(name, "[rows, columns]")
         raise LaunchError(f"{name} must be 2-D ({shape}), got shape {list(x.shape)}")
     if x.dtype not in FLOAT_DTYPES:
         raise LaunchError(f"{name} has dtype {x.dtype}; expected one of float16, bfloat16, "
                           f"float32, float64")
+
+
+def check_strided(name: str, x: torch.Tensor) -> None:
+    """Kernels read and write tensors through strides: a sparse (or other non-strided) layout
+    has none."""
+    if x.layout != torch.strided:
+        raise LaunchError(f"{name} has layout {x.layout}; CODA needs a dense (strided) tensor: "
+                          f"pass x.to_dense()")
 
 
 def _operand_values(epi, operands: dict, device: torch.device) -> dict[str, object]:
@@ -359,6 +368,8 @@ def _operand_values(epi, operands: dict, device: torch.device) -> dict[str, obje
             kind = f" (kind {param.kind})" if param.kind else ""
             raise LaunchError(f"missing operand {name!r}{kind}: pass it by keyword, "
                               f"`prog(a, b, {name}=...)`")
+        if isinstance(value, torch.Tensor):
+            check_strided(f"operand {name!r}", value)
         if isinstance(value, (torch.Tensor, Partials)):
             if value.device != device:
                 raise LaunchError(f"operand {name!r} is on {value.device} but A is on {device}")
@@ -387,6 +398,7 @@ def _output_specs(program: Program, m: int, n: int, dtype) -> tuple[OutputSpec, 
 def _check_out(out, spec: OutputSpec, device) -> None:
     if not isinstance(out, torch.Tensor):
         raise LaunchError(f"out= must be a torch.Tensor, got {type(out).__name__}")
+    check_strided("out=", out)
     if tuple(out.shape) != spec.shape:
         raise LaunchError(f"out=: expected shape {list(spec.shape)}, got {list(out.shape)}")
     if out.dtype != spec.dtype:

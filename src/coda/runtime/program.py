@@ -16,6 +16,7 @@ from .binding import (
     bind,
     check_out_per_call,
     check_per_call,
+    check_strided,
     probability_operands,
 )
 from .partials import Partials
@@ -35,6 +36,8 @@ def _meta(x) -> tuple | type:
     specializes pointers), a Concat's pieces' and axis, Partials' partials, or a non-tensor's
     type."""
     if isinstance(x, torch.Tensor):
+        if x.layout != torch.strided:   # sparse: no strides; bind refuses it, so no plan has it
+            return (x.layout,)
         return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0)
     if isinstance(x, Concat):
         return (x.dim, *map(_meta, x.pieces))
@@ -51,6 +54,9 @@ def flatten_leading(a: torch.Tensor, b, operands: dict, out) -> tuple[torch.Size
     become [rows]; columns, scalars and Partials stay as they are. A copy is made only where a
     tensor's strides do not allow a view (`out=` must allow one: the launch writes into it)."""
     lead = a.shape[:-2]
+    for name, x in (("A", a), ("out=", out), *((f"operand {n!r}", v) for n, v in operands.items())):
+        if isinstance(x, torch.Tensor):
+            check_strided(name, x)
     if b is not None and (not isinstance(b, torch.Tensor) or b.dim() != 2):
         shape = list(b.shape) if isinstance(b, torch.Tensor) else type(b).__name__
         raise LaunchError(f"with A of shape {list(a.shape)} (leading dimensions {list(lead)}, run as "
