@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from .dsl.lower import lower
 from .dsl.parser import parse
-from .dsl.tracer import FUNCTIONS, trace
+from .dsl.tracer import FUNCTIONS, locate, trace
 from .errors import CodaError, DslError, LaunchError, UnknownNameError
 from .primitives import unknown_function_hint
 from .runtime.binding import Concat
@@ -50,6 +50,8 @@ def epilogue(fn: Callable) -> Program:
         return Program(trace(fn))
     except RecursionError:
         raise DslError(_TOO_DEEP) from None
+    except DslError as err:  # from the passes: locate it in the function's source
+        raise locate(err, fn) from None
 
 
 _TOO_DEEP = ("the program nests expressions too deeply for the compiler (hundreds of levels); "

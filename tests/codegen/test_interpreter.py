@@ -266,7 +266,8 @@ def test_row_logsumexp_of_a_row_holding_inf_is_inf():
     out = coda.compile("output = input + t; s = row_logsumexp(output);")(a, b, backend="triton", t=t)["s"]
     want = torch.logsumexp(a.double() @ b.double() + t.double(), dim=1)
     assert torch.equal(out.isinf(), want.isinf()) and out[7] == out[9] == math.inf
-    torch.testing.assert_close(out.double().nan_to_num(posinf=0.0), want.nan_to_num(posinf=0.0))
+    torch.testing.assert_close(out.double().nan_to_num(posinf=0.0), want.nan_to_num(posinf=0.0),
+                               rtol=1e-5, atol=1e-5)   # float32 sums against float64's
 
 
 def test_runs_are_bit_identical_and_explain_shows_the_kernel():

@@ -76,6 +76,10 @@ def test_empty_parameter_list_means_no_operands():
     assert coda.compile("EPILOGUE () { output = input * 2; }").ir.params == {}
 
 
+def test_a_declared_parameter_may_take_a_constant_s_name():
+    assert list(_raw("EPILOGUE f(inf: scalar) { output = min(input, inf); }").params) == ["inf"]
+
+
 def test_compile_needs_text():
     with pytest.raises(coda.CodaError, match="program text"):
         coda.compile(b"output = input;")
@@ -112,6 +116,10 @@ def test_compile_needs_text():
                                                     "`save extra = ...;`")),
     ("h = gelu(input);\nh = input;\noutput = h;", 1, 1, ("'h' is assigned but never read before it "
                                                          "is assigned again",)),
+    # ... after `save h`, where `save h = ...;` again would write the output twice: a new name
+    ("save h = gelu(input);\nh = h * 2;\noutput = input;", 2, 1, (
+        "'h' is assigned but never read; the output 'h' keeps the value saved earlier, so `save` "
+        "this one under a new name",)),
     # `output` never assigned
     ("h = input;", 1, 11, ("never assigns `output`",)),
     ("outptu = input;", 1, 16, ("never assigns `output` (it assigns 'outptu': did you mean `output`?)",)),
@@ -150,6 +158,11 @@ def test_compile_needs_text():
     ("EPILOGUE (bias: col) {\n  output = input + bias * scale;\n}", 2, 27,
      ("unknown name 'scale'", "declared parameter")),
     ("EPILOGUE () { output = input + b; }", 1, 32, ("unknown name 'b'",)),
+    # other languages' constants, which would be free operands asked for at launch (`inf=...`)
+    ("output = where(input > 0, input, -inf);", 1, 35, ("there is no constant 'inf': write 1e400",)),
+    ("EPILOGUE () { output = where(True, input, 0); }", 1, 30, ("there is no constant 'True'",
+                                                                "write 1.0")),
+    ("output = where(input != input, nan, input);", 1, 32, ("no constant 'nan': a NaN is 0.0 / 0.0",)),
     # names that are not available
     ("output = gelu;", 1, 10, ("'gelu' is a function; call it as gelu(...)",)),
     ("input = acc;\noutput = input;", 1, 1, ("'input' is the GEMM result",)),

@@ -62,6 +62,28 @@ def test_unexpected_character(source, line, col, char):
     ("return gelu(input);", 1, 8, "the DSL has no `return`; assign the result to `output`"),
     ("let h = input;\noutput = h;", 1, 5, "assignments need no `let`; write `h = ...;`"),
     ("output = input;\n  float h = input;", 2, 9, "assignments need no `float`; write `h = ...;`"),
+    # what a model trained on Python, PyTorch, CUDA and NumPy writes: said, not a bare syntax error
+    ("output = torch.exp(input);", 1, 15, "'.': there are no modules or methods: call a function by"),
+    ("output = input.exp();", 1, 15, "exp(x) (not torch.exp(x), np.exp(x) or x.exp())"),
+    ("output = input * rsqrt(r + 1e-5f);", 1, 32, "'f' after the number 1e-5: numbers are plain"),
+    ("output = input * 0x10;", 1, 19, "'x' after the number 0: numbers are plain decimals"),
+    ("output = max(input, float('-inf'));", 1, 27, "there are no strings; for infinity, float('inf'), "
+                                                   "write 1e400"),
+    ("output = input if input > 0 else 0;", 1, 16, "found 'if': there is no conditional expression"),
+    ("output = where(input > 0 and input < 1, input, 0);", 1, 26, "found 'and': there are no logical"),
+    ("output = where(not (input > 0), input, 0);", 1, 16, "unexpected 'not': there is no `not`"),
+    ("h: float = input;\noutput = h;", 1, 2, "values have no declared types; write `h = ...;`"),
+    ("output = input;\noutput -= 1;", 2, 8, "the only compound assignment is `+=`; write `output = "
+                                          "output - ...;`"),
+    ("output = dropout(input, p=0.1);", 1, 26, "arguments go by position, not by name: write the "
+                                               "value alone, without `p=`"),
+    ("output = input; /* the result */", 1, 17, "there are no block comments"),
+    ("epilogue f() { output = input; }", 1, 10, "a header starts with `EPILOGUE`, in capitals"),
+    # characters that only look like ASCII, as typeset or generated text has them
+    ("output = input \u2212 1;", 1, 16, "'\u2212' (MINUS SIGN): write the ASCII '-' it looks like"),
+    ("output = input \u00d7 2;", 1, 16, "(MULTIPLICATION SIGN): write the ASCII '*' it looks like"),
+    ("output = input\u00a0* 2;", 1, 15, "(NO-BREAK SPACE): write a plain space, or nothing"),
+    ("output = \u201cx\u201d;", 1, 10, "there are no strings"),
 ])
 def test_hints_for_other_languages_syntax(source, line, col, fragment):
     assert_located(dsl_error(source), line, col, fragment)
@@ -214,6 +236,12 @@ def test_lines_end_at_lf_crlf_or_cr(end):
     err = dsl_error(end.join(["h = input;", "h2 = h;  # a comment", "output = gelux(h2);", ""]))
     assert err.loc == Loc(3, 10)
     assert str(err).splitlines()[1:] == ["    output = gelux(h2);", "             ^"]
+
+
+def test_a_byte_order_mark_is_no_character():
+    """A file saved as "UTF-8 with BOM" compiles, with columns as an editor shows them."""
+    assert coda.compile("\ufeffoutput = input;").output_names == ["output"]
+    assert dsl_error("\ufeffoutput = gelux(input);").loc == Loc(1, 10)
 
 
 def test_parse_error_is_raised_by_parse_too():

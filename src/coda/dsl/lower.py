@@ -55,7 +55,7 @@ class _Lowering:
             raise DslError(f"the program never assigns `output`{hint}", self.program.end)
         if self.unread:
             name, loc = next(iter(self.unread.items()))
-            raise unread_error(name, loc, "")
+            raise unread_error(name, loc, "", self.saved(name))
         main = Output("output", self.env["output"], None, self.program.loc)
         return Epilogue(self.program.name or "epilogue", self.params, (main, *self.outputs))
 
@@ -96,6 +96,9 @@ class _Lowering:
             self.outputs.append(Output(target.name, node, None, stmt.loc))
         self.bind(target, node, kept=stmt.op == "save" or target.name == "output")
 
+    def saved(self, name: str) -> bool:
+        return any(o.name == name for o in self.outputs)
+
     def declare_output(self, target: ast.Name) -> None:
         if target.name == "output":
             raise DslError("`output` is the primary output: assign it as `output = ...;`, without "
@@ -114,7 +117,7 @@ class _Lowering:
         or the name is assigned again."""
         name = target.name
         if name in self.unread:
-            raise unread_error(name, self.unread[name], " before it is assigned again")
+            raise unread_error(name, self.unread[name], " before it is assigned again", self.saved(name))
         check_name(name, target.loc, "a value")
         if name in self.params:
             raise DslError(f"cannot assign to operand {name!r}", target.loc)
@@ -153,6 +156,8 @@ class _Lowering:
         if name in self.assigned:
             raise DslError(f"{name!r} is read before it is assigned", e.loc)
         if name not in self.params:
+            if name in FOREIGN_CONSTANTS:   # an operand so named would be a surprise at launch
+                raise DslError(f"there is no constant {name!r}: {FOREIGN_CONSTANTS[name]}", e.loc)
             if self.declared_only:
                 raise DslError(f"unknown name {name!r}: not `input`, a local value or a "
                                f"declared parameter", e.loc)
@@ -187,7 +192,25 @@ class _Lowering:
         return True
 
 
-def unread_error(name: str, loc: Loc | None, when: str) -> DslError:
+#: Other languages' constants, which would otherwise be free operands (`-inf` asking for an
+#: operand `inf` at launch); a program that declares such a parameter still has it.
+_INFINITY = "write 1e400 (a number beyond float64's range is infinity), or a large finite one"
+FOREIGN_CONSTANTS = {
+    "inf": _INFINITY, "infinity": _INFINITY, "INFINITY": _INFINITY, "Infinity": _INFINITY,
+    "nan": "a NaN is 0.0 / 0.0", "NaN": "a NaN is 0.0 / 0.0", "NAN": "a NaN is 0.0 / 0.0",
+    "True": "comparisons give 1.0 or 0.0; write 1.0", "true": "comparisons give 1.0 or 0.0; write 1.0",
+    "False": "comparisons give 1.0 or 0.0; write 0.0", "false": "comparisons give 1.0 or 0.0; write 0.0",
+    "None": "every value is a number",
+}
+
+
+def unread_error(name: str, loc: Loc | None, when: str, saved: bool) -> DslError:
+    """A local's value that nothing reads; after `save NAME = ...;` (`saved`) the output NAME
+    keeps the earlier value, and a second output needs a name of its own."""
+    if saved:
+        return DslError(f"{name!r} is assigned but never read{when}; the output {name!r} keeps the "
+                        f"value saved earlier, so `save` this one under a new name to keep it as "
+                        f"another tile output, or remove it", loc)
     return DslError(f"{name!r} is assigned but never read{when}, and it is not an output: write "
                     f"`save {name} = ...;` to keep it as a tile output, or remove it", loc)
 

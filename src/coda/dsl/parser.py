@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..errors import DslError, Loc
 from ..primitives import KINDS
-from .lexer import Token, tokenize
+from .lexer import FOREIGN_CHARACTERS, Token, tokenize
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,10 @@ _COMPARISONS = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": 
 #: Words that start a statement in other languages, where the DSL has only assignments.
 _CONTROL_FLOW = ("if", "else", "for", "while", "return")
 _DECLARATIONS = ("let", "var", "val", "const", "auto", "float", "double", "int")
+#: Python's words for what other languages spell with the characters the lexer explains.
+_FOREIGN_WORDS = {"and": FOREIGN_CHARACTERS["&"], "or": FOREIGN_CHARACTERS["|"],
+                  "not": FOREIGN_CHARACTERS["!"], "if": FOREIGN_CHARACTERS["?"],
+                  "else": FOREIGN_CHARACTERS["?"]}
 
 
 class _Parser:
@@ -98,7 +102,10 @@ class _Parser:
     def expect(self, text: str, what: str | None = None) -> Token:
         tok = self.accept(text)
         if tok is None:
-            raise self.error(f"expected {what or repr(text)}, found {self.describe(self.tok)}")
+            found = self.tok
+            word = found.text if found.kind == "name" else ""
+            hint = f": {_FOREIGN_WORDS[word]}" if word in _FOREIGN_WORDS else ""
+            raise self.error(f"expected {what or repr(text)}, found {self.describe(found)}{hint}")
         return tok
 
     def name(self, what: str) -> Token:
@@ -173,8 +180,10 @@ class _Parser:
             op = "="
         else:
             expected = "'='" if len(targets) == 2 else "'=' or '+='"
+            then = op_tok if op_tok.kind == "end" else self.tokens[self.pos + 1]
+            hint = _statement_hint(target.text, op_tok, then)
             raise self.error(f"expected {expected} after {targets[-1].name!r}, found "
-                             f"{self.describe(op_tok)}{_statement_hint(target.text, op_tok)}", op_tok)
+                             f"{self.describe(op_tok)}{hint}", op_tok)
         return self.finish(Assign(tuple(targets), op, self.expr(), start.loc))
 
     def finish(self, stmt: Assign) -> Assign:
@@ -222,6 +231,8 @@ class _Parser:
             return Num(float(tok.text), tok.loc)
         if tok.kind == "name":
             self.pos += 1
+            if tok.text == "not" and (self.tok.kind in ("name", "num") or self.tok.text == "("):
+                raise self.error(f"unexpected 'not': {_FOREIGN_WORDS['not']}", tok)
             if self.accept("("):
                 return Call(tok.text, self.arguments(), tok.loc)
             return Name(tok.text, tok.loc)
@@ -237,15 +248,28 @@ class _Parser:
         args = [self.expr()]
         while self.accept(","):
             args.append(self.expr())
+        if self.tok.text == "=" and isinstance(args[-1], Name):   # Python's `dropout(h, p=0.1)`
+            raise self.error(f"arguments go by position, not by name: write the value alone, "
+                             f"without `{args[-1].name}=`")
         self.expect(")", "',' or ')' in the argument list")
         return tuple(args)
 
 
-def _statement_hint(first: str, after: Token) -> str:
+def _statement_hint(first: str, after: Token, then: Token) -> str:
     """Why a statement that does not assign may have been written so: a word that starts other
-    languages' statements (control flow, a declaration)."""
+    languages' statements (control flow, a declaration), a type annotation, or an assignment
+    operator other than `+=` (`after` is the token after the first name, `then` the next)."""
+    if after.text == ":":
+        return f": values have no declared types; write `{first} = ...;`"
+    if after.text in ("-", "*", "/") and then.text == "=":
+        return f": the only compound assignment is `+=`; write `{first} = {first} {after.text} ...;`"
     if first == "return":
         return ": the DSL has no `return`; assign the result to `output` (`output = ...;`)"
+    if first in ("epilogue", "Epilogue"):
+        return ": a header starts with `EPILOGUE`, in capitals"
+    if first == "def":
+        return (": this is the text DSL, `EPILOGUE name(params) { ... }`; a Python function "
+                "is an epilogue through the @coda.epilogue decorator")
     if first in _CONTROL_FLOW:
         return (f": the DSL has no `{first}`; every statement assigns a value, and where(c, a, b) "
                 f"chooses between two")

@@ -7,9 +7,11 @@ from the primitive table, so the tracer and the text DSL build the very same nod
 from __future__ import annotations
 
 import inspect
+import itertools
 import linecache
 import numbers
 import os
+import sys
 import traceback
 from collections.abc import Callable
 
@@ -47,6 +49,8 @@ class Value:
     def __pow__(self, _):
         raise DslError("an epilogue has no power operator: write x * x or coda.square(x); "
                        "coda.exp(y * coda.log(x)) for x > 0")
+
+    __rpow__ = __pow__   # `2 ** x` too
 
     def __pos__(self):
         return self
@@ -94,9 +98,10 @@ for _op, _name in INFIX.items():
 class Reduced:
     """The result of `coda.row_sum(...)` and friends: an output, not a value to compute with."""
 
-    def __init__(self, reduction: str, node: Node):
+    def __init__(self, reduction: str, node: Node, loc: Loc | None = None):
         self.reduction = reduction
         self.node = node
+        self.loc = loc
 
     def _refuse(self, *_):
         raise DslError(f"{self.reduction}(...) is an output, complete only when the kernel ends: "
@@ -115,11 +120,39 @@ def _node(x, where: str) -> Node:
         return Node("const", (), float(x))
     if isinstance(x, Reduced):
         x._refuse()
-    raise DslError(f"{where}: expected an epilogue value or a number, got {type(x).__name__}")
+    hint = ""
+    if isinstance(x, tuple) and len(x) == 2 and all(isinstance(v, Value) for v in x):
+        hint = " (coda.unpack gives two values: `gate, up = coda.unpack(x)`)"
+    raise DslError(f"{where}: expected an epilogue value or a number, got {type(x).__name__}{hint}")
 
 
-def _check_arity(name: str, args: tuple) -> None:
+def _caller_loc() -> Loc | None:
+    """Where the user's code builds a value: the innermost frame outside this module (its file,
+    line and, from Python 3.11, column). Errors that the passes find later in the IR (mixed
+    column domains, a dropout probability that is no scalar) then point at that expression, as
+    they do in DSL text."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line, col = frame.f_lineno, None
+    positions = getattr(frame.f_code, "co_positions", None)   # Python >= 3.11
+    if positions is not None and frame.f_lasti >= 0:   # the running instruction's (as tracebacks)
+        start, _, col, _ = next(itertools.islice(positions(), frame.f_lasti // 2, None), (None,) * 4)
+        line = start or line
+    return Loc(line, (col or 0) + 1, frame.f_code.co_filename)
+
+
+def _check_arity(name: str, args: tuple, keywords: dict | None = None) -> None:
+    """The text DSL's arity rule; arguments go by position there and here (a keyword, as in
+    `coda.dropout(h, p=0.1)`, would otherwise be Python's TypeError about an inner function)."""
     arity = PRIMITIVES[name].arity
+    if keywords:
+        doc = PRIMITIVES[name].doc
+        call = doc.split(":")[0] if doc.startswith(f"{name}(") else f"{name}(...)"
+        raise DslError(f"coda.{name} takes its arguments by position, as in coda.{call}, not by "
+                       f"keyword ({', '.join(f'{k}=' for k in keywords)})")
     if len(args) != arity:
         plural = "s" if arity != 1 else ""
         raise DslError(f"{name} takes {arity} argument{plural}, got {len(args)}")
@@ -131,22 +164,23 @@ def _apply(name: str, *args) -> Value:
     nodes = tuple(_node(a, name) for a in args)
     if prim.form == "rope" and any(n.op != "operand" for n in nodes[1:]):
         raise DslError("rope's cos and sin must be operands (kind `head`)")
-    return Value(Node(name, nodes))
+    return Value(Node(name, nodes, None, _caller_loc()))
 
 
 def _make_function(name: str) -> Callable:
     prim = PRIMITIVES[name]
     if prim.form == "reduction":
-        def fn(*args):
-            _check_arity(name, args)
-            return Reduced(name, _node(args[0], name))
+        def fn(*args, **keywords):
+            _check_arity(name, args, keywords)
+            return Reduced(name, _node(args[0], name), _caller_loc())
     elif prim.form == "unpack":
-        def fn(*args):
-            _check_arity(name, args)
-            pair = _node(args[0], name)
-            return Value(Node("unpack", (pair,), 0)), Value(Node("unpack", (pair,), 1))
+        def fn(*args, **keywords):
+            _check_arity(name, args, keywords)
+            pair, loc = _node(args[0], name), _caller_loc()
+            return Value(Node("unpack", (pair,), 0, loc)), Value(Node("unpack", (pair,), 1, loc))
     else:
-        def fn(*args):
+        def fn(*args, **keywords):
+            _check_arity(name, args, keywords)
             return _apply(name, *args)
     fn.__name__ = name
     fn.__doc__ = prim.doc or f"The epilogue primitive `{name}`."
@@ -205,6 +239,7 @@ def _operands(fn: Callable, name: str, parameters: list[inspect.Parameter]) -> d
     the prior contents of `out=`, is none): a kind from the annotation, a numeric default makes
     a scalar; the text DSL's reserved names refused."""
     params: dict[str, Param] = {}
+    definition = _user_line(fn, None)[0]   # where a later check of an operand points
     for p in parameters:
         if p.name == "output":
             continue
@@ -221,8 +256,19 @@ def _operands(fn: Callable, name: str, parameters: list[inspect.Parameter]) -> d
                 raise DslError(f"{name}: parameter {p.name!r} has a default that is not "
                                f"a number")
             default, kind = float(p.default), kind or "scalar"
-        params[p.name] = Param(p.name, kind, None, default)
+        params[p.name] = Param(p.name, kind, definition, default)
     return params
+
+
+def locate(err: DslError, fn: Callable) -> DslError:
+    """`err`, raised while checking the IR traced from `fn`, quoting the user's source: at the
+    expression that built the offending value where the tracer recorded one, else at the
+    function's first line (an output's name, say)."""
+    if err.loc is None:
+        return err.located(*_user_line(fn, None))
+    if err.source is None and err.loc.file:
+        return err.located(err.loc, "".join(linecache.getlines(err.loc.file)) or None)
+    return err
 
 
 def _user_line(fn: Callable, tb) -> tuple[Loc | None, str | None]:
@@ -235,7 +281,7 @@ def _user_line(fn: Callable, tb) -> tuple[Loc | None, str | None]:
     frames = [f for f in traceback.extract_tb(tb) if not os.path.abspath(f.filename).startswith(package)]
     frame = next((f for f in reversed(frames) if f.filename == own_file), frames[-1] if frames else None)
     if frame is not None:
-        file, line, col = frame.filename, frame.lineno, (frame.colno or 0) + 1
+        file, line, col = frame.filename, frame.lineno, (getattr(frame, "colno", None) or 0) + 1
     elif code is not None:
         file, line, col = own_file, code.co_firstlineno, 1
     else:
@@ -273,7 +319,7 @@ def _collect_outputs(name: str, result) -> tuple[Output, ...]:
         if isinstance(value, Reduced):
             if key == "output":
                 raise DslError(f"{name}: 'output' must be a tile, not a {value.reduction}")
-            outputs.append(Output(key, value.node, value.reduction))
+            outputs.append(Output(key, value.node, value.reduction, value.loc))
         else:
             outputs.append(Output(key, _node(value, f"output {key!r}")))
     return tuple(outputs)
