@@ -82,6 +82,21 @@ def test_non_positive_numbers_are_usage_errors(capsys, monkeypatch, flag, value)
     assert f"argument {flag}: expected a positive" in capsys.readouterr().err
 
 
+def test_negative_sample_is_a_usage_error(capsys, monkeypatch):
+    """`--sample -5` silently meant "no sample"."""
+    monkeypatch.setattr(train, "train", lambda *args, **kwargs: pytest.fail("trained anyway"))
+    assert cli.main(["train", "--sample", "-5"]) == 2
+    assert "argument --sample: expected a non-negative int, got '-5'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("device", ["meta", "mps"])
+def test_devices_other_than_cpu_and_cuda_are_errors(capsys, monkeypatch, device):
+    """`--device meta` trained, then failed with a traceback reading the first loss."""
+    monkeypatch.setattr(train, "train", lambda *args, **kwargs: pytest.fail("trained anyway"))
+    assert cli.main(["train", "--device", device]) == 2
+    assert capsys.readouterr().err.strip() == f"coda: error: --device {device}: expected cpu or cuda[:N]"
+
+
 def test_unwritable_out_fails_before_training(tmp_path, capsys, monkeypatch):
     """A bad --out is reported at once (exit 2, one line), not after the whole run."""
     monkeypatch.setattr(train, "train", lambda *args, **kwargs: pytest.fail("trained anyway"))

@@ -225,16 +225,18 @@ def plot(runs: Sequence[Run], path: Path, title: str) -> None:
 # Command line
 
 
-def positive(kind: type) -> Callable[[str], int | float]:
+def positive(kind: type, zero: bool = False) -> Callable[[str], int | float]:
     """An argparse type: a number of `kind` above zero (0 must not silently mean "the preset's",
-    and AdamW rejects a negative learning rate only after the model is built)."""
+    and AdamW rejects a negative learning rate only after the model is built), or, with `zero`,
+    at least zero (`--sample -5` must not silently mean "none")."""
     def parse(text: str) -> int | float:
         try:
             value = kind(text)
         except ValueError:
             value = None
-        if value is None or not value > 0 or not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        if value is None or not (value >= 0 if zero else value > 0) or not math.isfinite(value):
+            what = "non-negative" if zero else "positive"
+            raise argparse.ArgumentTypeError(f"expected a {what} {kind.__name__}, got {text!r}")
         return value
     return parse
 
@@ -268,7 +270,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the loss-curve PNG (default: loss.png)")
     parser.add_argument("--compare", action="store_true",
                         help="also train the same model in eager PyTorch and compare")
-    parser.add_argument("--sample", type=int, default=200, metavar="N",
+    parser.add_argument("--sample", type=positive(int, zero=True), default=200, metavar="N",
                         help="bytes of text to generate after training (default: 200; 0: none)")
 
 
@@ -296,8 +298,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     except RuntimeError as err:
         raise CodaError(f"--device {args.device}: {err}") from None
+    if device.type not in ("cpu", "cuda"):   # e.g. meta: the loss has no value to print
+        raise CodaError(f"--device {args.device}: expected cpu or cuda[:N]")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CodaError(f"--device {args.device}: no CUDA GPU is available")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise CodaError(f"--device {args.device}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
     preset = args.preset or ("small" if device.type == "cuda" else "tiny")
     recipe = RECIPES[preset]
     steps = recipe.steps if args.steps is None else args.steps

@@ -136,7 +136,28 @@ def test_bert_names_and_dropout():
     assert not torch.allclose(layer.train()(x), layer.eval()(x))
 
 
+@pytest.mark.parametrize("activation", [None, "silu", "squared_relu", "relu"])
+def test_bert_layer_eager_twin_has_every_activation_of_the_fused_path(activation):
+    """The eager twin knew only the GELUs and ReLU: fused=False with an activation coda.ops.linear
+    takes was a KeyError."""
+    layer = randomize(BertLayer(16, 2, 24, activation=activation))
+    compare(lambda bs, x, fused: bs[0](x, fused=fused), [layer], (2, 3, 16), F64)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("make", [lambda: LlamaBlock(16, 4, 2, 24), lambda: BertLayer(16, 4, 24)])
+@pytest.mark.parametrize("shape", [(5, 16), (2, 5, 12), (1, 2, 5, 16)])
+def test_blocks_refuse_an_input_not_b_t_dim(make, shape, fused):
+    """x [T, dim] or of another width failed inside an op with a message about a rope table's or a
+    weight's shape (the fused path), or inside attention (the eager twin)."""
+    with pytest.raises(coda.CodaError, match=r"x must be a floating-point tensor \[B, T, 16\]"):
+        make()(torch.randn(shape), fused=fused)
+
+
 @pytest.mark.parametrize(("make", "words"), [
+    (lambda: LlamaBlock(6, n_heads=2, n_kv_heads=2, hidden=8), "head dimension 6 // 2 = 3 must be even"),
+    (lambda: BertLayer(16, n_heads=2, hidden=24, activation="tanh"), "activation must be one of"),
+    (lambda: BertLayer(16, n_heads=2, hidden=24, dropout=1.5), "dropout must be a number in"),
     (lambda: LlamaBlock(24, n_heads=3, n_kv_heads=2, hidden=32), "n_kv_heads=2 must divide n_heads=3"),
     (lambda: LlamaBlock(24, n_heads=5, n_kv_heads=5, hidden=32), "n_heads=5 must divide the model width 24"),
     (lambda: BertLayer(30, n_heads=4, hidden=32), "n_heads=4 must divide the model width 30"),

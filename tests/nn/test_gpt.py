@@ -15,6 +15,7 @@ import itertools
 import pytest
 import torch
 
+import coda
 from coda.nn import GPT, PRESETS, GPTConfig
 
 F64 = torch.float64
@@ -134,6 +135,28 @@ def test_presets_and_sizes():
     assert GPT(tiny).num_params() == expected
 
 
-def test_context_too_long():
-    with pytest.raises(ValueError, match="block_size"):
-        model()(tokens((1, 17)))
+@pytest.mark.parametrize(("idx", "words"), [
+    (tokens((1, 17)), "sequence length 17; expected 1 to the context \\(block_size 16\\)"),
+    (tokens((2, 0)), "sequence length 0"),
+    (tokens((5,)), "idx must be an int64 or int32 tensor \\[B, T\\]"),
+    (tokens((2, 5)).double(), "idx must be an int64 or int32 tensor"),
+    (torch.full((2, 5), 256), "outside \\[0, 256\\) \\(vocab_size\\): they range from 256 to 256"),
+    (torch.full((2, 5), -1), "outside \\[0, 256\\)"),
+])
+def test_bad_tokens_are_refused_naming_idx(idx, words):
+    """Tokens a model cannot embed are a CodaError naming idx, not nn.Embedding's IndexError, a
+    view's error inside attention (T = 0) or a ValueError."""
+    with pytest.raises(coda.CodaError, match=words):
+        model(fused=False)(idx)
+    with pytest.raises(coda.CodaError, match=words):
+        model()(idx, idx)
+
+
+@pytest.mark.parametrize(("option", "words"), [
+    (dict(temperature=0.0), "temperature must be a positive number, got 0.0"),
+    (dict(top_k=0), "top_k must be None or a positive int, got 0"),
+])
+def test_generate_refuses_what_it_cannot_sample(option, words):
+    """A zero temperature (logits / 0) or top_k (no token kept) failed inside torch.multinomial."""
+    with pytest.raises(coda.CodaError, match=words):
+        model().generate(tokens((1, 4)), 2, **option)

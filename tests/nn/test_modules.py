@@ -241,3 +241,16 @@ def test_dropout_only_in_training():
     y = layer.train()(x)
     dropped = (y == 0).double().mean().item()
     assert 0.3 < dropped < 0.7
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda: Linear(4, 4, dropout=1.5), "dropout must be a number in \\[0, 1\\], got 1.5"),
+    (lambda: Linear(4, 4, activation="swish"), "activation must be one of"),
+    (lambda: FusedMLP(4, 8, dropout=-0.1), "dropout must be a number in"),
+    (lambda: FusedMLP(4, 8, activation="tanh"), "activation must be one of"),
+])
+def test_bad_options_are_refused_when_built(make, words):
+    """They were read only by a training-mode forward: a model built with dropout=1.5 evaluated
+    fine and failed when training began."""
+    with pytest.raises(coda.CodaError, match=words):
+        make()

@@ -28,10 +28,11 @@ from torch import nn
 
 from .. import ops
 from .layer_norm import layer_norm
-from .modules import head_dim
+from .modules import check_options, check_sequence, head_dim
 
-#: coda.ops activation name -> the eager function
-EAGER_ACTIVATIONS = {"gelu_erf": F.gelu, "gelu": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu}
+#: coda.ops activation name -> the eager function (every activation `coda.ops.linear` takes)
+EAGER_ACTIVATIONS = {None: lambda t: t, "gelu_erf": F.gelu, "gelu": lambda t: F.gelu(t, approximate="tanh"),
+                     "relu": F.relu, "silu": F.silu, "squared_relu": lambda t: F.relu(t).square()}
 
 
 class BertLayer(nn.Module):
@@ -41,6 +42,7 @@ class BertLayer(nn.Module):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         head_dim(dim, n_heads)
+        check_options(activation, dropout)
         self.n_heads, self.dropout, self.activation = n_heads, dropout, activation
         self.attention = nn.ModuleDict({
             "self": nn.ModuleDict({name: nn.Linear(dim, dim, **kw) for name in ("query", "key", "value")}),
@@ -60,6 +62,7 @@ class BertLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 fused: bool = True) -> torch.Tensor:
+        check_sequence("BertLayer", x, self.intermediate["dense"].in_features)
         p = self.dropout if self.training else 0.0
         qkv_layers = list(self.attention["self"].values())
         out1, norm1 = self.attention["output"]["dense"], self.attention["output"]["LayerNorm"]

@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops import linear, linear_cross_entropy, mlp
+from ..errors import LaunchError
+from ..ops import checks, linear, linear_cross_entropy, mlp
 from ..ops.norms import layer_norm_linear, out_proj_residual
 from .layer_norm import layer_norm
 from .modules import head_dim
@@ -124,9 +125,8 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        self._check_tokens(idx)
         t = idx.shape[1]
-        if t > self.config.block_size:
-            raise ValueError(f"sequence length {t} exceeds the context (block_size {self.config.block_size})")
         dtype = self.compute_dtype or self.wte.weight.dtype
         x = (self.wte(idx) + self.wpe.weight[:t]).to(dtype)
         for block in self.blocks:
@@ -143,10 +143,37 @@ class GPT(nn.Module):
             return logits
         return F.cross_entropy(logits.flatten(0, 1).to(loss_dtype), targets.flatten())
 
+    def _check_tokens(self, idx: object) -> None:
+        """A LaunchError naming idx unless it is an int64 or int32 tensor [B, T] (what nn.Embedding
+        takes) with 1 <= T <= block_size and, on the CPU (a GPU's check would synchronize every
+        step; under torch.compile the values would break the graph), tokens in [0, vocab_size):
+        otherwise nn.Embedding's IndexError, or a view's error inside attention, would be the
+        message. The targets are linear_cross_entropy's to check."""
+        c = self.config
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
+            raise LaunchError(f"idx must be an int64 or int32 tensor [B, T] of tokens, got "
+                              f"{checks.describe(idx)}")
+        if not 1 <= idx.shape[1] <= c.block_size:
+            raise LaunchError(f"idx has sequence length {idx.shape[1]}; expected 1 to the context "
+                              f"(block_size {c.block_size})")
+        if idx.device.type == "cpu" and idx.numel() and not torch.compiler.is_compiling():
+            low, high = int(idx.min()), int(idx.max())
+            if low < 0 or high >= c.vocab_size:
+                raise LaunchError(f"idx holds tokens outside [0, {c.vocab_size}) (vocab_size): they range "
+                                  f"from {low} to {high}")
+
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
                  generator: torch.Generator | None = None) -> torch.Tensor:
-        """Append `new_tokens` sampled tokens to idx [B, T] (the last block_size tokens are the context)."""
+        """Append `new_tokens` sampled tokens to idx [B, T] (the last block_size tokens are the context).
+
+        temperature must be positive and top_k (the tokens kept, None for all) at least 1: a zero
+        would divide the logits by zero or keep no token, and fail inside torch.multinomial."""
+        if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                or not 0 < temperature < math.inf):
+            raise LaunchError(f"temperature must be a positive number, got {temperature!r}")
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            raise LaunchError(f"top_k must be None or a positive int, got {top_k!r}")
         for _ in range(new_tokens):
             logits = self(idx[:, -self.config.block_size:])[:, -1].float() / temperature
             if top_k is not None:

@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import ops
-from .modules import SwiGLUMLP, head_dim
+from ..errors import CodaError
+from .modules import SwiGLUMLP, check_sequence, head_dim
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float = 10000.0,
@@ -54,6 +55,9 @@ class LlamaBlock(nn.Module):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim(dim, n_heads, n_kv_heads)
+        if self.head_dim % 2:   # refused here, not by the fused path's first forward (the eager one runs)
+            raise CodaError(f"head dimension {dim} // {n_heads} = {self.head_dim} must be even: RoPE "
+                            f"rotates pairs of columns")
         self.eps, self.rope_theta = eps, rope_theta
         kv = n_kv_heads * self.head_dim
         self.input_layernorm = nn.RMSNorm(dim, eps=eps, **kw)
@@ -77,6 +81,7 @@ class LlamaBlock(nn.Module):
         """x [B, T, dim] -> y [B, T, dim]; with stats=True also Σ y² per row (float32, [B, T]), the
         next block's `sumsq` (its input RMSNorm then skips its statistics pass). The eager twin
         (fused=False) ignores `sumsq`."""
+        check_sequence("LlamaBlock", x, self.input_layernorm.weight.shape[0])
         cos, sin = rope_tables(torch.arange(x.shape[1], device=x.device), self.head_dim, self.rope_theta,
                                x.dtype)
         attn, mlp = self.self_attn, self.mlp

@@ -27,7 +27,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import ops
-from ..errors import CodaError
+from ..errors import CodaError, LaunchError
+from ..ops import checks
+from ..ops.dropout import check_probability
+from ..ops.linear import check_activation
 
 
 def head_dim(dim: int, n_heads: int, n_kv_heads: int | None = None) -> int:
@@ -40,12 +43,31 @@ def head_dim(dim: int, n_heads: int, n_kv_heads: int | None = None) -> int:
     return dim // n_heads
 
 
+def check_options(activation: object, dropout: object) -> None:
+    """A LaunchError naming the argument unless `activation` is one of the ops' and `dropout` a
+    probability: when the module is built, as nn.Dropout does, not at the first forward in
+    training mode (an evaluation-mode forward never reads the probability)."""
+    check_activation(activation)
+    check_probability(dropout, "dropout")
+
+
+def check_sequence(block: str, x: object, dim: int) -> None:
+    """A LaunchError unless x is a floating-point tensor [B, T, dim]. A block's attention splits
+    heads from that layout: a [T, dim] input would fail inside an op with a message about
+    another argument (a rope table, a weight), or, in an eager twin, attend across heads."""
+    if (not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != dim
+            or not x.is_floating_point()):
+        raise LaunchError(f"{block}: x must be a floating-point tensor [B, T, {dim}], got "
+                          f"{checks.describe(x)}")
+
+
 class Linear(nn.Linear):
     """`dropout(f(x @ weight.T + bias))` as one `coda.ops.linear`; an `nn.Linear` with the
     activation and dropout in the GEMM's epilogue."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, activation: str | None = None,
                  dropout: float = 0.0, device: torch.device | None = None, dtype: torch.dtype | None = None):
+        check_options(activation, dropout)
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.activation, self.dropout = activation, dropout
 
@@ -69,6 +91,7 @@ class FusedMLP(nn.Module):
 
     def __init__(self, dim: int, hidden: int, activation: str | None = "gelu", bias: bool = True,
                  dropout: float = 0.0, device: torch.device | None = None, dtype: torch.dtype | None = None):
+        check_options(activation, dropout)
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden, bias, device=device, dtype=dtype)
         self.fc2 = nn.Linear(hidden, dim, bias, device=device, dtype=dtype)

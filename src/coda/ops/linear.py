@@ -252,7 +252,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
     activation: None, "gelu" (tanh approximation), "gelu_erf", "relu", "silu" or "squared_relu"
     (relu(x)**2). The dropout mask is keyed on `seed` (drawn from torch's CPU generator when None).
     """
-    _check_activation(activation)
+    check_activation(activation)
     _check_input(x)
     n = checks.weight("w", w, x, x.shape[-1])
     checks.optional_tensor("bias", bias, (n,), x)
@@ -278,7 +278,7 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Te
     row, float32, not differentiable), e.g. for a post-norm block `layer_norm(y, ..., rowsum=s,
     sumsq=ss)`. With `residual=x` x's two gradients are summed in one GEMM's epilogue.
     """
-    _check_activation(activation)
+    check_activation(activation)
     _check_input(x)
     n1 = checks.weight("w1", w1, x, x.shape[-1])
     n2 = checks.weight("w2", w2, x, n1, "w1's out_features")
@@ -307,7 +307,7 @@ def _grad_wanted(*tensors: torch.Tensor | None) -> bool:
 
 
 # argument checks: every mistake a LaunchError naming the argument ---------------------------------
-def _check_activation(activation: object) -> None:
+def check_activation(activation: object) -> None:
     if not isinstance(activation, (str, type(None))) or activation not in ACTIVATIONS:
         names = ", ".join(repr(a) for a in ACTIVATIONS)
         raise LaunchError(f"activation must be one of {names}; got {activation!r}")
