@@ -260,6 +260,19 @@ def test_dropout_edge_probabilities():
     assert torch.equal(dropout(x, 1.0, seed=3), torch.zeros_like(x))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16])  # reference, interpreter
+def test_dropout_of_nan_and_inf_is_nan_as_in_torch(dtype):
+    """A dropped NaN or inf gives NaN (x * 0), as torch's dropout does, forward and backward."""
+    x = torch.tensor([math.nan, math.inf, -math.inf, -1.0] * 8, dtype=dtype).repeat(16, 1)
+    keep = keep_mask(5, 0.5, 16, 32)
+    for p, scale in ((0.5, 2.0), (1.0, 0.0)):
+        expected = x * torch.where(keep | (p == 1.0), scale, 0.0).to(dtype)
+        torch.testing.assert_close(dropout(x, p, seed=5), expected, equal_nan=True, rtol=0, atol=0)
+        x1 = x.clone().requires_grad_()
+        (dx,) = torch.autograd.grad(dropout(x1, p, seed=5), x1, x)
+        torch.testing.assert_close(dx, expected, equal_nan=True, rtol=0, atol=0)
+
+
 def test_no_grad_forward_saves_no_preactivation(monkeypatch):
     calls = []
     real = linear_module.forward_program

@@ -241,4 +241,5 @@ def keep_threshold(p):
 
 @triton.jit
 def dropout(x, p, keep):
-    return tl.where(keep, x * (1.0 / (1.0 - p)), 0.0)
+    # x times 0 or 1 / (1 - p), as PyTorch's dropout: a dropped NaN or inf stays NaN
+    return x * tl.where(keep, 1.0 / (1.0 - p), 0.0)
