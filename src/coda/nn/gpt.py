@@ -157,7 +157,7 @@ class GPT(nn.Module):
             raise LaunchError(f"idx has sequence length {idx.shape[1]}; expected 1 to the context "
                               f"(block_size {c.block_size})")
         if idx.device.type == "cpu" and idx.numel() and not torch.compiler.is_compiling():
-            low, high = int(idx.min()), int(idx.max())
+            low, high = map(int, torch.aminmax(idx))
             if low < 0 or high >= c.vocab_size:
                 raise LaunchError(f"idx holds tokens outside [0, {c.vocab_size}) (vocab_size): they range "
                                   f"from {low} to {high}")
