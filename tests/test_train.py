@@ -148,3 +148,26 @@ def test_moving_average():
 def test_package_data_is_declared():
     pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
     assert "data/*.gz" in pyproject and "matplotlib" in pyproject
+
+
+def test_a_batch_that_does_not_fit_is_an_error_not_a_traceback(tmp_path, capsys, monkeypatch,
+                                                                  reference_backend):
+    """An allocation that fails while training (torch's CUDA OutOfMemoryError, its CPU allocator's
+    RuntimeError, Python's MemoryError) exits with a message naming --batch-size; another error
+    from inside the run is not mistaken for one."""
+    failures = [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 52.00 GiB"),
+                RuntimeError("[enforce fail] DefaultCPUAllocator: can't allocate memory: 52000000000 bytes"),
+                MemoryError()]
+    for failure in failures:
+        def run_out(*args, failure=failure, **kwargs):
+            raise failure
+        monkeypatch.setattr(train, "train", run_out)
+        argv = ["--steps", "1", "--batch-size", "123456", "--sample", "0", "--out", str(tmp_path / "c.png")]
+        assert cli.main(["train", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("coda: error: --batch-size 123456: out of memory on cpu ("), err
+        assert err.count("\n") == 1, err
+        assert train.main(argv) == 2 and "Traceback" not in capsys.readouterr().err
+    monkeypatch.setattr(train, "train", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(["train", "--steps", "1", "--sample", "0", "--out", str(tmp_path / "c.png")])

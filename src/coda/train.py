@@ -24,12 +24,13 @@ At the end: the held-out loss, a short sample of generated text, and a PNG of th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -293,6 +294,21 @@ THROUGHPUT_NOTE = {
 }
 
 
+@contextlib.contextmanager
+def memory_of(device: torch.device, what: str) -> Iterator[None]:
+    """A CodaError naming `what` for an allocation that fails inside the block (torch raises
+    OutOfMemoryError on a GPU, a RuntimeError from its CPU allocator, or MemoryError)."""
+    try:
+        yield
+    except (RuntimeError, MemoryError) as err:
+        message = str(err)
+        if not (isinstance(err, (MemoryError, torch.OutOfMemoryError))
+                or "can't allocate memory" in message or "out of memory" in message):
+            raise
+        first = (message.strip().splitlines() or [type(err).__name__])[0]
+        raise CodaError(f"{what}: out of memory on {device} ({first}); try a smaller one") from None
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     try:
         device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -329,13 +345,14 @@ def cmd_train(args: argparse.Namespace) -> int:
           f"{str(dtype).removeprefix('torch.')}, "
           f"{device}; CODA: {backend_note(device)}")
 
-    runs = [train(model, train_data, "CODA", steps, batch_size, lr, args.seed, device)]
-    runs[0].held_out = evaluate(model, held_out, batch_size, args.seed, device)
-    if args.compare:
-        eager = GPT(config, fused=False, compute_dtype=dtype).to(device)
-        eager.load_state_dict(initial)
-        runs.append(train(eager, train_data, "eager", steps, batch_size, lr, args.seed, device))
-        runs[1].held_out = evaluate(eager, held_out, batch_size, args.seed, device)
+    with memory_of(device, f"--batch-size {batch_size}"):
+        runs = [train(model, train_data, "CODA", steps, batch_size, lr, args.seed, device)]
+        runs[0].held_out = evaluate(model, held_out, batch_size, args.seed, device)
+        if args.compare:
+            eager = GPT(config, fused=False, compute_dtype=dtype).to(device)
+            eager.load_state_dict(initial)
+            runs.append(train(eager, train_data, "eager", steps, batch_size, lr, args.seed, device))
+            runs[1].held_out = evaluate(eager, held_out, batch_size, args.seed, device)
 
     for r in runs:
         print(f"{r.label:>5}: final train loss {r.final_loss:.4f}, held-out loss {r.held_out:.4f}, "

@@ -72,6 +72,38 @@ def test_pingpong_plan_replays_from_a_cuda_graph():
             assert torch.equal(captured[name], value), name
 
 
+@pytest.mark.parametrize("shape", SHAPES[:2])
+def test_two_graphs_of_one_plan_replay_side_by_side(shape):
+    """Two graphs capture one plan on torch's shared capture stream, each on its own A and B (so
+    its own TMA descriptors, which a persistent kernel writes to scratch memory at its start);
+    replayed at once on two streams, between eager launches of the same plan, each gives its
+    launch's bits: a captured launch takes scratch of its own from the graph's pool."""
+    m, n, k = shape
+    prog = coda.compile("EPILOGUE(bias: col) { output = gelu(input + bias); }")
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    inputs = [(torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
+               torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5) for _ in range(3)]
+    expected = [prog(a, w.T, bias=bias)["output"] for a, w in inputs]   # also makes the plan
+    assert len(prog._plans) == 1
+    graphs, captured = [torch.cuda.CUDAGraph() for _ in range(2)], []
+    for graph, (a, w) in zip(graphs, inputs[:2], strict=True):
+        with torch.cuda.graph(graph):
+            captured.append(prog(a, w.T, bias=bias)["output"])
+    streams = [torch.cuda.Stream() for _ in graphs]
+    a, w = inputs[2]
+    for _ in range(20):
+        for graph, stream, out in zip(graphs, streams, captured, strict=True):
+            out.fill_(float("nan"))
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                graph.replay()
+        eager = prog(a, w.T, bias=bias)["output"]
+        for stream in streams:
+            torch.cuda.current_stream().wait_stream(stream)
+        for out, want in zip([*captured, eager], expected, strict=True):
+            assert torch.equal(out, want)
+
+
 def test_dropout_refuses_to_draw_a_seed_under_capture():
     x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(384, 512, device="cuda", dtype=torch.bfloat16)

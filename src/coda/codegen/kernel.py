@@ -526,7 +526,9 @@ def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callabl
     """A launcher of Triton's compiled kernel that does its per-call Python once: the stream is
     read from PyTorch, the launch hooks are passed only while a profiler has set some, and the
     scratch memory of device-side TMA descriptors is kept per stream (launches on one stream run
-    in order, so one buffer serves them all, also under CUDA-graph capture)."""
+    in order, so one buffer serves them all). A launch captured in a CUDA graph takes a buffer of
+    its own from the graph's pool, as the reductions' partials do: two graphs captured on one
+    stream may be replayed side by side on two."""
     from triton import knobs
 
     runner, run = compiled[(*grid, 1, 1)], compiled.run
@@ -544,14 +546,18 @@ def direct_launcher(compiled, grid: tuple[int], device: torch.device) -> Callabl
     scratch_bytes = math.prod(grid) * run.num_ctas * run.global_scratch_size
     scratch: dict[int, torch.Tensor] = {}
     hooks, current_stream, index = knobs.runtime, torch._C._cuda_getCurrentRawStream, device.index
+    capturing = torch._C._cuda_isCurrentStreamCapturing
 
     def launcher(*args) -> None:
         if hooks.launch_enter_hook.calls or hooks.launch_exit_hook.calls:
             return triton_launch(*args)
         stream = current_stream(index)
-        buffer = scratch.get(stream)
-        if buffer is None and scratch_bytes:
-            buffer = scratch[stream] = torch.empty(scratch_bytes, dtype=torch.uint8, device=device)
+        if scratch_bytes and capturing():   # the graph's own buffer, from its memory pool
+            buffer = torch.empty(scratch_bytes, dtype=torch.uint8, device=device)
+        else:
+            buffer = scratch.get(stream)
+            if buffer is None and scratch_bytes:
+                buffer = scratch[stream] = torch.empty(scratch_bytes, dtype=torch.uint8, device=device)
         launch(grid[0], 1, 1, stream, function, cooperative, pdl, buffer, None, packed, None, None,
                None, *args)
     return launcher
