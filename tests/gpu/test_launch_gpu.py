@@ -77,7 +77,9 @@ def test_two_graphs_of_one_plan_replay_side_by_side(shape):
     """Two graphs capture one plan on torch's shared capture stream, each on its own A and B (so
     its own TMA descriptors, which a persistent kernel writes to scratch memory at its start);
     replayed at once on two streams, between eager launches of the same plan, each gives its
-    launch's bits: a captured launch takes scratch of its own from the graph's pool."""
+    launch's bits: a captured launch takes scratch of its own from the graph's pool. (Before it
+    did, the two graphs shared one buffer and this passed anyway, 3 of 3 runs on an H100: the
+    race did not show; the last assertion is the one that catches a shared buffer.)"""
     m, n, k = shape
     prog = coda.compile("EPILOGUE(bias: col) { output = gelu(input + bias); }")
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
@@ -102,6 +104,10 @@ def test_two_graphs_of_one_plan_replay_side_by_side(shape):
             torch.cuda.current_stream().wait_stream(stream)
         for out, want in zip([*captured, eager], expected, strict=True):
             assert torch.equal(out, want)
+    (plan,) = prog._plans.values()   # its launcher keeps scratch for the eager launches' stream only
+    cells = dict(zip(plan.launcher.__code__.co_freevars, plan.launcher.__closure__, strict=True))
+    kept = cells["scratch"].cell_contents if "scratch" in cells else {}
+    assert set(kept) <= {torch.cuda.current_stream().cuda_stream}
 
 
 def test_dropout_refuses_to_draw_a_seed_under_capture():
