@@ -1,3 +1,12 @@
+#!/usr/bin/env bash
+# Sixty-eighth session, call 4: GPT-2's step with the heuristic's K <= 1024 ping-pong configuration
+# against two variants, in interleaved rounds. Run from a snapshot holding the variant trees,
+# made from src/coda by: for v in s4e4 s5e4; do mkdir -p var_$v && cp -r src/coda var_$v/; done
+# and in each var_*/coda/codegen/tuning.py's heuristic, splitting
+#     if (k <= 1024 or pieces_along_k or sums_a) and pingpong: return Config(128, 128, 64, 4, 4, split_epilogue=2, ...)
+# into "if k <= 1024 and pingpong: return Config(128, 128, 64, 4, S, split_epilogue=4, pingpong=True)"
+# (S = 4 or 5) followed by the old line for pieces_along_k or sums_a.
+#   run(command="cd .snap && bash call4.sh", carry=[".snap"], timeout_s=360)
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0 PYTHONPATH=$PWD/src
 out=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,power.limit --format=csv,noheader | tee "$out/gpu.txt"
