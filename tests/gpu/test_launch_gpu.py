@@ -110,6 +110,39 @@ def test_two_graphs_of_one_plan_replay_side_by_side(shape):
     assert set(kept) <= {torch.cuda.current_stream().cuda_stream}
 
 
+def test_a_shape_first_launched_under_capture_runs_untuned(monkeypatch, tmp_path):
+    """With autotuning on (the default), a shape whose first launch happens while a CUDA graph is
+    captured cannot be timed there (timing invalidated the capture, and PyTorch's error at the
+    capture's end named none of it): it runs the heuristic's configuration in the graph, with a
+    warning, and is tuned at its first launch outside a capture."""
+    from coda.codegen import tuning
+
+    monkeypatch.setenv("CODA_AUTOTUNE", "1")
+    monkeypatch.setenv("CODA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tuning, "STORE", tuning.TuningStore())
+    m, n, k = SHAPES[1]
+    prog = coda.compile("EPILOGUE(bias: col) { output = gelu(input + bias) * 3.0; }")
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.warns(UserWarning, match="first launched while a CUDA graph is captured"):
+        with torch.cuda.graph(graph):
+            captured = prog(a, w.T, bias=bias)["output"]
+    assert not prog.triton._configs   # nothing tuned yet
+    captured.fill_(float("nan"))
+    graph.replay()
+    launch = prog.bind(a, w.T, bias=bias)
+    heuristic = tuning.heuristic("hopper", m, n, k) if torch.cuda.get_device_capability()[0] == 9 else None
+    if heuristic is not None:
+        assert torch.equal(captured, prog.triton.launch(launch, heuristic)["output"])
+    want = prog.reference(a.double(), w.T.double(), bias=bias.double())["output"]
+    assert ((captured.double() - want).abs().max() / want.abs().max()).item() < 1e-2
+    eager = prog(a, w.T, bias=bias)["output"]   # outside the capture: tuned now
+    assert len(prog.triton._configs) == 1 and len(tuning.STORE._read(tuning.STORE.path)) == 1
+    assert ((eager.double() - want).abs().max() / want.abs().max()).item() < 1e-2
+
+
 def test_dropout_refuses_to_draw_a_seed_under_capture():
     x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(384, 512, device="cuda", dtype=torch.bfloat16)

@@ -140,7 +140,11 @@ class TritonProgram:
         return kernel
 
     def config(self, launch: Launch, kernel: Kernel) -> Config:
-        """The configuration for this launch's shape: tuned, cached, or the heuristic."""
+        """The configuration for this launch's shape: tuned, cached, or the heuristic. A shape
+        first launched while a CUDA graph is captured, where kernels cannot be timed (timing
+        would invalidate the capture), takes a tuned configuration from the on-disk store if
+        there is one, else the heuristic's, with a warning, and is tuned at its first launch
+        outside a capture."""
         m, n, k, a = launch.m, launch.n, launch.k, launch.a
         if not a.is_cuda:   # the interpreter's (or, for `explain`, what it would run)
             return tuning.INTERPRETER_CONFIG
@@ -150,28 +154,35 @@ class TritonProgram:
         bucket = (kernel.variant, str(a.dtype), 1 << max(m - 1, 0).bit_length(), n, k,
                   _layout(launch))
         config = self._configs.get(bucket)
-        if config is None:
-            if os.environ.get("CODA_AUTOTUNE", "1") == "0":
-                config = tuning.heuristic(kernel.variant, m, n, k, self.pingpong, self.packs,
-                                          launch.m_limit is not None,
-                                          launch.concat is not None and launch.concat.dim == 1,
-                                          _sums_a(launch))
-            else:
-                key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device),
-                                         *bucket)))
-                scratch = None if launch.out is None else launch.out.clone()  # tuning never
-                plans: dict[Config, Plan] = {}                                 # touches `out=`
+        if config is not None:
+            return config
+        heuristic = tuning.heuristic(kernel.variant, m, n, k, self.pingpong, self.packs,
+                                     launch.m_limit is not None,
+                                     launch.concat is not None and launch.concat.dim == 1, _sums_a(launch))
+        if os.environ.get("CODA_AUTOTUNE", "1") == "0":
+            self._configs[bucket] = heuristic
+            return heuristic
+        key = "|".join(map(str, (self.fingerprint, torch.cuda.get_device_name(a.device), *bucket)))
+        if torch.cuda.is_current_stream_capturing():
+            stored = tuning.STORE.get(key)
+            if stored is None:
+                warnings.warn(f"CODA: {self.program.name} {m}x{n}x{k} is first launched while a CUDA graph "
+                              f"is captured, where its kernel configurations cannot be timed; this graph "
+                              f"runs the heuristic's (launch it once before capturing to autotune it)",
+                              stacklevel=2)
+            return stored or heuristic
+        scratch = None if launch.out is None else launch.out.clone()   # tuning never touches `out=`
+        plans: dict[Config, Plan] = {}
 
-                def run(c: Config) -> None:
-                    if c not in plans:
-                        plans[c] = self.plan(launch, c)
-                    plans[c].run(launch.concat or launch.a, launch.b, launch.values, scratch, launch.seed,
-                                 (launch.m_limit, launch.k_limit))
+        def run(c: Config) -> None:
+            if c not in plans:
+                plans[c] = self.plan(launch, c)
+            plans[c].run(launch.concat or launch.a, launch.b, launch.values, scratch, launch.seed,
+                         (launch.m_limit, launch.k_limit))
 
-                config = tuning.autotune(key, tuning.candidates(kernel.variant, self.pingpong,
-                                                                _has_tiles(launch)), run,
-                                         f"{self.program.name} {m}x{n}x{k}")
-            self._configs[bucket] = config
+        config = tuning.autotune(key, tuning.candidates(kernel.variant, self.pingpong, _has_tiles(launch)),
+                                 run, f"{self.program.name} {m}x{n}x{k}")
+        self._configs[bucket] = config
         return config
 
     def explain(self, launch: Launch) -> str:
