@@ -114,7 +114,8 @@ def test_a_shape_first_launched_under_capture_runs_untuned(monkeypatch, tmp_path
     """With autotuning on (the default), a shape whose first launch happens while a CUDA graph is
     captured cannot be timed there (timing invalidated the capture, and PyTorch's error at the
     capture's end named none of it): it runs the heuristic's configuration in the graph, with a
-    warning, and is tuned at its first launch outside a capture."""
+    warning, and is tuned at its first launch outside a capture (the plan made in the capture is
+    not kept)."""
     from coda.codegen import tuning
 
     monkeypatch.setenv("CODA_AUTOTUNE", "1")
@@ -129,7 +130,7 @@ def test_a_shape_first_launched_under_capture_runs_untuned(monkeypatch, tmp_path
     with pytest.warns(UserWarning, match="first launched while a CUDA graph is captured"):
         with torch.cuda.graph(graph):
             captured = prog(a, w.T, bias=bias)["output"]
-    assert not prog.triton._configs   # nothing tuned yet
+    assert not prog.triton._configs and not prog._plans   # nothing tuned or kept yet
     captured.fill_(float("nan"))
     graph.replay()
     launch = prog.bind(a, w.T, bias=bias)
@@ -140,6 +141,7 @@ def test_a_shape_first_launched_under_capture_runs_untuned(monkeypatch, tmp_path
     assert ((captured.double() - want).abs().max() / want.abs().max()).item() < 1e-2
     eager = prog(a, w.T, bias=bias)["output"]   # outside the capture: tuned now
     assert len(prog.triton._configs) == 1 and len(tuning.STORE._read(tuning.STORE.path)) == 1
+    assert len(prog._plans) == 1
     assert ((eager.double() - want).abs().max() / want.abs().max()).item() < 1e-2
 
 

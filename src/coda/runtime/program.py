@@ -235,7 +235,9 @@ class Program:
         if self._pick_backend(backend, launch.a) == "reference":
             return run_reference(launch)
         plan, outputs = self.triton.start(launch)
-        if key is not None:
+        # a plan made while a CUDA graph is captured may run an untuned configuration (kernels
+        # cannot be timed there: kernel.TritonProgram.config); the next launch makes its own
+        if key is not None and not (first.is_cuda and torch.cuda.is_current_stream_capturing()):
             if len(self._plans) >= MAX_PLANS:   # shapes that keep changing: start over
                 self._plans.clear()
             self._plans[key] = plan
