@@ -1,14 +1,15 @@
 """Plots and tables for docs/benchmarks.md and docs/performance.md from the JSON results.
 
     python benchmarks/report.py [--results benchmarks/results] [--out docs/img] [--tables]
-                                [--gemm benchmarks/results/gemm.json ...]
+                                [--gpu H200] [--gemm benchmarks/results/gemm.json ...]
 
 Writes micro_<size>.png (time of each op, fwd+bwd, per implementation, as a multiple of the
 cuBLAS time of its GEMMs), train_throughput.png (tokens/s per model and mode) and
 train_breakdown.png (the GPU time of each step that results/train.json profiled, by kind of
-kernel); with --tables also prints the micro benchmark's markdown tables (µs per op, fwd+bwd,
-per size) and the step breakdown's; with --gemm prints, per gemm.py result file, the GEMM + epilogue table
-against the Hopper fast-path targets.
+kernel) and speedup.png (CODA over the fastest peer, per op and per model, from the latest runs
+of the GPU that --gpu names); with --tables also prints the micro benchmark's markdown tables
+(µs per op, fwd+bwd, per size) and the step breakdown's; with --gemm prints, per gemm.py result
+file, the GEMM + epilogue table against the Hopper fast-path targets.
 """
 
 from __future__ import annotations
@@ -157,14 +158,22 @@ def gemm_table(path: Path) -> str:
     return "\n".join(lines)
 
 
-def train_table(results: Path) -> dict[tuple[str, str], float]:
-    """{(model, mode): thousands of tokens/s} over every train*.json, those of the sessions'
-    folders (results/session*/) included; where runs measured the same (model, mode), the latest
-    run (by its date) counts."""
-    runs = sorted((json.loads(path.read_text()) for path in results.glob("**/train*.json")),
-                  key=lambda run: run["date"])
+def runs_of(results: Path, pattern: str, gpu: str | None = None) -> list[tuple[dict, Path]]:
+    """(run, path) of every JSON result under `results` (the sessions' folders included) whose
+    name matches `pattern`, oldest first by its date; with `gpu`, only the runs whose GPU's name
+    contains it (the report reads its targets on the H200; later sessions ran on H100s too)."""
+    runs = [(json.loads(path.read_text()), path) for path in results.glob(f"**/{pattern}")]
+    return sorted([(run, path) for run, path in runs if gpu is None or gpu in (run.get("gpu") or "")],
+                  key=lambda item: item[0].get("date", ""))
+
+
+def train_table(results: Path, gpu: str | None = None) -> dict[tuple[str, str], float]:
+    """{(model, mode): thousands of tokens/s} over every train*.json (of `gpu`, if given); where
+    runs measured the same (model, mode), the latest run (by its date) counts. The runs of a
+    variant tree (mode@NAME, train.py --tree) are experiments, not CODA: left out."""
     return {(r["model"], r["mode"]): r["tokens_per_s"] / 1e3
-            for run in runs for r in run["rows"] if r.get("tokens_per_s")}
+            for run, _ in runs_of(results, "train*.json", gpu) for r in run["rows"]
+            if r.get("tokens_per_s") and "@" not in r["mode"]}
 
 
 #: a profiled step's kinds of kernels (benchmarks/train.py's classes), as the report names them
@@ -194,24 +203,30 @@ def breakdown_table(path: Path) -> str:
 OP_TARGET, MODEL_TARGET = 1.15, 1.2
 
 
-def model_ratios(results: Path) -> dict[str, dict]:
+def model_ratios(results: Path, gpu: str | None = None) -> dict[str, dict]:
     """{model: paired ratio of coda+graph over its fastest peer (median, min, max, rounds,
-    baseline, source)}: the latest train*.json (by date) that timed that model in interleaved
-    rounds."""
-    runs = sorted(((json.loads(path.read_text()), path) for path in results.glob("**/train*.json")),
-                  key=lambda item: item[0]["date"])
+    baseline, source)}: the latest train*.json (by date; of `gpu`, if given) that timed that
+    model in interleaved rounds."""
     return {model: {**modes["coda+graph"], "source": str(path.relative_to(results))}
-            for run, path in runs for model, modes in run.get("paired_ratios", {}).items()
-            if "coda+graph" in modes}
+            for run, path in runs_of(results, "train*.json", gpu)
+            for model, modes in run.get("paired_ratios", {}).items() if "coda+graph" in modes}
 
 
-def speedup_plot(results: Path, out: Path) -> None:
+def replayed_ops(results: Path, gpu: str | None = None) -> list[dict]:
+    """The op × size speed-ups of the latest micro*.json (of `gpu`, if given) that replayed the
+    most cases from CUDA graphs (its summary_replayed): a whole suite, not a probe of a few."""
+    summaries = [run.get("summary_replayed", []) for run, _ in runs_of(results, "micro*.json", gpu)]
+    most = max(map(len, summaries), default=0)
+    return next((summary for summary in reversed(summaries) if most and len(summary) == most), [])
+
+
+def speedup_plot(results: Path, out: Path, gpu: str | None = None) -> None:
     """speedup.png: CODA's speed over the fastest peer, each op and size fwd+bwd replayed from
-    CUDA graphs (micro.json's summary_replayed) and each model's training step (coda+graph, the
-    median of its interleaved rounds, the bar's whiskers their range), with the targets."""
-    micro = results / "micro.json"
-    ops = json.loads(micro.read_text()).get("summary_replayed", []) if micro.exists() else []
-    models = model_ratios(results)
+    CUDA graphs (`replayed_ops`) and each model's training step (coda+graph, the median of its
+    interleaved rounds, the bar's whiskers their range), with the targets; with `gpu`, from that
+    GPU's runs only."""
+    ops = replayed_ops(results, gpu)
+    models = model_ratios(results, gpu)
     if not ops and not models:
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4), width_ratios=[3, 1])
@@ -223,7 +238,7 @@ def speedup_plot(results: Path, out: Path) -> None:
              color=["tab:green" if row["speedup_vs_best"] >= OP_TARGET else "tab:blue" for row in ops])
     left.set_xticks(range(len(ops)), labels, fontsize=6, rotation=90)
     left.set_ylabel("CODA's speed / fastest peer's")
-    left.set_title("ops, fwd+bwd replayed from CUDA graphs")
+    left.set_title(f"ops, fwd+bwd replayed from CUDA graphs{f' ({gpu})' if gpu else ''}")
     left.legend(fontsize=8)
     names = list(models)
     medians = [models[m]["median"] for m in names]
@@ -232,7 +247,7 @@ def speedup_plot(results: Path, out: Path) -> None:
     right.bar(range(len(names)), medians, yerr=whiskers, capsize=4,
               color=["tab:green" if m >= MODEL_TARGET else "tab:blue" for m in medians])
     right.set_xticks(range(len(names)), names)
-    right.set_title("training step (coda+graph)")
+    right.set_title(f"training step (coda+graph){f', {gpu}' if gpu else ''}")
     right.legend(fontsize=8)
     for ax in (left, right):
         ax.set_ylim(0.5, max(1.5, ax.get_ylim()[1]))
@@ -262,8 +277,8 @@ def breakdown_plot(path: Path, out: Path) -> None:
     plt.close(fig)
 
 
-def train_plot(results: Path, out: Path) -> None:
-    table = train_table(results)
+def train_plot(results: Path, out: Path, gpu: str | None = None) -> None:
+    table = train_table(results, gpu)
     if not table:
         return
     models = list(dict.fromkeys(model for model, _ in table))
@@ -271,7 +286,7 @@ def train_plot(results: Path, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(10, 4))
     grouped_bars(ax, models, {m: [table.get((model, m)) for model in models] for m in modes},
                  "training tokens/s (thousands)")
-    ax.set_title("training step throughput, H200 bf16 (higher is better)")
+    ax.set_title(f"training step throughput, {gpu or 'every GPU'}, bf16 (higher is better)")
     fig.tight_layout()
     fig.savefig(out / "train_throughput.png", dpi=110)
     plt.close(fig)
@@ -282,6 +297,8 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     parser.add_argument("--tables", action="store_true", help="print the micro benchmark's tables")
+    parser.add_argument("--gpu", default="H200",
+                        help="plot the runs of GPUs whose name contains this ('' for every run)")
     parser.add_argument("--gemm", type=Path, nargs="*", default=[],
                         help="print the fast-path table of these gemm.py results (no plots)")
     args = parser.parse_args()
@@ -291,8 +308,8 @@ def main() -> None:
         return
     args.out.mkdir(parents=True, exist_ok=True)
     micro_plots(args.results, args.out)
-    train_plot(args.results, args.out)
-    speedup_plot(args.results, args.out)
+    train_plot(args.results, args.out, args.gpu or None)
+    speedup_plot(args.results, args.out, args.gpu or None)
     steps = args.results / "train.json"
     if steps.exists():
         breakdown_plot(steps, args.out)

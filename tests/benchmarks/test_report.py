@@ -151,3 +151,34 @@ def test_speedup_plot_takes_each_models_latest_paired_ratio(report, results):
     out.mkdir()
     report.speedup_plot(results, out)
     assert (out / "speedup.png").read_bytes().startswith(PNG)
+
+
+def test_plots_of_one_gpu_leave_the_other_gpus_runs_out(report, results):
+    """--gpu H200: a later H100 run supersedes neither a model's ratio nor the ops' speed-ups,
+    a probe of a few ops does not stand for the whole suite, and a variant tree's rate is not
+    CODA's."""
+    ratio = dict(baseline="compile+graph", min=1.1, max=1.3, rounds=[1.2])
+
+    def run(date: str, gpu: str, **fields) -> str:
+        return json.dumps(dict(date=f"{date}T10:00:00+00:00", gpu=gpu, **{"rows": [], **fields}))
+    suite = [dict(op=op, size="gpt2", speedup_vs_best=1.0) for op in ("a", "b", "c")]
+    (results / "train_h200.json").write_text(
+        run("2026-12-04", "NVIDIA H200", paired_ratios={"gpt2": {"coda+graph": {**ratio, "median": 1.199}}},
+            rows=[dict(model="gpt2", mode="coda+graph", tokens_per_s=6e5),
+                  dict(model="gpt2", mode="coda+graph@variant", tokens_per_s=7e5)]))
+    (results / "train_h100.json").write_text(
+        run("2026-12-07", "NVIDIA H100 80GB HBM3",
+            paired_ratios={"gpt2": {"coda+graph": {**ratio, "median": 1.215}}}))
+    (results / "micro_suite.json").write_text(run("2026-12-04", "NVIDIA H200", summary_replayed=suite))
+    (results / "micro_probe.json").write_text(run("2026-12-05", "NVIDIA H200", summary_replayed=suite[:1]))
+    (results / "micro_h100.json").write_text(run("2026-12-06", "NVIDIA H100 80GB HBM3",
+                                                 summary_replayed=suite * 2))
+    assert report.model_ratios(results, "H200")["gpt2"]["median"] == 1.199
+    assert report.model_ratios(results)["gpt2"]["median"] == 1.215
+    assert report.train_table(results, "H200") == {("gpt2", "coda+graph"): 600.0}   # no variant tree
+    assert report.replayed_ops(results, "H200") == suite
+    assert report.replayed_ops(results) == suite * 2
+    out = results / "img"
+    out.mkdir()
+    report.speedup_plot(results, out, "H200")
+    assert (out / "speedup.png").read_bytes().startswith(PNG)
