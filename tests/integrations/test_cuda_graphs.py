@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import coda
-from coda.integrations.cuda_graphs import CapturedStep, _loss_of
+from coda.integrations.cuda_graphs import CapturedStep, _loss_of, numbers_of
 
 
 def optimizer(**options) -> torch.optim.Optimizer:
@@ -75,6 +75,40 @@ def test_a_replay_takes_a_batch_like_the_example():
     loss = captured(input_ids=new)
     assert graph.replays == 1 and torch.equal(ids, new)        # copied into the captured input
     assert loss.item() == 3.0 and loss.data_ptr() != captured.loss.data_ptr()   # a copy of the loss
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler")   # no optimizer steps here
+def test_a_replay_refuses_settings_changed_since_the_capture():
+    """The graph replays the optimizer's numbers as captured: a scheduler that sets a float lr
+    (or any changed setting) makes the next replay an error naming it, not a step at the old
+    rate; a tensor lr, which schedulers change in place, and keys added since do not."""
+    ids = torch.zeros(2, 8, dtype=torch.int64)
+
+    def captured_with(opt: torch.optim.Optimizer) -> tuple[CapturedStep, Graph]:
+        graph = Graph()
+        return CapturedStep(graph, {"input_ids": ids}, torch.tensor(3.0), optimizer=opt,
+                            hyperparameters=numbers_of(opt)), graph
+
+    opt = optimizer(lr=1e-3, betas=(0.9, 0.95), capturable=True)
+    step, graph = captured_with(opt)
+    torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5)   # adds initial_lr, sets lr to 0.5 of it
+    with pytest.raises(coda.CodaError, match=r"group 0's 'lr' is now 0.0005, but the captured step "
+                                             r"replays 0.001 .* lr=torch.tensor\(0.001, device='cuda'\)"):
+        step(input_ids=ids)
+    opt.param_groups[0]["lr"] = 1e-3
+    step(input_ids=ids)
+    opt.param_groups[0]["betas"] = (0.9, 0.999)
+    with pytest.raises(coda.CodaError, match=r"'betas' is now \(0.9, 0.999\).*capture the step again"):
+        step(input_ids=ids)
+    assert graph.replays == 1
+
+    opt = optimizer(lr=torch.tensor(1e-3), capturable=True)
+    step, graph = captured_with(opt)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 ** i)
+    for _ in range(3):
+        step(input_ids=ids)
+        schedule.step()
+    assert graph.replays == 3 and opt.param_groups[0]["lr"].item() == pytest.approx(1e-3 / 8)
 
 
 def test_unpadded_batches_puts_transformers_back():

@@ -19,7 +19,10 @@ they compile CODA's kernels and create the optimizer's state, which cannot happe
 capture), sets the gradients to None so that the captured backward allocates them from the graph's
 pool, and captures one step. A replay recomputes the same kernels on the new batch's values: the
 batch must keep the example's shapes and dtypes, and the step must not depend on values read back
-on the host (`.item()`, data-dependent shapes). Dropout in CODA's ops needs an explicit `seed=`
+on the host (`.item()`, data-dependent shapes). The graph keeps the optimizer's numbers as it
+captured them: a learning-rate schedule must change a tensor `lr` in place (PyTorch's schedulers
+do), and a replay after a group's plain number changed (a scheduler over a float `lr`) is an
+error, not a step at the old rate. Dropout in CODA's ops needs an explicit `seed=`
 under capture (its mask is then the same at every replay; docs/ops.md). The captured step keeps
 the step function and the optimizer (so the parameters and their state) alive as long as it
 lives: the graph writes them in place and holds no references of its own.
@@ -49,8 +52,13 @@ class CapturedStep:
     #: kernels use, so without these a dropped model or optimizer would be freed under it (a
     #: later capture empties the allocator's cache: the replay then faults)
     keep_alive: tuple = ()
+    #: the optimizer and its groups' plain numbers (lr, betas, ...) as captured
+    optimizer: torch.optim.Optimizer | None = None
+    hyperparameters: list[dict] = field(default_factory=list)
 
     def __call__(self, **batch: torch.Tensor) -> torch.Tensor:
+        if self.optimizer is not None:
+            _check_unchanged(self.optimizer, self.hyperparameters)
         if batch.keys() != self.inputs.keys():
             raise CodaError(f"capture_step: the step was captured with inputs {sorted(self.inputs)}, "
                             f"got {sorted(batch)}")
@@ -105,7 +113,32 @@ def capture_step(step: Callable[..., torch.Tensor], optimizer: torch.optim.Optim
     optimizer.zero_grad(set_to_none=True)
     with context() if context is not None else contextlib.nullcontext(), torch.cuda.graph(graph):
         loss = _loss_of(step(**inputs))
-    return CapturedStep(graph, inputs, loss, losses, keep_alive=(step, optimizer))
+    return CapturedStep(graph, inputs, loss, losses, keep_alive=(step, optimizer), optimizer=optimizer,
+                        hyperparameters=numbers_of(optimizer))
+
+
+def numbers_of(optimizer: torch.optim.Optimizer) -> list[dict]:
+    """Each parameter group's settings that a captured step bakes in: its plain numbers and
+    tuples of them (a tensor setting is read from the device at every replay)."""
+    def plain(value) -> bool:
+        return isinstance(value, (bool, int, float)) or (
+            isinstance(value, tuple) and all(isinstance(v, (bool, int, float)) for v in value))
+    return [{key: value for key, value in group.items() if key != "params" and plain(value)}
+            for group in optimizer.param_groups]
+
+
+def _check_unchanged(optimizer: torch.optim.Optimizer, captured: list[dict]) -> None:
+    """A CodaError where a group's setting no longer is what the graph replays (keys added since,
+    such as a scheduler's `initial_lr`, are not the graph's)."""
+    for index, (group, numbers) in enumerate(zip(optimizer.param_groups, captured, strict=False)):
+        for key, then in numbers.items():
+            now = group.get(key)
+            if type(now) is not type(then) or now != then:
+                fix = (f"for a schedule, create the optimizer with lr=torch.tensor({then!r}, device='cuda'), "
+                       "which schedulers change in place" if key == "lr" else "capture the step again")
+                raise CodaError(f"capture_step: parameter group {index}'s {key!r} is now {now!r}, but the "
+                                f"captured step replays {then!r} (a CUDA graph keeps the numbers it was "
+                                f"captured with); {fix}")
 
 
 def _loss_of(loss) -> torch.Tensor:
