@@ -155,7 +155,7 @@ def test_dropout_refuses_to_draw_a_seed_under_capture():
             ops.linear(x, w, dropout_p=0.1)
 
 
-def patched_gpt2_training(capturable: bool, **size: int):
+def patched_gpt2_training(capturable: bool, lr: float | torch.Tensor = 1e-2, **size: int):
     """(train_step(input_ids) -> loss, its AdamW) of a small CODA-patched GPT-2 of `size`
     (GPT2Config's n_embd, n_layer, n_head, vocab_size, n_positions; bf16, no dropout): forward,
     backward and optimizer step, as coda.capture_step takes them."""
@@ -163,7 +163,7 @@ def patched_gpt2_training(capturable: bool, **size: int):
     config = transformers.GPT2Config(**size, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                                      use_cache=False, attn_implementation="sdpa")
     model = coda.patch(transformers.GPT2LMHeadModel(config).cuda().bfloat16().train())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True, capturable=capturable)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True, capturable=capturable)
 
     def train_step(input_ids: torch.Tensor) -> torch.Tensor:
         loss = model(input_ids=input_ids, labels=input_ids).loss
@@ -197,6 +197,41 @@ def test_patched_gpt2_training_step_replays_from_a_cuda_graph():
     eager, replayed = trained(False), trained(True)
     assert replayed == pytest.approx(eager, rel=1e-3), (replayed, eager)
     assert len(set(replayed)) == len(replayed), replayed   # each replay updated the weights
+
+
+def test_a_captured_step_follows_the_schedule_of_a_tensor_lr():
+    """With lr a tensor on the GPU, which the capturable fused AdamW reads at every replay, a
+    scheduler that halves it between replays trains as eager steps on the same schedule do, and
+    the schedule shows (a constant rate trains otherwise)."""
+    from coda.integrations.hf import unpadded_batches
+
+    ids = torch.randint(1000, (4, 256), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    size = dict(n_embd=256, n_layer=2, n_head=4, vocab_size=1000, n_positions=256)
+
+    def trained(graph: bool, halving: bool = True) -> list[float]:
+        torch.manual_seed(0)
+        lr = torch.tensor(1e-2, device="cuda") if graph else 1e-2
+        train_step, opt = patched_gpt2_training(graph, lr=lr, **size)
+        schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 ** i if halving else 1.0)
+        if not graph:
+            losses = []
+            for _ in range(4):
+                losses.append(train_step(ids).item())
+                opt.zero_grad(set_to_none=True)
+                schedule.step()
+            return losses
+        step = coda.capture_step(train_step, opt, warmup=1, context=unpadded_batches, input_ids=ids)
+        schedule.step()   # after the warm-up step, the schedule's first
+        losses = [step.warmup_losses[0].item()]
+        for _ in range(3):
+            losses.append(step(input_ids=ids).item())
+            schedule.step()
+        return losses
+
+    eager, replayed = trained(False), trained(True)
+    assert replayed == pytest.approx(eager, rel=1e-3), (replayed, eager)
+    constant = trained(False, halving=False)
+    assert abs(constant[-1] - eager[-1]) > 1e-2 * abs(eager[-1]), (constant, eager)
 
 
 def test_a_captured_step_keeps_its_model_and_optimizer_alive():
