@@ -77,9 +77,12 @@ def exp(x):
 
 @triton.jit
 def softplus(x):
-    """log(1 + e^x) without overflow: x itself above 20 (where they agree in float32), e^x below
-    -15 (where 1 + e^x rounds to 1)."""
-    return tl.where(x > 20.0, x, tl.where(x < -15.0, exp(x), tl.log(1.0 + exp(x))))
+    """log(1 + e^x) = max(x, 0) + log1p(e^-|x|), without overflow and without the cancellation
+    of log(1 + e^x) at large negative x (17% relative error at -15 in float32): log1p(u) as
+    u log(w) / (w - 1) with w = 1 + u, exact to a few ulp, and u itself where w rounds to 1."""
+    u = exp(-tl.abs(x))
+    w = 1.0 + u
+    return tl.maximum(x, 0.0) + tl.where(w == 1.0, u, tl.log(w) * (u / (w - 1.0)))
 
 
 @triton.jit
