@@ -63,6 +63,17 @@ def test_a_b_on_different_devices():
     assert "B is on meta but A is on cpu" in _launch_error(prog, a, b.to("meta"))
 
 
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_a_b_of_different_dtypes_on_either_backend(backend):
+    """The reference once computed a float64 B in A's float32 (a silent loss of B's digits) where
+    the Triton backend refused the pair: code tried on the CPU must run the same on a GPU."""
+    prog = coda.compile("output = input;")
+    a, b = _ab()
+    with pytest.raises(coda.LaunchError, match="A is torch.float32 but B is torch.float64: a GEMM takes "
+                                               "one input dtype"):
+        prog(a.float(), b.double(), backend=backend)
+
+
 # operands ---------------------------------------------------------------------------------------------
 
 

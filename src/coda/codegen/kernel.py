@@ -663,9 +663,6 @@ def _check_dtypes(launch: Launch) -> None:
             raise LaunchError(f"{name} has dtype {x.dtype}: the Triton backend takes float16, "
                               f"bfloat16 or float32 (tf32 tensor cores); use backend='reference' "
                               f"for float64")
-    if launch.a.dtype != launch.b.dtype:
-        raise LaunchError(f"A is {launch.a.dtype} but B is {launch.b.dtype}: the Triton backend "
-                          f"needs one input dtype")
     # (a reduction, summed in float32 like every one, may be stored in float64: its finishing
     # kernel converts; a float64 parameter's gradient of float32 activations is one)
     if any(s.dtype == torch.float64 and s.reduction is None for s in launch.outputs):

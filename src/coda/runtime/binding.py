@@ -161,6 +161,9 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
         a = concat.pieces[0] if concat else a
         if b.device != a.device:
             raise LaunchError(f"B is on {b.device} but A is on {a.device}")
+        if b.dtype != a.dtype:   # on both backends: code tried on the CPU runs the same on a GPU
+            raise LaunchError(f"A is {a.dtype} but B is {b.dtype}: a GEMM takes one input dtype; "
+                              f"cast one of them")
         if k != k2:
             raise LaunchError(f"A is [M, K] = {list(a.shape)} and B is [K, N] = {list(b.shape)}: "
                               f"their K differ ({k} vs {k2})")
