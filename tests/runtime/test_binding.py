@@ -69,8 +69,8 @@ def test_a_b_of_different_dtypes_on_either_backend(backend):
     the Triton backend refused the pair: code tried on the CPU must run the same on a GPU."""
     prog = coda.compile("output = input;")
     a, b = _ab()
-    with pytest.raises(coda.LaunchError, match="A is torch.float32 but B is torch.float64: a GEMM takes "
-                                               "one input dtype"):
+    with pytest.raises(coda.LaunchError, match=r"A is torch\.float32 but B is torch\.float64: a GEMM "
+                                               r"takes one input dtype"):
         prog(a.float(), b.double(), backend=backend)
 
 
