@@ -163,6 +163,8 @@ def test_compile_needs_text():
     ("EPILOGUE () { output = where(True, input, 0); }", 1, 30, ("there is no constant 'True'",
                                                                 "write 1.0")),
     ("output = where(input != input, nan, input);", 1, 32, ("no constant 'nan': a NaN is 0.0 / 0.0",)),
+    ("output = min(input, INF);", 1, 21, ("there is no constant 'INF': write 1e400",)),   # as NAN is
+    ("output = min(input, Inf);", 1, 21, ("there is no constant 'Inf': write 1e400",)),
     # names that are not available
     ("output = gelu;", 1, 10, ("'gelu' is a function; call it as gelu(...)",)),
     ("input = acc;\noutput = input;", 1, 1, ("'input' is the GEMM result",)),

@@ -487,3 +487,25 @@ def test_a_device_constant_made_on_fake_tensors_is_not_kept():
     assert key not in common._DEVICE_CONSTANTS
     assert torch.equal(common.device_constant(key, lambda: torch.arange(4)), torch.arange(4))
     del common._DEVICE_CONSTANTS[key]
+
+
+def test_numpy_scalars_are_numbers_like_pythons():
+    """Hyperparameters read through NumPy (np.float32 probabilities, np.int64 seeds and indices)
+    work as the Python numbers they stand for; bools, NumPy's included, stay refused."""
+    np = pytest.importorskip("numpy")
+    from coda import ops
+
+    x = torch.randn(6, 8, dtype=torch.float64)
+    w = torch.randn(12, 8, dtype=torch.float64)
+    assert torch.equal(ops.linear(x, w, dropout_p=np.float32(0.5), seed=np.int64(3)),
+                       ops.linear(x, w, dropout_p=0.5, seed=3))
+    assert torch.equal(ops.dropout(x, np.float64(0.25), seed=np.int32(1)), ops.dropout(x, 0.25, seed=1))
+    target = torch.randint(12, (6,))
+    target[0] = -100
+    assert torch.equal(ops.linear_cross_entropy(x, w, target, ignore_index=np.int64(-100)),
+                       ops.linear_cross_entropy(x, w, target))
+    ids = torch.tensor([0, 1, 2])
+    assert torch.equal(ops.embedding(ids, w, padding_idx=np.int64(-11)), ops.embedding(ids, w, padding_idx=1))
+    for seed in (np.bool_(True), True, 1.5):
+        with pytest.raises(coda.LaunchError, match="seed must be an int or None"):
+            ops.linear(x, w, dropout_p=0.5, seed=seed)

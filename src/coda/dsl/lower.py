@@ -196,7 +196,8 @@ class _Lowering:
 #: operand `inf` at launch); a program that declares such a parameter still has it.
 _INFINITY = "write 1e400 (a number beyond float64's range is infinity), or a large finite one"
 FOREIGN_CONSTANTS = {
-    "inf": _INFINITY, "infinity": _INFINITY, "INFINITY": _INFINITY, "Infinity": _INFINITY,
+    "inf": _INFINITY, "Inf": _INFINITY, "INF": _INFINITY,
+    "infinity": _INFINITY, "INFINITY": _INFINITY, "Infinity": _INFINITY,
     "nan": "a NaN is 0.0 / 0.0", "NaN": "a NaN is 0.0 / 0.0", "NAN": "a NaN is 0.0 / 0.0",
     "True": "comparisons give 1.0 or 0.0; write 1.0", "true": "comparisons give 1.0 or 0.0; write 1.0",
     "False": "comparisons give 1.0 or 0.0; write 0.0", "false": "comparisons give 1.0 or 0.0; write 0.0",

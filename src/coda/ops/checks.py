@@ -28,6 +28,16 @@ def weight(name: str, w: object, x: torch.Tensor, in_features: int,
     return w.shape[0]
 
 
+def integer(value: object) -> bool:
+    """Whether `value` is an integer: a Python int or a NumPy one (numbers.Integral), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def real(value: object) -> bool:
+    """Whether `value` is a real number: int, float or a NumPy scalar (numbers.Real), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def flag(name: str, value: object) -> bool:
     """A True / False option (not 0, 1 or None)."""
     if not isinstance(value, bool):
@@ -37,7 +47,7 @@ def flag(name: str, value: object) -> bool:
 
 def eps(op: str, value: object) -> float:
     """A norm's epsilon: a real number >= 0 (not a bool), as a float."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
+    if not real(value) or not value >= 0:
         raise LaunchError(f"{op}: eps must be a number >= 0, got {value!r}")
     return float(value)
 

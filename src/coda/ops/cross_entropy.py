@@ -742,16 +742,15 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     if reduction not in REDUCTIONS:
         raise LaunchError(f"reduction must be one of {', '.join(map(repr, REDUCTIONS))}; got "
                           f"{reduction!r}")
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+    if not checks.integer(ignore_index):
         raise LaunchError(f"ignore_index must be an int, got {ignore_index!r}")
-    if not _is_number(label_smoothing) or not 0.0 <= label_smoothing <= 1.0:
+    if not checks.real(label_smoothing) or not 0.0 <= label_smoothing <= 1.0:
         raise LaunchError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
-    if softcap is not None and (not _is_number(softcap) or not 0 < softcap < math.inf):
+    if softcap is not None and (not checks.real(softcap) or not 0 < softcap < math.inf):
         raise LaunchError(f"softcap must be None or a positive finite number, got {softcap!r}")
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
-                                   or chunk_size < 1):
+    if chunk_size is not None and (not checks.integer(chunk_size) or chunk_size < 1):
         raise LaunchError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
-    if not _is_number(norm_eps) or not norm_eps >= 0:
+    if not checks.real(norm_eps) or not norm_eps >= 0:
         raise LaunchError(f"norm_eps must be a non-negative number, got {norm_eps!r}")
     for name, flag in (("low_memory", low_memory), ("skip_ignored", skip_ignored),
                        ("exponential", exponential)):
@@ -767,8 +766,9 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
     # (its GEMMs' blocks then serve the loss too) unless no gradient can follow.
     grads_in_forward = (reduction != "none" and not low_memory and torch.is_grad_enabled()
                         and any(t is not None and t.requires_grad for t in (x, w, bias, norm_weight)))
-    args = (x, w, target, bias, norm_weight, ignore_index, reduction, float(label_smoothing),
-            None if softcap is None else float(softcap), chunk_size, low_memory, float(norm_eps),
+    args = (x, w, target, bias, norm_weight, int(ignore_index), reduction, float(label_smoothing),
+            None if softcap is None else float(softcap), None if chunk_size is None else int(chunk_size),
+            low_memory, float(norm_eps),
             grads_in_forward, skip_ignored, exponential)
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom ops coda::linear_cross_entropy*
@@ -793,8 +793,3 @@ def _check_targets(target: torch.Tensor, vocab: int, ignore_index: int) -> None:
 def _check_tensor(x: object, name: str, shape: str) -> None:
     if not isinstance(x, torch.Tensor):
         raise LaunchError(f"{name} must be a tensor {shape}, got {checks.describe(x)}")
-
-
-def _is_number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-

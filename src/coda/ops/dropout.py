@@ -28,7 +28,7 @@ DROPOUT = compile_program("EPILOGUE dropout_map(p: scalar) { output = dropout(in
 
 def check_probability(p: float, name: str = "p") -> float:
     """`p` as a float in [0, 1], or a LaunchError naming the argument."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+    if not checks.real(p) or not 0.0 <= p <= 1.0:
         raise LaunchError(f"{name} must be a number in [0, 1], got {p!r}")
     return float(p)
 
@@ -45,9 +45,9 @@ def resolve_seed(p: float, seed: int | None, name: str = "seed") -> int | None:
                               f"time). Capture without dropout, or pass {name}= and accept that the "
                               f"graph replays that mask")
         return int(torch.randint(2**31, ()).item())  # < 2**31: a signed int32 at launch
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not checks.integer(seed):
         raise LaunchError(f"{name} must be an int or None, got {seed!r}")
-    return seed
+    return int(seed)
 
 
 @op_function

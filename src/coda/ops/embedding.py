@@ -117,11 +117,11 @@ def _embedding(ids: torch.Tensor, w: torch.Tensor, padding_idx: int | None, tied
         raise LaunchError(f"ids must be an int32 or int64 tensor, got {checks.describe(ids)}")
     if ids.device != w.device:
         raise LaunchError(f"ids are on {ids.device} but w is on {w.device}")
-    if padding_idx is not None and (isinstance(padding_idx, bool) or not isinstance(padding_idx, int)):
+    if padding_idx is not None and not checks.integer(padding_idx):
         raise LaunchError(f"padding_idx must be an int or None, got {padding_idx!r}")
     if padding_idx is not None and not -w.shape[0] <= padding_idx < w.shape[0]:
         raise LaunchError(f"padding_idx must be in [-{w.shape[0]}, {w.shape[0]}), got {padding_idx}")
-    padding_idx = None if padding_idx is None else padding_idx % w.shape[0]
+    padding_idx = None if padding_idx is None else int(padding_idx) % w.shape[0]
     from ..integrations import compile as custom  # here: that module imports this one
     # ids in range, where reading them costs no synchronization (not on a GPU, not in a graph)
     if not custom.routed() and ids.device.type == "cpu" and ids.numel() and not (

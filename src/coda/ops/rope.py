@@ -287,7 +287,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int,
         raise LaunchError(f"x's last dimension ({n}) must be a multiple of head_dim = {head_dim} (whole "
                           f"heads), or pass n_rot= for the columns to rotate")
     n_rot = n if n_rot is None else n_rot
-    if isinstance(n_rot, bool) or not isinstance(n_rot, int) or not 0 < n_rot <= n or n_rot % head_dim:
+    if not checks.integer(n_rot) or not 0 < n_rot <= n or n_rot % head_dim:
         raise LaunchError(f"n_rot must be a multiple of head_dim = {head_dim} in (0, {n}] (whole "
                           f"heads of x's {n} columns), got {n_rot!r}")
     tables = [_table(name, t, x.shape[:-1], head_dim, x) for name, t in (("cos", cos), ("sin", sin))]
@@ -321,7 +321,7 @@ def _table(name: str, t: object, lead: torch.Size, head_dim: int, x: torch.Tenso
 
 def _check_heads(n_heads: object, n_kv_heads: object, head_dim: object) -> None:
     for name, value in (("n_heads", n_heads), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if not checks.integer(value) or value <= 0:
             raise LaunchError(f"{name} must be a positive int, got {value!r}")
     if head_dim % 2:
         raise LaunchError(f"head_dim must be even (rope rotates pairs of columns), got {head_dim}")
