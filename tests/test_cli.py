@@ -189,6 +189,69 @@ def test_a_file_not_utf8_and_a_shape_too_large_exit_2(tmp_path, capsys):
     assert "cannot allocate a [100000000, 100000000] input" in err and "Traceback" not in err
 
 
+def test_a_shape_beyond_int64_is_a_usage_error(capsys):
+    """A size past torch's int64 was a TypeError traceback from torch.randn."""
+    assert cli.main(["run", str(EXAMPLES / "rope.epi"), "--shape", "99999999999999999999999,2,2"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --shape: expected M,N,K (three positive integers below 2**63)" in err
+
+
+def test_outputs_that_do_not_fit_exit_2(no_triton, tmp_path, capsys):
+    """Inputs that fit (K = 1) but an [M, N] output that cannot (2**50 bytes): the launch's
+    allocation failed with a traceback, in `run` and in `check`'s reference run."""
+    path = write(tmp_path, "output = input;")
+    for command in ("run", "check"):
+        assert cli.main([command, path, "--shape", "16777216,16777216,1"]) == 2
+        err = capsys.readouterr().err
+        assert f"{path}: --shape 16777216,16777216,1: out of memory on cpu (" in err, err
+        assert err.count("\n") == 1, err
+
+
+def test_check_reports_a_backend_out_of_memory_as_an_error(fake_triton, capsys):
+    """An allocation failure in a backend is no backend bug: exit 2, not a FAIL row (exit 1)."""
+    fake_triton.error = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 52.00 GiB")
+    assert cli.main(["check", str(EXAMPLES / "rope.epi"), "--shape", "4,6,3"]) == 2
+    assert "--shape 4,6,3: out of memory on cpu (CUDA out of memory." in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["run", "check", "demo"])
+def test_a_seed_beyond_torch_is_a_usage_error(capsys, command):
+    """A seed past torch's generators was a ValueError traceback (for `check`, after its header)."""
+    file = [] if command == "demo" else [str(EXAMPLES / "rope.epi")]
+    assert cli.main([command, *file, "--seed", str(2**64)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "argument --seed: expected an integer seed, |seed| < 2**63" in captured.err
+
+
+def test_check_of_triton_alone_in_bfloat16_on_the_interpreter_exits_2(fake_triton, capsys):
+    """It printed one SKIP row and "PASS: 0 passed, 0 failed" with exit 0: nothing was checked."""
+    assert cli.main(["check", str(EXAMPLES / "rope.epi"), "--backend", "triton", "--dtype", "bfloat16"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "--backend triton --dtype bfloat16: bfloat16 is not supported" in captured.err
+    assert fake_triton.launches == 0
+
+
+def test_ctrl_c_is_a_line_and_exit_130(monkeypatch, capsys):
+    """Ctrl-C in any command was a KeyboardInterrupt traceback."""
+    def interrupted(path):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "load_program", interrupted)
+    try:
+        code = cli.main(["check", str(EXAMPLES / "rope.epi")])
+    except KeyboardInterrupt:   # (uncaught, it would end the test session)
+        pytest.fail("KeyboardInterrupt escaped cli.main")
+    assert code == 130 and capsys.readouterr().err == "coda: interrupted\n"
+
+
+def test_a_python_file_is_told_to_use_the_dsl(capsys):
+    """For examples/layer_scale.py the one message was the DSL's about a docstring ("there are no
+    strings; for infinity, ... write 1e400")."""
+    assert cli.main(["check", str(EXAMPLES / "layer_scale.py")]) == 2
+    err = capsys.readouterr().err
+    assert "line 1, column 1" in err and "a Python file: `coda` reads programs in the DSL, .epi files" in err
+
+
 def test_check_triton_requested_but_unavailable_exits_2(no_triton, capsys):
     assert cli.main(["check", str(EXAMPLES / "rope.epi"), "--backend", "triton"]) == 2
     assert "TRITON_INTERPRET" in capsys.readouterr().err
@@ -263,6 +326,17 @@ def test_demo_reference_only(no_triton, monkeypatch, capsys):
                  "dgelu_bias_grad", "rope"):
         assert name in out
     assert "demo passed" in out and " 0 failed" in out
+
+
+def test_demo_runs_a_repeated_dtype_once(no_triton, monkeypatch, capsys):
+    """`--dtypes float32 float32` checked everything twice and counted it twice."""
+    monkeypatch.setenv("CODA_AUTOTUNE", "0")
+    monkeypatch.setattr(cli, "DEMO_SHAPES", ((5, 6, 3),))
+    counts = []
+    for dtypes in (["float32"], ["float32", "float32"]):
+        assert cli.main(["demo", "--dtypes", *dtypes]) == 0
+        counts.append(capsys.readouterr().out.strip().splitlines()[-1])
+    assert counts[0] == counts[1] and "outputs passed" in counts[0]
 
 
 def test_demo_with_a_triton_backend(fake_triton, monkeypatch, capsys):

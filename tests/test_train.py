@@ -171,3 +171,49 @@ def test_a_batch_that_does_not_fit_is_an_error_not_a_traceback(tmp_path, capsys,
     monkeypatch.setattr(train, "train", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("a bug")))
     with pytest.raises(RuntimeError, match="a bug"):
         cli.main(["train", "--steps", "1", "--sample", "0", "--out", str(tmp_path / "c.png")])
+
+
+def test_a_diverging_run_stops_with_an_error(tmp_path, capsys, reference_backend):
+    """`--lr 1e30` made every loss NaN from step 2 on: the run went on to its last step and then
+    ended in torch.multinomial's traceback while sampling. It stops at the first report."""
+    argv = ["--steps", "40", "--batch-size", "2", "--lr", "1e30", "--sample", "5",
+            "--out", str(tmp_path / "c.png")]
+    assert cli.main(["train", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("coda: error: CODA: the training diverged (loss nan at step 2); "
+                            "try a smaller --lr\n")
+    assert "step 4/40" in captured.out and "step 8/40" not in captured.out   # stopped at its first report
+    assert not (tmp_path / "c.png").exists()
+
+
+@pytest.mark.parametrize("seed", [str(2**63), str(2**64 - 1), str(-2**63), "99999999999999999999999"])
+def test_seeds_out_of_range_are_usage_errors(capsys, monkeypatch, seed):
+    """torch seeds up to 2**64 - 1, and the held-out batches take seed + 1: `--seed 2**64 - 1`
+    trained, then failed with a traceback; a larger seed failed before training. The range is
+    now |seed| < 2**63, said in one line."""
+    monkeypatch.setattr(train, "train", lambda *args, **kwargs: pytest.fail("trained anyway"))
+    assert cli.main(["train", "--seed", seed]) == 2
+    err = capsys.readouterr().err
+    assert f"argument --seed: expected an integer seed, |seed| < 2**63, got '{seed}'" in err
+    assert train.parse_seed(str(2**63 - 1)) == 2**63 - 1 and train.parse_seed("-5") == -5
+
+
+def test_an_empty_device_is_an_error(capsys, monkeypatch):
+    """`--device ''` silently meant the default device."""
+    monkeypatch.setattr(train, "train", lambda *args, **kwargs: pytest.fail("trained anyway"))
+    assert cli.main(["train", "--device", ""]) == 2
+    assert capsys.readouterr().err.startswith("coda: error: --device : ")
+
+
+def test_ctrl_c_is_a_line_and_exit_130(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during a run was a KeyboardInterrupt traceback."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train, "train", interrupted)
+    argv = ["--steps", "1", "--batch-size", "2", "--sample", "0", "--out", str(tmp_path / "c.png")]
+    for main, args, prefix in ((cli.main, ["train", *argv], "coda"), (train.main, argv, "coda train")):
+        try:
+            code = main(args)
+        except KeyboardInterrupt:   # (uncaught, it would end the test session)
+            pytest.fail("KeyboardInterrupt escaped")
+        assert code == 130 and capsys.readouterr().err == f"{prefix}: interrupted\n"

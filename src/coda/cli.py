@@ -12,7 +12,7 @@ each output with a float64 reference run; `explain` prints what the compiler mad
 `demo` checks every example program shipped with the package at two shapes and three dtypes.
 
 Exit codes: 0 when everything passed, 1 when a comparison failed, 2 for a bad program, a bad
-launch or a bad command line (the message goes to stderr, never a traceback).
+launch or a bad command line (the message goes to stderr, never a traceback), 130 after Ctrl-C.
 
 Nothing here imports Triton at module level: on a machine without CUDA, `demo`, `explain --shape`
 and `check` or `run` with `--backend triton` switch on the Triton interpreter (TRITON_INTERPRET=1) unless the
@@ -87,25 +87,35 @@ class Row:
 
 def load_program(path: str | Path) -> Program:
     """Read and compile an .epi file (CodaError for a bad program or a file that is not UTF-8
-    text, OSError for a bad path)."""
+    text, OSError for a bad path). A Python file's error says that the DSL is wanted: alone, the
+    DSL's message about its first line (a docstring: "there are no strings") misleads."""
     from . import compile as coda_compile
 
     try:
         source = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise CodaError(f"not UTF-8 text: byte {err.object[err.start]:#04x} at offset {err.start}") from None
-    return coda_compile(source)
+    try:
+        return coda_compile(source)
+    except CodaError as err:
+        if Path(path).suffix != ".py":
+            raise
+        raise CodaError(f"{err}\n(a Python file: `coda` reads programs in the DSL, .epi files; run "
+                        f"@coda.epilogue functions from Python)") from None
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
-    """'M,N,K' (or 'MxNxK') -> (M, N, K), for argparse."""
+    """'M,N,K' (or 'MxNxK') -> (M, N, K), for argparse. Sizes must fit torch's int64 (a larger
+    one was a TypeError traceback from torch.randn; a smaller one that does not fit in memory is
+    an allocation error, make_inputs)."""
     parts = text.replace("x", ",").replace("X", ",").split(",")
     try:
         dims = tuple(int(p) for p in parts)
     except ValueError:
         dims = ()
-    if len(dims) != 3 or min(dims) < 1:
-        raise argparse.ArgumentTypeError(f"expected M,N,K (three positive integers), got {text!r}")
+    if len(dims) != 3 or min(dims) < 1 or max(dims) >= 2**63:
+        raise argparse.ArgumentTypeError(f"expected M,N,K (three positive integers below 2**63), "
+                                         f"got {text!r}")
     return dims
 
 
@@ -139,7 +149,7 @@ def make_inputs(prog: Program, shape: tuple[int, int, int], dtype: torch.dtype, 
             return (torch.randn(*size, generator=gen, dtype=torch.float64) * scale).to(device, dtype)
         except (RuntimeError, MemoryError) as err:   # torch's allocation failures
             first = (str(err).strip().splitlines() or [""])[0]
-            raise CodaError(f"--shape {m},{n},{k}: cannot allocate a {list(size)} input ({first})") from None
+            raise CodaError(f"{shape_flag(shape)}: cannot allocate a {list(size)} input ({first})") from None
 
     a, b = randn(m, k), randn(k, n, scale=k ** -0.5)
     operands: dict[str, object] = {}
@@ -164,6 +174,11 @@ def make_inputs(prog: Program, shape: tuple[int, int, int], dtype: torch.dtype, 
     if prog.ir.accumulates:
         out = randn(m, columns(prog.widths.outputs["output"], n))
     return a, b, operands, out
+
+
+def shape_flag(shape: tuple[int, int, int]) -> str:
+    """`--shape M,N,K`, to name in an error."""
+    return "--shape " + ",".join(map(str, shape))
 
 
 def upcast(value: object) -> object:
@@ -220,38 +235,41 @@ def check_program(prog: Program, shape: tuple[int, int, int], dtype: torch.dtype
                   backends: Sequence[str]) -> list[Row]:
     """Run `prog` on every backend and compare every output with a float64 reference run.
 
-    A CodaError (a launch that does not fit the program) propagates; a backend that crashes
-    gives a FAIL row with the exception's message; BackendUnavailable propagates.
+    A CodaError (a launch that does not fit the program, or tensors that do not fit in memory)
+    propagates; a backend that crashes gives a FAIL row with the exception's message;
+    BackendUnavailable propagates.
     """
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    inputs = make_inputs(prog, shape, dtype, seed, device)
-    a, b, operands, out = inputs
-    ref = prog.reference(upcast(a), upcast(b), seed=seed, out=upcast(out),
-                         **{name: upcast(v) for name, v in operands.items()})
-    rows: list[Row] = []
-    for backend in backends:
-        reason = skip_reason(backend, dtype)
-        if reason:
-            rows.append(Row(backend, "*", "", None, None, "SKIP", reason))
-            continue
-        try:
-            outs = run_backend(prog, backend, inputs, seed)
-        except (BackendUnavailable, CodaError):
-            raise
-        except Exception as err:  # a backend bug: report it as a failure, not a traceback
-            first_line = (str(err).strip().splitlines() or [""])[0]
-            rows.append(Row(backend, "*", "", None, None, "FAIL", f"{type(err).__name__}: {first_line}"))
-            continue
-        tol = tolerance(dtype, backend)
-        for name, expected in ref.items():
-            got = outs.get(name)
-            if got is None or got.shape != expected.shape:
-                note = "missing" if got is None else f"shape {list(got.shape)}"
-                rows.append(Row(backend, name, str(list(expected.shape)), None, tol, "FAIL", note))
+    with train.memory_of(device, shape_flag(shape)):   # tensors that do not fit: exit 2
+        inputs = make_inputs(prog, shape, dtype, seed, device)
+        a, b, operands, out = inputs
+        ref = prog.reference(upcast(a), upcast(b), seed=seed, out=upcast(out),
+                             **{name: upcast(v) for name, v in operands.items()})
+        rows: list[Row] = []
+        for backend in backends:
+            reason = skip_reason(backend, dtype)
+            if reason:
+                rows.append(Row(backend, "*", "", None, None, "SKIP", reason))
                 continue
-            err = relative_error(got, expected)
-            rows.append(Row(backend, name, str(list(got.shape)), err, tol,
-                            "PASS" if err <= tol else "FAIL"))
+            try:
+                with train.memory_of(device, shape_flag(shape)):   # (before `except Exception`)
+                    outs = run_backend(prog, backend, inputs, seed)
+            except (BackendUnavailable, CodaError):
+                raise
+            except Exception as err:  # a backend bug: report it as a failure, not a traceback
+                first_line = (str(err).strip().splitlines() or [""])[0]
+                rows.append(Row(backend, "*", "", None, None, "FAIL", f"{type(err).__name__}: {first_line}"))
+                continue
+            tol = tolerance(dtype, backend)
+            for name, expected in ref.items():
+                got = outs.get(name)
+                if got is None or got.shape != expected.shape:
+                    note = "missing" if got is None else f"shape {list(got.shape)}"
+                    rows.append(Row(backend, name, str(list(expected.shape)), None, tol, "FAIL", note))
+                    continue
+                err = relative_error(got, expected)
+                rows.append(Row(backend, name, str(list(got.shape)), err, tol,
+                                "PASS" if err <= tol else "FAIL"))
     return rows
 
 
@@ -290,6 +308,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     prog = load_program(args.file)
     dtype = DTYPES[args.dtype]
     backends = select_backends(args.backend)
+    reason = skip_reason(args.backend, dtype)
+    if reason:   # the one backend asked for: "PASS: 0 passed" would say nothing was wrong
+        raise CodaError(f"--backend {args.backend} --dtype {args.dtype}: {reason}")
     m, n, k = args.shape
     print(f"{prog!r}")
     print(f"M={m} N={n} K={k}, {args.dtype}, seed {args.seed}; reference: float64 on the same inputs")
@@ -357,17 +378,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     def launch() -> dict[str, torch.Tensor]:   # (`output +=`: each launch adds into `out` again)
         return prog(a, b, backend=args.backend, seed=args.seed, out=out, **operands)
 
-    outs = launch()
+    with train.memory_of(device, shape_flag(args.shape)):   # outputs that do not fit: exit 2
+        outs = launch()
+        rows = [[name, str(list(t.shape)), str(t.dtype).removeprefix("torch."), *summary(t)]
+                for name, t in outs.items()]
     print(f"{prog!r}")
     print(f"M={m} N={n} K={k}, {args.dtype}, seed {args.seed}, on {device.type}")
-    rows = []
-    for name, t in outs.items():
-        t64 = t.detach().to(torch.float64)
-        finite = t64[torch.isfinite(t64)]
-        stats = ([f"{finite.mean().item():.4g}", f"{finite.abs().max().item():.4g}"] if finite.numel()
-                 else ["-", "-"])
-        rows.append([name, str(list(t.shape)), str(t.dtype).removeprefix("torch."), *stats,
-                     str(t.numel() - finite.numel())])
     print(format_table(("output", "shape", "dtype", "mean", "abs max", "not finite"), rows))
     if device.type != "cuda":
         note("timings need a CUDA GPU")
@@ -376,6 +392,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"time: {1e3 * fused:.1f} us a launch (median of {args.repeat}); torch.matmul's plain GEMM "
           f"{1e3 * plain:.1f} us: {fused / plain:.2f}x its time")
     return 0
+
+
+def summary(t: torch.Tensor) -> list[str]:
+    """The mean and the largest magnitude of a tensor's finite elements, and how many are not
+    finite."""
+    t64 = t.detach().to(torch.float64)
+    finite = t64[torch.isfinite(t64)]
+    if not finite.numel():
+        return ["-", "-", str(t.numel())]
+    return [f"{finite.mean().item():.4g}", f"{finite.abs().max().item():.4g}",
+            str(t.numel() - finite.numel())]
 
 
 def median_ms(fn, repeat: int) -> float:
@@ -410,7 +437,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         prog = load_program(path)
         print(f"\n{path.name}: {prog!r}")
         for shape in DEMO_SHAPES:
-            for dtype_name in args.dtypes:
+            for dtype_name in dict.fromkeys(args.dtypes):   # `--dtypes float16 float16`: once
                 try:
                     rows = check_program(prog, shape, DTYPES[dtype_name], args.seed, backends)
                 except BackendUnavailable as err:
@@ -494,7 +521,7 @@ def add_launch_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--shape", type=parse_shape, default=DEFAULT_SHAPE, metavar="M,N,K",
                          help="GEMM sizes (default: %(default)s)")
     command.add_argument("--dtype", choices=list(DTYPES), default="float32")
-    command.add_argument("--seed", type=int, default=0, help="seed of the inputs and of dropout")
+    command.add_argument("--seed", type=train.parse_seed, default=0, help="seed of the inputs and of dropout")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -527,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="check every example program on every backend")
     demo.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=list(DTYPES),
                       metavar="DTYPE", help="dtypes to run (default: all three)")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=train.parse_seed, default=0)
     demo.set_defaults(func=cmd_demo)
 
     training = commands.add_parser("train", help="train a small GPT on the bundled corpus with CODA's "
@@ -558,6 +585,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         print(f"coda: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:   # Ctrl-C: a line, not a traceback
+        print("coda: interrupted", file=sys.stderr)
+        return train.INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -58,6 +58,8 @@ RECIPES = {"tiny": Recipe(steps=1500, batch_size=16, lr=2e-3),
            "gpt2": Recipe(steps=500, batch_size=16, lr=6e-4)}
 #: Batches (of the run's batch size) averaged for the held-out loss.
 EVAL_BATCHES = 20
+#: The exit code after Ctrl-C (128 + SIGINT, as shells report a process that SIGINT ended).
+INTERRUPTED = 130
 
 
 # ------------------------------------------------------------------------------------------------
@@ -151,11 +153,24 @@ def train(model: GPT, data: torch.Tensor, label: str, steps: int, batch_size: in
             rate = len(pending) * tokens / (now - last)
             pending, last = [], now
             show_progress(label, step + 1, steps, run.losses[-1], rate, interactive)
+            check_finite(run.losses, label, interactive)
     synchronize(device)
     run.tokens_per_s = (steps - timed_from) * tokens / (time.perf_counter() - start)
     if interactive:
         print()
     return run
+
+
+def check_finite(losses: Sequence[float], label: str, interactive: bool) -> None:
+    """Stop at a loss that is not finite: the weights are then NaN for good, and the run would
+    go on to its last step only to end in torch.multinomial's error while sampling."""
+    if math.isfinite(losses[-1]):
+        return
+    step = next(i for i, loss in enumerate(losses, 1) if not math.isfinite(loss))
+    if interactive:   # end the progress line first
+        print()
+    raise CodaError(f"{label}: the training diverged (loss {losses[step - 1]} at step {step}); "
+                    f"try a smaller --lr")
 
 
 def show_progress(label: str, step: int, steps: int, loss: float, rate: float, interactive: bool) -> None:
@@ -242,6 +257,23 @@ def positive(kind: type, zero: bool = False) -> Callable[[str], int | float]:
     return parse
 
 
+#: The seeds `--seed` takes: torch's generators take -2**63 to 2**64 - 1, and `coda train` also
+#: seeds one with seed + 1 (its held-out batches).
+SEED_LIMIT = 2**63
+
+
+def parse_seed(text: str) -> int:
+    """An argparse type: an integer seed that torch's generators take (beyond them, torch's
+    ValueError came as a traceback, for `coda train --seed 2**64 - 1` after the training)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not -SEED_LIMIT < value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, |seed| < 2**63, got {text!r}")
+    return value
+
+
 def check_output(path: Path) -> None:
     """Fail before training, not after it, when the loss-curve PNG cannot be written at `path`."""
     if path.is_dir():
@@ -263,7 +295,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sequences per step (default: the preset's)")
     parser.add_argument("--lr", type=positive(float), default=None,
                         help="peak learning rate (default: the preset's)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the initialization and the data order")
+    parser.add_argument("--seed", type=parse_seed, default=0,
+                        help="seed of the initialization and the data order")
     parser.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda if available)")
     parser.add_argument("--dtype", choices=list(DTYPES), default=None,
                         help="compute dtype (default: bfloat16 on a GPU, float32 on a CPU)")
@@ -310,8 +343,9 @@ def memory_of(device: torch.device, what: str) -> Iterator[None]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    try:
-        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    default = "cuda" if torch.cuda.is_available() else "cpu"
+    try:   # (`--device ''` is an error, not the default)
+        device = torch.device(default if args.device is None else args.device)
     except RuntimeError as err:
         raise CodaError(f"--device {args.device}: {err}") from None
     if device.type not in ("cpu", "cuda"):   # e.g. meta: the loss has no value to print
@@ -377,6 +411,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CodaError, OSError) as err:   # as `coda train` (cli.main): a message, not a traceback
         print(f"coda train: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("coda train: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":
