@@ -490,6 +490,17 @@ def test_triton_backend_on_cpu_without_the_interpreter(monkeypatch):
         prog(a, b, backend="triton")
 
 
+@pytest.mark.parametrize(("value", "on"), [("1", True), ("true", True), ("Yes", True), ("ON", True),
+                                           ("y", True), ("0", False), ("false", False), ("2", False)])
+def test_the_interpreter_is_on_where_triton_reads_it_so(monkeypatch, value, on):
+    """TRITON_INTERPRET as Triton's own getenv_bool reads it: with `true` Triton interpreted
+    while CODA took the reference backend for CPU tensors."""
+    from triton import knobs
+
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    assert program.interpreter_enabled() is on is knobs.runtime.interpret
+
+
 def test_meta_tensors_take_the_reference_even_under_the_interpreter(monkeypatch):
     """No kernel runs on meta tensors: `auto` gives the reference (shapes only), `triton` a
     LaunchError naming the device."""

@@ -5,14 +5,14 @@ max. relative error about 2^-11, far below bf16/fp16 output rounding); under the
 interpreter, which cannot run inline assembly, it is computed from `exp`.
 """
 
-import os
 
 import triton
 import triton.language as tl
 
+from ..runtime.program import interpreter_enabled
 from ..runtime.rng import PHILOX_MULTIPLIER, PHILOX_ROUNDS, PHILOX_WEYL
 
-FAST_MATH = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
+FAST_MATH = tl.constexpr(not interpreter_enabled())
 SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
 GELU_CUBIC = tl.constexpr(0.044715)
 INV_SQRT_2 = tl.constexpr(0.7071067811865476)

@@ -106,9 +106,14 @@ def tf32_matmuls() -> bool:
     return _fp32_precision("cuda", "matmul") == "tf32"
 
 
+#: The values of TRITON_INTERPRET that Triton reads as on (its getenv_bool, any case).
+INTERPRET_ON = ("1", "true", "yes", "on", "y")
+
+
 def interpreter_enabled() -> bool:
-    """True when TRITON_INTERPRET=1: Triton kernels then run on CPU tensors."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    """True when TRITON_INTERPRET is on as Triton reads it (1, true, yes, on, y): Triton kernels
+    then run on CPU tensors (with TRITON_INTERPRET=true Triton interpreted, CODA did not)."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in INTERPRET_ON
 
 
 def triton_runs_on(a: torch.Tensor) -> bool:
