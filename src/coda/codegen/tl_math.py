@@ -80,8 +80,9 @@ def softplus(x):
     """log(1 + e^x): x itself above 20 (where they agree in float32), log(1 + e^x) down to -5,
     and below, where 1 + e^x would cancel (its relative error grew to 17% at -15 in float32),
     e - e^2/2 with e = e^x <= 0.0068 (its remainder, e^3/3, is below 1.6e-5 of it): within about
-    1.5e-5 relative everywhere with an exact log (a GPU's own adds its error). (A longer series reaching further up, or a compensated log,
-    made ptxas spill in the ping-pong kernel, whose epilogue is at its register limit.)"""
+    1.5e-5 relative everywhere with an exact log (a GPU's own adds its error). (A longer series
+    reaching further up, or a compensated log, made ptxas spill in the ping-pong kernel, whose
+    epilogue is at its register limit.)"""
     e = exp(x)
     return tl.where(x > 20.0, x, tl.where(x < -5.0, e - e * e * 0.5, tl.log(1.0 + e)))
 
