@@ -401,3 +401,17 @@ def test_dsl_reference_lists_every_primitive():
     text = doc.read_text()
     missing = [name for name in PRIMITIVES if f"| `{name}` |" not in text]
     assert not missing, f"docs/dsl.md lacks rows for {missing}"
+
+
+def test_a_reader_that_leaves_early_gets_no_error_message():
+    """`coda explain ... | head -1`: once the pipe's reader has gone the next write fails, which
+    printed `coda: error: [Errno 32] Broken pipe` (exit 2); now nothing is said (exit 1)."""
+    read, write = os.pipe()
+    os.close(read)   # the reader leaves before the first line
+    try:
+        done = subprocess.run([sys.executable, "-m", "coda", "explain", str(EXAMPLES / "swiglu.epi")],
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=120,
+                              env=dict(os.environ, TRITON_INTERPRET="0"))
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (1, "")

@@ -582,6 +582,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{args.file}: " if getattr(args, "file", None) else ""
         print(f"coda: error: {where}{err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:   # `coda demo | head`: the reader left; nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # (Python's exit flushes)
+        return 1
     except OSError as err:
         print(f"coda: error: {err}", file=sys.stderr)
         return 2
