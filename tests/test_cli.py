@@ -415,3 +415,20 @@ def test_a_reader_that_leaves_early_gets_no_error_message():
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (1, "")
+
+
+def test_a_program_on_standard_input():
+    """`-` reads the program from standard input (a generator's program need not be saved first);
+    its errors name `-` and carry the DSL's line and column."""
+    def coda_with(stdin: bytes, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "coda", *args], input=stdin, capture_output=True,
+                              timeout=120, env=dict(os.environ, TRITON_INTERPRET="0"))
+
+    program = b"EPILOGUE(bias: col) { output = gelu(input + bias); }"
+    done = coda_with(program, "check", "-", "--shape", "8,8,8")
+    assert done.returncode == 0 and b"PASS: 1 passed, 0 failed" in done.stdout, done.stderr
+    done = coda_with(b"output = gelu(;", "explain", "-")
+    assert done.returncode == 2
+    assert done.stderr.decode().startswith("coda: error: -: line 1, column 15: expected an expression")
+    not_utf8 = coda_with(b"\xff", "check", "-")
+    assert not_utf8.stderr == b"coda: error: -: not UTF-8 text: byte 0xff at offset 0\n"

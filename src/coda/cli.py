@@ -86,13 +86,15 @@ class Row:
 
 
 def load_program(path: str | Path) -> Program:
-    """Read and compile an .epi file (CodaError for a bad program or a file that is not UTF-8
-    text, OSError for a bad path). A Python file's error says that the DSL is wanted: alone, the
+    """Read and compile an .epi file, or the program on standard input for "-" (a program that a
+    generator writes need not be saved first). CodaError for a bad program or text that is not
+    UTF-8, OSError for a bad path. A Python file's error says that the DSL is wanted: alone, the
     DSL's message about its first line (a docstring: "there are no strings") misleads."""
     from . import compile as coda_compile
 
     try:
-        source = Path(path).read_text(encoding="utf-8")
+        raw = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
+        source = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise CodaError(f"not UTF-8 text: byte {err.object[err.start]:#04x} at offset {err.start}") from None
     try:
@@ -517,7 +519,7 @@ def prepare_interpreter() -> None:
 
 def add_launch_arguments(command: argparse.ArgumentParser) -> None:
     """The program file and its random launch: `FILE --shape M,N,K --dtype D --seed S`."""
-    command.add_argument("file", help="an epilogue program (.epi)")
+    command.add_argument("file", help="an epilogue program (.epi; - reads standard input)")
     command.add_argument("--shape", type=parse_shape, default=DEFAULT_SHAPE, metavar="M,N,K",
                          help="GEMM sizes (default: %(default)s)")
     command.add_argument("--dtype", choices=list(DTYPES), default="float32")
@@ -546,7 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     explain = commands.add_parser("explain", help="print the IR (and, with --shape, the kernel)")
-    explain.add_argument("file", help="an epilogue program (.epi)")
+    explain.add_argument("file", help="an epilogue program (.epi; - reads standard input)")
     explain.add_argument("--shape", type=parse_shape, default=None, metavar="M,N,K",
                          help="bind example inputs of this size and show the generated kernel")
     explain.set_defaults(func=cmd_explain)
