@@ -43,7 +43,9 @@ def one_model_at_a_time():
 
 def exact_rms_norm(self, h: torch.Tensor) -> torch.Tensor:
     """LlamaRMSNorm in the input's dtype (HF's round trip through float32 would make the float64
-    reference a float32 one)."""
+    reference a float32 one); GemmaRMSNorm's gain is 1 + weight."""
+    if type(self).__name__ == "GemmaRMSNorm":
+        return (1 + self.weight) * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
     return self.weight * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
 
 
@@ -56,15 +58,17 @@ def build(family: str) -> tuple[torch.nn.Module, tuple[int, int]]:
                                          n_positions=1024, resid_pdrop=0.0, embd_pdrop=0.0,
                                          attn_pdrop=0.0, use_cache=False, **common)
         model, shape = transformers.GPT2LMHeadModel(config), (8, 1024)
-    elif family in ("llama", "mistral", "qwen2", "qwen3", "phi3"):   # Mistral: a sliding window;
-        # Qwen2: q/k/v biases; Qwen3: q and k normalized per head; Phi-3: fused weights
+    elif family in ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma"):   # Mistral: a sliding
+        # window; Qwen2: q/k/v biases; Qwen3: q and k normalized per head; Phi-3: fused weights;
+        # Gemma: GeGLU, 1 + weight gains, a scaled embedding, Gemma-2B's heads (8 of 256, one kv)
         name = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3",
-                "phi3": "Phi3"}[family]
-        extra = {"mistral": dict(sliding_window=1024), "phi3": dict(pad_token_id=0)}.get(family, {})
+                "phi3": "Phi3", "gemma": "Gemma"}[family]
+        heads = dict(num_attention_heads=16, num_key_value_heads=4)
+        extra = {"mistral": dict(sliding_window=1024), "phi3": dict(pad_token_id=0),
+                 "gemma": dict(num_attention_heads=8, num_key_value_heads=1, head_dim=256)}.get(family, {})
         config = getattr(transformers, f"{name}Config")(
-            hidden_size=2048, intermediate_size=5632, num_hidden_layers=2, num_attention_heads=16,
-            num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, use_cache=False,
-            **common, **extra)
+            hidden_size=2048, intermediate_size=5632, num_hidden_layers=2, vocab_size=32000,
+            max_position_embeddings=2048, use_cache=False, **common, **(heads | extra))
         model, shape = getattr(transformers, f"{name}ForCausalLM")(config), (4, 2048)
     else:
         config = transformers.BertConfig(hidden_size=768, num_hidden_layers=2, num_attention_heads=12,
@@ -98,7 +102,7 @@ def loss_and_grads(model: torch.nn.Module, inputs: dict) -> tuple[torch.Tensor, 
                            if p.grad is not None}
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "mistral", "qwen2", "qwen3", "phi3"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "mistral", "qwen2", "qwen3", "phi3", "gemma"])
 def test_patched_model_bf16_within_eager_error(family):
     model, shape = build(family)
     inputs = batch(family, shape, model.config.vocab_size)
@@ -120,7 +124,7 @@ def test_patched_model_bf16_within_eager_error(family):
             assert_within_eager(f"{family} d{name}", g, grads_eager[name], grads_exact[name])
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "gemma"])
 def test_patched_model_under_autocast_within_eager_error(family):
     """A float32 model under torch.autocast(bfloat16), as HF's Trainer with bf16=True runs it: the
     patched model's loss and float32 gradients within 2x eager autocast's error."""

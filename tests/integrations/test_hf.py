@@ -41,7 +41,10 @@ def tiny_llama(dtype: torch.dtype, family: str = "Llama", exact_norms: bool = Tr
 
 
 def exact_rms_norm(self, h: torch.Tensor) -> torch.Tensor:
-    """HF's LlamaRMSNorm in the input's dtype (no float32 round trip)."""
+    """HF's LlamaRMSNorm in the input's dtype (no float32 round trip); Gemma's scales by
+    1 + weight."""
+    if type(self).__name__ == "GemmaRMSNorm":
+        return (1 + self.weight) * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
     return self.weight * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
 
 
@@ -122,9 +125,36 @@ def test_llama_with_swish_named_activation_matches():
     ("Qwen2", dict(tie_word_embeddings=True)),           # biased q/k/v, the head tied to the table
     ("Qwen3", dict(head_dim=32, attention_bias=True)),   # q and k normalized per head before RoPE
     ("Phi3", dict(pad_token_id=0)),                      # fused qkv_proj and gate_up_proj weights
-], ids=["mistral", "qwen2", "qwen3", "phi3"])
+    # GeGLU, norms scaling by 1 + weight, the embedding scaled by sqrt(hidden), the head tied
+    ("Gemma", dict(head_dim=16)),
+], ids=["mistral", "qwen2", "qwen3", "phi3", "gemma"])
 def test_llama_like_models_match(family, overrides, dtype, tol):
     assert_causal_lm_matches(tiny_llama(dtype, family, **overrides), tol)
+
+
+def test_gemma_embedding_is_patched_and_scaled():
+    """Gemma's token embedding (HF's GemmaTextScaledWordEmbedding: rows times sqrt(hidden)) runs
+    as coda.ops.embedding, scaled as HF's, untied (no labels) and tied to the head (labels)."""
+    ref = tiny_gemma(torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    table = model.model.embed_tokens
+    assert table._coda_patched and float(table.embed_scale) == 64 ** 0.5
+    ids = batch()[0]
+    torch.testing.assert_close(table(ids), ref.model.embed_tokens(ids), rtol=0, atol=0)
+    torch.testing.assert_close(model(input_ids=ids).logits, ref(input_ids=ids).logits,
+                               rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("family", ["Llama", "Gemma"])
+def test_gated_mlp_activation_follows_config(family):
+    """hidden_act picks the gated MLP's op: tanh-GELU gives geglu_mlp (Gemma's default; a LLaMA
+    built with it too), SiLU swiglu_mlp; an activation with no gated op (GELU by erf for LLaMA:
+    Gemma's config reads "gelu" as tanh-GELU; ReLU) is refused."""
+    for act in ("gelu_pytorch_tanh", "silu"):
+        assert_causal_lm_matches(tiny_llama(torch.float64, family, head_dim=16, hidden_act=act), 1e-10)
+    refused = "gelu" if family == "Llama" else "relu"
+    with pytest.raises(coda.CodaError, match=f"hidden_act = '{refused}'"):
+        coda.patch(tiny_llama(torch.float64, family, head_dim=16, hidden_act=refused))
 
 
 @pytest.mark.parametrize("option, value", [("partial_rotary_factor", 0.75), ("resid_pdrop", 0.1)])
@@ -724,9 +754,13 @@ def tiny_phi3(dtype: torch.dtype) -> torch.nn.Module:
     return tiny_llama(dtype, "Phi3", pad_token_id=0)
 
 
-@pytest.mark.parametrize("build", [tiny_llama, tiny_mistral, tiny_qwen2, tiny_qwen3, tiny_phi3, tiny_gpt2,
-                                   tiny_bert_decoder],
-                         ids=["llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "bert"])
+def tiny_gemma(dtype: torch.dtype) -> torch.nn.Module:
+    return tiny_llama(dtype, "Gemma", head_dim=16)
+
+
+@pytest.mark.parametrize("build", [tiny_llama, tiny_mistral, tiny_qwen2, tiny_qwen3, tiny_phi3, tiny_gemma,
+                                   tiny_gpt2, tiny_bert_decoder],
+                         ids=["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gpt2", "bert"])
 def test_generation_with_kv_cache_matches(build):
     """Greedy decoding through the KV cache (the patched layers' cache.update path): the same
     tokens and the same logits at every step as the unpatched model."""

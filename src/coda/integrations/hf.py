@@ -87,12 +87,13 @@ BERT_LIKE = ("Bert", "Roberta", "XLMRoberta", "Camembert", "Electra")
 #: the method a patcher replaces, where it is not `forward`
 PATCHED_METHODS = {f"{family}Layer": "feed_forward_chunk" for family in BERT_LIKE}
 #: the base models whose last norm is patched (`_final_norm`), their own forward staying HF's
-FINAL_NORM_MODELS = ("GPT2Model", "LlamaModel", "MistralModel", "Qwen2Model", "Qwen3Model", "Phi3Model")
+FINAL_NORM_MODELS = ("GPT2Model", "LlamaModel", "MistralModel", "Qwen2Model", "Qwen3Model", "Phi3Model",
+                     "GemmaModel")
 
 
 #: the LM heads, and whether each skips its ignored labels' rows unless told (`patch`)
 SKIPS_IGNORED = {"LlamaForCausalLM": False, "MistralForCausalLM": False, "Qwen2ForCausalLM": False,
-                 "Qwen3ForCausalLM": False, "Phi3ForCausalLM": False,
+                 "Qwen3ForCausalLM": False, "Phi3ForCausalLM": False, "GemmaForCausalLM": False,
                  "GPT2LMHeadModel": False, "BertForMaskedLM": True}
 
 
@@ -285,12 +286,18 @@ def _attention_recorder() -> Callable[[], bool]:
     return recording
 
 
+#: HF's token embeddings that scale the rows they look up by their `embed_scale` (Gemma's)
+SCALED_EMBEDDINGS = ("GemmaTextScaledWordEmbedding",)
+
+
 def _patch_input_embeddings(model: nn.Module) -> None:
     """The model's token embedding -> `coda.ops.embedding` (its table's gradient in one sorted
-    pass), where it is a plain `nn.Embedding` (no max_norm, scale_grad_by_freq or sparse)."""
+    pass), where it is a plain `nn.Embedding` or one of SCALED_EMBEDDINGS (no max_norm,
+    scale_grad_by_freq or sparse)."""
     table = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    if (type(table) is not nn.Embedding or table.max_norm is not None or table.scale_grad_by_freq
-            or table.sparse or getattr(table, "_coda_patched", False)):
+    scaled = type(table).__name__ in SCALED_EMBEDDINGS and type(table).__module__.startswith("transformers.")
+    if ((type(table) is not nn.Embedding and not scaled) or table.max_norm is not None
+            or table.scale_grad_by_freq or table.sparse or getattr(table, "_coda_patched", False)):
         return
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -298,8 +305,9 @@ def _patch_input_embeddings(model: nn.Module) -> None:
             # (in place: the table is the head's alone, no hook or autograd.grad reads its gradient)
             y, shared = ops.tied_embedding(ids, self.weight, self.padding_idx, in_place=True)
             self.__dict__[TIED_TABLE] = shared
-            return y
-        return ops.embedding(ids, self.weight, self.padding_idx)
+        else:
+            y = ops.embedding(ids, self.weight, self.padding_idx)
+        return y * self.embed_scale.to(self.weight.dtype) if scaled else y
 
     _replace_method(table, "forward", forward)
     table._coda_patched = True
@@ -320,6 +328,7 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
             "Qwen2DecoderLayer": _llama_layer, "Qwen2ForCausalLM": _causal_lm,
             "Qwen3DecoderLayer": _llama_layer, "Qwen3ForCausalLM": _causal_lm,
             "Phi3DecoderLayer": _llama_layer, "Phi3ForCausalLM": _causal_lm,
+            "GemmaDecoderLayer": _llama_layer, "GemmaForCausalLM": _causal_lm,
             "GPT2Block": _gpt2_block, "GPT2LMHeadModel": _causal_lm,
             **{name: _final_norm for name in FINAL_NORM_MODELS},
             "BertPredictionHeadTransform": _bert_head_transform, "BertForMaskedLM": _masked_lm,
@@ -363,18 +372,38 @@ def _partial_rotary_factor(config) -> float:
     return float(factor or getattr(config, "partial_rotary_factor", None) or 1.0)
 
 
+#: the gated MLP's activation (HF's name) -> the op that runs the MLP: "silu" and "swish" are one
+#: function; both tanh-GELU names are the tanh approximation, the ops' "gelu" (Gemma's)
+GATED_MLPS = {"silu": "swiglu_mlp", "swish": "swiglu_mlp", "gelu_pytorch_tanh": "geglu_mlp",
+              "gelu_new": "geglu_mlp"}
+
+
+def _rms_gain(norm: nn.Module) -> tuple[torch.Tensor, float]:
+    """An HF RMSNorm's gain and eps as CODA's norms take them: the weight of LLaMA's and its
+    kin's; Gemma's `1 + weight`, which its forward scales by, in float32 (or wider): the gain
+    folded into a GEMM's weight, or applied by `coda.nn.rms_norm`, is rounded once, with the
+    product, as Gemma's normalized rows are."""
+    if type(norm).__name__ == "GemmaRMSNorm":
+        w = norm.weight
+        return 1.0 + w.to(torch.promote_types(w.dtype, torch.float32)), norm.eps
+    return norm.weight, norm.variance_epsilon
+
+
 def _llama_layer(layer: nn.Module) -> Callable:
     config = layer.self_attn.config
-    if config.hidden_act not in ("silu", "swish"):   # HF's names of one function
-        _refuse(layer, "hidden_act", config.hidden_act, "only 'silu' or 'swish': the MLP runs as swiglu_mlp")
+    mlp_op = GATED_MLPS.get(config.hidden_act)
+    if mlp_op is None:
+        _refuse(layer, "hidden_act", config.hidden_act,
+                "only 'silu' / 'swish' (the MLP runs as swiglu_mlp) or 'gelu_pytorch_tanh' / 'gelu_new' "
+                "(geglu_mlp)")
     if getattr(config, "mlp_bias", False):
-        _refuse(layer, "mlp_bias", True, "swiglu_mlp has no biases")
+        _refuse(layer, "mlp_bias", True, f"{mlp_op} has no biases")
     if (getattr(config, "pretraining_tp", 1) or 1) != 1:
         _refuse(layer, "pretraining_tp", config.pretraining_tp, "only 1")
     if (rotary := _partial_rotary_factor(config)) != 1.0:   # Phi-4-mini's 0.75
         _refuse(layer, "partial_rotary_factor", rotary, "only 1.0: qkv_rope rotates whole heads")
     if getattr(config, "resid_pdrop", 0.0):   # Phi-3's dropout on the MLP's output
-        _refuse(layer, "resid_pdrop", config.resid_pdrop, "only 0.0: swiglu_mlp has no dropout")
+        _refuse(layer, "resid_pdrop", config.resid_pdrop, f"only 0.0: {mlp_op} has no dropout")
     hf = sys.modules[type(layer).__module__]   # its model's attention functions
     qk_norm = hasattr(layer.self_attn, "q_norm")
     heads = config.num_attention_heads, config.num_key_value_heads
@@ -384,16 +413,15 @@ def _llama_layer(layer: nn.Module) -> Callable:
                 position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
                 **kwargs) -> torch.Tensor:
         attn, mlp = self.self_attn, self.mlp
-        norm1, norm2 = self.input_layernorm, self.post_attention_layernorm
+        (g1, eps1), (g2, eps2) = _rms_gain(self.input_layernorm), _rms_gain(self.post_attention_layernorm)
         lead, d = hidden_states.shape[:-1], attn.head_dim
         weights, biases = _qkv_parameters(attn, heads, d)
         _, ss = _carried_sums(hidden_states)   # the previous layer's down GEMM took it
         if qk_norm:   # Qwen3: q and k normalized per head before RoPE, both HF's
             w_qkv = torch.cat(weights)
             b_qkv = None if biases is None else torch.cat(biases)
-            qkv, hidden_states = ops.rms_norm_linear(hidden_states, norm1.weight, w_qkv,
-                                                     norm1.variance_epsilon, bias=b_qkv, sumsq=ss,
-                                                     passthrough=True)
+            qkv, hidden_states = ops.rms_norm_linear(hidden_states, g1, w_qkv, eps1, bias=b_qkv,
+                                                     sumsq=ss, passthrough=True)
             q, k, v = (t.view(*lead, -1, d) for t in qkv.split([w.shape[0] for w in weights], -1))
             q, k = hf.apply_rotary_pos_emb(attn.q_norm(q).transpose(1, 2), attn.k_norm(k).transpose(1, 2),
                                            *position_embeddings)
@@ -406,8 +434,7 @@ def _llama_layer(layer: nn.Module) -> Callable:
             w_qkv = _qkv_rows(weights, 2, d)
             b_qkv = None if biases is None else _qkv_rows(biases, 2, d)
             *qkv, hidden_states = ops.qkv_rope(hidden_states, w_qkv, cos, sin, *heads, d, bias=b_qkv,
-                                               norm_weight=norm1.weight, eps=norm1.variance_epsilon,
-                                               sumsq=ss, passthrough=True)
+                                               norm_weight=g1, eps=eps1, sumsq=ss, passthrough=True)
             q, k, v = (t.transpose(1, 2) for t in qkv)
         out = _attend(hf, attn, q, k, v, attention_mask,
                       attn.attention_dropout if attn.training else 0.0, cache, kwargs)
@@ -415,9 +442,9 @@ def _llama_layer(layer: nn.Module) -> Callable:
                                       bias=attn.o_proj.bias, stats="rms")
         w_gate, w_up = ((mlp.gate_proj.weight, mlp.up_proj.weight) if hasattr(mlp, "gate_proj")
                         else mlp.gate_up_proj.weight.chunk(2))   # Phi-3: [gate; up] in one weight
-        w_gate_up = ops.interleave(w_gate, w_up, gain=norm2.weight)
-        y, ss = ops.swiglu_mlp(h, w_gate_up, mlp.down_proj.weight, residual=h, sumsq=ss,
-                               eps=norm2.variance_epsilon, stats=True)
+        w_gate_up = ops.interleave(w_gate, w_up, gain=g2)
+        y, ss = getattr(ops, mlp_op)(h, w_gate_up, mlp.down_proj.weight, residual=h, sumsq=ss, eps=eps2,
+                                     stats=True)
         return _carry_sums(y, None, ss)
 
     return forward
@@ -556,7 +583,7 @@ def _final_norm(model: nn.Module) -> Callable:
         return layer_norm(x, self.weight, self.bias, self.eps, rowsum=s, sumsq=ss)
 
     def rms_f(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.variance_epsilon, sumsq=_carried_sums(x)[1])
+        return rms_norm(x, *_rms_gain(self), sumsq=_carried_sums(x)[1])
 
     family = type(model).__name__.removesuffix("Model")
     norm = getattr(model, "ln_f" if family == "GPT2" else "norm", None)
