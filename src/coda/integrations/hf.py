@@ -14,7 +14,9 @@ Per family (docs/integrations.md, "HuggingFace models"):
   HF's), Qwen2 (`Qwen2DecoderLayer`, `Qwen2ForCausalLM`: biased q/k/v projections) and Qwen3
   (`Qwen3DecoderLayer`, `Qwen3ForCausalLM`: q and k normalized per head before RoPE, so its
   q/k/v GEMM is `rms_norm_linear` and the per-head norms and RoPE are HF's) and Phi-3
-  (`Phi3DecoderLayer`, `Phi3ForCausalLM`: q/k/v and gate/up each one weight, used by row blocks):
+  (`Phi3DecoderLayer`, `Phi3ForCausalLM`: q/k/v and gate/up each one weight, used by row blocks)
+  and Gemma (`GemmaDecoderLayer`, `GemmaForCausalLM`: tanh-GELU gating, so `geglu_mlp`; norms
+  scaling by 1 + weight, `_rms_gain`; a token embedding scaled by sqrt(hidden)):
   `input_layernorm` + q/k/v projections + RoPE -> `qkv_rope(norm_weight=)` (one GEMM against the
   concatenated `[wq; wk; wv]`, the norm folded in, q and k rows permuted within heads, rotated in
   the epilogue in CODA's interleaved convention, equal to HF's rotate-half on the permuted rows),
@@ -46,10 +48,11 @@ Per family (docs/integrations.md, "HuggingFace models"):
   (the activation's derivative in the epilogue of the GEMM that forms its input gradient, and
   the residual's gradient added in dx's); the MLM head's `BertPredictionHeadTransform`
   (dense + activation + LayerNorm) -> `linear(..., activation=)` + `coda.nn.layer_norm`.
-- The token embedding of every model (a plain `nn.Embedding`) -> `coda.ops.embedding`: torch's
-  lookup forward, the table's gradient in one deterministic sorted pass (one Triton kernel that
-  writes every row) instead of PyTorch's segment reductions and zero-fill.
-- The LM heads (`LlamaForCausalLM` and its Mistral, Qwen2, Qwen3 and Phi-3 kin, `GPT2LMHeadModel`,
+- The token embedding of every model (a plain `nn.Embedding`, or Gemma's scaled one) ->
+  `coda.ops.embedding`: torch's lookup forward, the table's gradient in one deterministic sorted
+  pass (one Triton kernel that writes every row) instead of PyTorch's segment reductions and
+  zero-fill.
+- The LM heads (`LlamaForCausalLM` and its Mistral, Qwen2, Qwen3, Phi-3 and Gemma kin, `GPT2LMHeadModel`,
   `BertForMaskedLM`): with `labels`, the
   head's decoder and HF's loss (shifted causal-LM / masked-LM cross-entropy) ->
   `linear_cross_entropy`, which never writes the logits (`logits` is None in the output).
