@@ -71,6 +71,14 @@ def test_every_model_runs_eager_and_coda_with_equal_losses(result):
         assert result[key], key
 
 
+def test_gemma_runs_eager_and_coda_with_equal_losses(tmp_path):
+    """--models gemma (not in the default set): the tiny Gemma trains patched as eager does."""
+    rows = run_smoke(tmp_path / "train.json", "0", "--models", "gemma", "--curve", "none")["rows"]
+    assert [(r["model"], r["mode"]) for r in rows] == [("gemma", "eager"), ("gemma", "coda")]
+    assert all(r["error"] is None for r in rows), rows
+    assert_close(rows[1]["losses"], rows[0]["losses"])
+
+
 def test_loss_curve_and_png(result):
     curve = result["curve"]
     assert curve["error"] is None, curve
