@@ -157,6 +157,24 @@ def test_gated_mlp_activation_follows_config(family):
         coda.patch(tiny_llama(torch.float64, family, head_dim=16, hidden_act=refused))
 
 
+@pytest.mark.parametrize("family", ["Llama", "Gemma", "Phi3"])
+def test_gated_mlp_follows_the_activation_module_not_the_config(family):
+    """The op follows the activation module the MLP calls (`act_fn`; Phi-3's `activation_fn`):
+    one replaced after the model was built is computed as it is, or refused, never as the
+    config's hidden_act names it."""
+    ref = tiny_llama(torch.float64, family, head_dim=16, pad_token_id=0)
+    attribute = "activation_fn" if family == "Phi3" else "act_fn"
+    silu = ref.config.hidden_act != "silu"   # the other gated op than the config's
+    for layer in ref.model.layers:
+        setattr(layer.mlp, attribute, torch.nn.SiLU() if silu else
+                transformers.activations.ACT2FN["gelu_pytorch_tanh"])
+    assert_causal_lm_matches(ref, 1e-10)
+    for layer in ref.model.layers:
+        setattr(layer.mlp, attribute, torch.nn.GELU())   # erf: no gated op
+    with pytest.raises(coda.CodaError, match="MLP activation 'GELU'"):
+        coda.patch(ref)
+
+
 @pytest.mark.parametrize("option, value", [("partial_rotary_factor", 0.75), ("resid_pdrop", 0.1)])
 def test_unsupported_phi3_config_raises(option, value):
     with pytest.raises(coda.CodaError, match=option):

@@ -392,13 +392,23 @@ def _rms_gain(norm: nn.Module) -> tuple[torch.Tensor, float]:
     return norm.weight, norm.variance_epsilon
 
 
+def _gated_mlp_op(layer: nn.Module) -> str:
+    """The op that runs a LLaMA-like layer's gated MLP, by the class of the activation module its
+    forward calls (`act_fn`; Phi-3's `activation_fn`), which config.hidden_act only named when
+    the model was built: one replaced since would otherwise be computed as the config's."""
+    mlp = layer.mlp
+    act = _hf_activation_name(mlp.act_fn if hasattr(mlp, "act_fn") else mlp.activation_fn)
+    if act not in GATED_MLPS:
+        raise CodaError(f"coda.patch: {type(layer).__name__} with the MLP activation {act!r} "
+                        f"(config.hidden_act = {layer.self_attn.config.hidden_act!r}) is not supported "
+                        f"(only 'silu' / 'swish': swiglu_mlp, or 'gelu_pytorch_tanh' / 'gelu_new': "
+                        f"geglu_mlp)")
+    return GATED_MLPS[act]
+
+
 def _llama_layer(layer: nn.Module) -> Callable:
     config = layer.self_attn.config
-    mlp_op = GATED_MLPS.get(config.hidden_act)
-    if mlp_op is None:
-        _refuse(layer, "hidden_act", config.hidden_act,
-                "only 'silu' / 'swish' (the MLP runs as swiglu_mlp) or 'gelu_pytorch_tanh' / 'gelu_new' "
-                "(geglu_mlp)")
+    mlp_op = _gated_mlp_op(layer)
     if getattr(config, "mlp_bias", False):
         _refuse(layer, "mlp_bias", True, f"{mlp_op} has no biases")
     if (getattr(config, "pretraining_tp", 1) or 1) != 1:
