@@ -212,7 +212,7 @@ def llama_launches(setup: Setup) -> dict[str, tuple]:
     cases = {
         "swiglu_grad": (gated.grad_program("silu", "sumsq", True), dy, tile(h, f) / f**0.5,
                         dict(g=tile(m, f), u=tile(m, f), **norm), None),
-        "gated_dx": (gated.dx_program(True, True), tile(m, 2 * f), w_gate_up,
+        "gated_dx": (gated.dx_program(None, True, True), tile(m, 2 * f), w_gate_up,
                      dict(**norm, dr=torch.randn(m, device=setup.device), xin=x, dres=dy), None),
         "swiglu_up": (gated.up_program("silu", "sumsq", True), x, w_gate_up.T, norm, None),
         "norm_dw": (norms.NORM_DW, tile(m, qkv).T, x, dict(g=tile(h), w=tile(qkv, h)), None),

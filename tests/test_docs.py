@@ -242,7 +242,7 @@ def _ops_programs() -> list[tuple[str, coda.Program]]:
         ("swiglu_up", gated.up_program("silu", "rstd", True)),
         ("gated_down", gated.down_program(True, True)),
         ("swiglu_grad", gated.grad_program("silu", "rstd", True)),
-        ("gated_dx", gated.dx_program(True, True)),
+        ("gated_dx", gated.dx_program(None, True, True)),
         ("ss_grad", gated.STATS_GRAD),
         ("qkv_rope", rope.forward_program(True)),
         ("qkv_rope", rope.forward_program(False, norm=True)),

@@ -114,22 +114,34 @@ def grad_program(activation: str, norm: str | None, rstd_grad: bool) -> Program:
 
 
 @functools.cache
-def dx_program(norm_grad: bool, residual_grad: bool) -> Program:
-    """GEMM dpre @ w_gate_up plus what else x's gradient has: through r(x) (`sumsq=`) and the
-    residual's gradient when the residual is x (one of the two at least: else dx is a plain
-    GEMM, cuBLAS's).
+def dx_program(scale: str | None, norm_grad: bool, residual_grad: bool) -> Program:
+    """GEMM dpre @ w_gate_up plus what else x's gradient has: the row scale r when dpre does not
+    carry it yet (`scale`, a NORMS key: float16, `unscaled_grad`), the gradient through r(x)
+    (`sumsq=`) and the residual's when the residual is x (one of them at least: else dx is a
+    plain GEMM, cuBLAS's).
 
-    For example (True, True) is
+    For example (None, True, True) is
         EPILOGUE gated_dx(ss: row, inv_n: scalar, eps: scalar, dr: row, xin: tile, dres: tile) {
           rstd = rsqrt(ss * inv_n + eps);
           output = input - dr * rstd * rstd * inv_n * xin + dres;
         }
     """
-    params = [RMS_ROW_PARAMS, "dr: row", "xin: tile"] * norm_grad + ["dres: tile"] * residual_grad
-    row = RMS_ROW * norm_grad
-    terms = " - dr * rstd * rstd * inv_n * xin" * norm_grad + " + dres" * residual_grad
+    params, row = NORMS["sumsq" if norm_grad else scale]
+    params = [*params, *["dr: row", "xin: tile"] * norm_grad, *["dres: tile"] * residual_grad]
+    terms = (" * rstd" * bool(scale) + " - dr * rstd * rstd * inv_n * xin" * norm_grad
+             + " + dres" * residual_grad)
     return compile_program(f"EPILOGUE gated_dx({', '.join(params)}) {{"
                            f" {row} output = input{terms}; }}")
+
+
+def unscaled_grad(norm: str | None, x: torch.Tensor) -> bool:
+    """Whether the dh epilogue leaves the gradient at the pre-activations without the folded
+    norm's row scale r: in float16, where r ⊙ dpre, stored, is 1/r = rms(x) times smaller than
+    eager's gradient there and a residual stream in the hundreds puts its low bits in float16's
+    subnormals (docs/ops.md, "float16 with a large residual stream"); r then scales dx in its
+    epilogue and x's rows in the weight gradient's operand (one more [M, H] pass). bfloat16 has
+    float32's exponent range: it keeps the one pass."""
+    return norm is not None and x.dtype == torch.float16
 
 
 @follows_autocast()
@@ -235,16 +247,19 @@ class GatedMLPFunction(torch.autograd.Function):
         residual_grad = ctx.residual_is_x and need_x   # joins dx's epilogue (x's gradient)
         dx = dw_gate_up = drstd = None
         if need_x or need_wgu or need_r:
-            prog = grad_program(ctx.activation, norm, need_r or norm_grad)
-            outs = prog(dy, w_down, g=gate, u=up, **row)
+            unscaled = unscaled_grad(norm, rows)
+            prog = grad_program(ctx.activation, None if unscaled else norm, need_r or norm_grad)
+            outs = prog(dy, w_down, g=gate, u=up, **({} if unscaled else row))
             dpre = outs["output"]
             if need_x:
-                terms = (dict(row, dr=outs["dr"], xin=rows) if norm_grad else {}) | (
+                terms = (dict(row) if unscaled or norm_grad else {}) | (
+                    dict(dr=outs["dr"], xin=rows) if norm_grad else {}) | (
                     dict(dres=dy) if residual_grad else {})
-                dx = (dx_program(norm_grad, residual_grad)(dpre, w_gate_up, **terms)["output"]
-                      if terms else matmul(dpre, w_gate_up)).reshape(x.shape)
+                program = dx_program(norm if unscaled else None, norm_grad, residual_grad)
+                dx = (program(dpre, w_gate_up, **terms)["output"] if terms
+                      else matmul(dpre, w_gate_up)).reshape(x.shape)
             if need_wgu:
-                dw_gate_up = weight_grad(dpre, rows, like=w_gate_up)
+                dw_gate_up = weight_grad(dpre, normalized(rows, row) if unscaled else rows, like=w_gate_up)
             if need_r:
                 shape, dtype = ctx.rstd
                 # (a row scaled by 0 has pre = 0, where f(gate) * up has a zero gradient: its
@@ -256,6 +271,13 @@ class GatedMLPFunction(torch.autograd.Function):
             shape, dtype = ctx.residual
             dresidual = dy.reshape(shape).to(dtype)
         return dx, dw_gate_up, dw_down, dresidual, drstd, None, None, None, None, None
+
+
+def normalized(rows: torch.Tensor, row: dict) -> torch.Tensor:
+    """x's rows times their scale r (`_norm`'s operands: rstd, or ss, inv_n, eps), in x's dtype:
+    the operand of the weight gradient where dpre does not carry r (`unscaled_grad`)."""
+    r = row["rstd"].float() if "rstd" in row else torch.rsqrt(row["ss"].float() * row["inv_n"] + row["eps"])
+    return (rows.float() * r[:, None]).to(rows.dtype)
 
 
 def row_scale(rstd: torch.Tensor | None, sumsq: torch.Tensor | None) -> torch.Tensor | None:
