@@ -50,12 +50,15 @@ def gated_case(name: str, tokens: int, hidden: int, ffn: int, rstd: bool):
             (lambda *a: gated_eager(act, *split(a))), inputs, cot)
 
 
-def prenorm_case(tokens: int, hidden: int, ffn: int, device: str = "cuda", dtype=torch.bfloat16):
+def prenorm_case(tokens: int, hidden: int, ffn: int, device: str = "cuda", dtype=torch.bfloat16,
+                 rows: float = 1.0, grads: float = 1.0):
     """A LLaMA block's MLP half as `coda.patch` runs it, y = h + mlp(RMSNorm(h) * g):
     swiglu_mlp owning the norm (sumsq=) with the gain folded by interleave(gain=) and the residual
-    h itself, against HF's RMSNorm (float32 row scale) and MLP. Inputs h, w_gate, w_up, g, w_down."""
+    h itself, against HF's RMSNorm (float32 row scale) and MLP. Inputs h, w_gate, w_up, g, w_down;
+    h's rows of rms `rows`, the upstream gradients of `grads` (float16 with a large residual
+    stream and a small loss scale: docs/ops.md)."""
     torch.manual_seed(tokens + hidden + ffn + 1)
-    h = torch.randn(2, tokens // 2, hidden, device=device, dtype=dtype)
+    h = (torch.randn(2, tokens // 2, hidden, device=device) * rows).to(dtype)
     w_gate, w_up = (torch.randn(ffn, hidden, device=device, dtype=dtype) / hidden**0.5 for _ in range(2))
     g = (torch.rand(hidden, device=device) + 0.5).to(dtype)
     w_down = torch.randn(hidden, ffn, device=device, dtype=dtype) / ffn**0.5
@@ -72,7 +75,7 @@ def prenorm_case(tokens: int, hidden: int, ffn: int, device: str = "cuda", dtype
         y = h + (torch.nn.functional.silu(xn @ w_gate.T) * (xn @ w_up.T)) @ w_down.T
         return y, y.to(wide.dtype).square().sum(-1)
 
-    cot = (torch.randn_like(h), torch.randn(2, tokens // 2, device=device) * 0.1)
+    cot = (torch.randn_like(h) * grads, torch.randn(2, tokens // 2, device=device) * 0.1 * grads / rows)
     return coda_fn, eager_fn, eager_fn, [h, w_gate, w_up, g, w_down], cot
 
 
@@ -132,6 +135,9 @@ CASES = {
     "swiglu_h4096_rstd": lambda: gated_case("swiglu", 2048, 4096, 11008, rstd=True),
     "geglu_h768": lambda: gated_case("geglu", 4096, 768, 3072, rstd=False),
     "swiglu_h2048_prenorm_gain": lambda: prenorm_case(4096, 2048, 5632),
+    # float16, rows near 300, gradients near 1e-3 (the float16 path stores d(gate, up) unscaled)
+    "swiglu_h2048_prenorm_fp16_large_rows": lambda: prenorm_case(4096, 2048, 5632, dtype=torch.float16,
+                                                                 rows=300.0, grads=1e-3),
     "qkv_rope_h4096_gqa": lambda: qkv_case(2048, 4096, (32, 8, 128), bias=False),
     "qkv_rope_h768_bias": lambda: qkv_case(4096, 768, (12, 12, 64), bias=True),
     "qkv_rope_h2048_gqa_bias": lambda: qkv_case(4096, 2048, (16, 4, 128), bias=True),
