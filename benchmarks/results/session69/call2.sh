@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sixty-ninth session, call 2: coda.patch on Gemma. (1) the HF GPU tests of Gemma (bf16 and
 # autocast, at Gemma-2B's layer widths) and of LLaMA and Qwen3, whose layer code the change
-# touched; (2) the training benchmark's Gemma (Gemma-2B's layers, 6 of them, vocab 32000,
+# touched, and the gated MLP's pre-norm cases (float16 stores d(gate, up) unscaled); (2) the training benchmark's Gemma (Gemma-2B's layers, 6 of them, vocab 32000,
 # 4 x 2048): eager, liger, compile+graph (the fastest peer elsewhere), coda+graph (four runs
 # warming up side by side fit an 80 GB GPU), 4 rounds, the eager and coda+graph steps profiled.
 #   run(command="cd .snap && bash benchmarks/results/session69/call2.sh", carry=[".snap"], timeout_s=590)
@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,power.limit --format=csv,noheader | tee "$out/gpu.tx
 python -c "import transformers, transformers.models.gemma.modeling_gemma as g; print('transformers', \
 transformers.__version__, 'scaled embedding class:', hasattr(g, 'GemmaTextScaledWordEmbedding'))"
 timeout 200 python -m pytest -v -n 3 -p no:cacheprovider --tb=short tests/gpu/test_hf_gpu.py \
-    -k "gemma or llama or qwen3" > "$out/hf_tests.log" 2>&1
+    tests/gpu/test_ops_gated.py -k "gemma or llama or qwen3 or prenorm" > "$out/hf_tests.log" 2>&1
 echo "tests rc=$? at ${SECONDS}s"; grep -E "FAILED|^E |passed|failed" "$out/hf_tests.log" | tail -12
 timeout 330 python benchmarks/train.py --models gemma \
     --modes eager,liger,compile+graph,coda+graph --steps 8 --rounds 4 --warmup 3 \
