@@ -44,7 +44,7 @@ def one_model_at_a_time():
 def exact_rms_norm(self, h: torch.Tensor) -> torch.Tensor:
     """LlamaRMSNorm in the input's dtype (HF's round trip through float32 would make the float64
     reference a float32 one); GemmaRMSNorm's gain is 1 + weight."""
-    if type(self).__name__ == "GemmaRMSNorm":
+    if type(self).__name__ in ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm"):
         return (1 + self.weight) * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
     return self.weight * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
 
@@ -70,6 +70,18 @@ def build(family: str) -> tuple[torch.nn.Module, tuple[int, int]]:
             hidden_size=2048, intermediate_size=5632, num_hidden_layers=2, vocab_size=32000,
             max_position_embeddings=2048, use_cache=False, **common, **(heads | extra))
         model, shape = getattr(transformers, f"{name}ForCausalLM")(config), (4, 2048)
+    elif family in ("gemma2", "gemma3"):   # Gemma-2-2B's and Gemma-3-1B's layer widths, vocab 32000
+        name, size = {
+            "gemma2": ("Gemma2Config", dict(hidden_size=2304, intermediate_size=9216, num_attention_heads=8,
+                                            num_key_value_heads=4, attn_logit_softcapping=50.0,
+                                            final_logit_softcapping=30.0)),
+            "gemma3": ("Gemma3TextConfig", dict(hidden_size=1152, intermediate_size=6912,
+                                                num_attention_heads=4, num_key_value_heads=1))}[family]
+        config = getattr(transformers, name)(
+            **size, head_dim=256, num_hidden_layers=2, vocab_size=32000, sliding_window=512,
+            max_position_embeddings=2048, use_cache=False, **common)
+        cls = transformers.Gemma2ForCausalLM if family == "gemma2" else transformers.Gemma3ForCausalLM
+        model, shape = cls(config), (4, 2048)
     else:
         config = transformers.BertConfig(hidden_size=768, num_hidden_layers=2, num_attention_heads=12,
                                          intermediate_size=3072, vocab_size=30522,
@@ -102,7 +114,8 @@ def loss_and_grads(model: torch.nn.Module, inputs: dict) -> tuple[torch.Tensor, 
                            if p.grad is not None}
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "mistral", "qwen2", "qwen3", "phi3", "gemma"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "mistral", "qwen2", "qwen3", "phi3", "gemma",
+                                    "gemma2", "gemma3"])
 def test_patched_model_bf16_within_eager_error(family):
     model, shape = build(family)
     inputs = batch(family, shape, model.config.vocab_size)

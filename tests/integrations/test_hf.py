@@ -19,11 +19,12 @@ VOCAB, SEQ, BATCH = 128, 16, 2
 
 
 def tiny_llama(dtype: torch.dtype, family: str = "Llama", exact_norms: bool = True,
-               **overrides) -> torch.nn.Module:
-    """A tiny LLaMA, or one of the models built the same way (`family` "Mistral", "Qwen2"); with
-    `exact_norms` its RMSNorms compute in the model's dtype (HF's go through float32)."""
+               config_name: str | None = None, **overrides) -> torch.nn.Module:
+    """A tiny LLaMA, or one of the models built the same way (`family` "Mistral", "Qwen2"), its
+    config class `{family}Config` unless named; with `exact_norms` its RMSNorms compute in the
+    model's dtype (HF's go through float32)."""
     torch.manual_seed(0)
-    config = getattr(transformers, f"{family}Config")(
+    config = getattr(transformers, config_name or f"{family}Config")(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
         attn_implementation="eager", **overrides)
@@ -43,7 +44,7 @@ def tiny_llama(dtype: torch.dtype, family: str = "Llama", exact_norms: bool = Tr
 def exact_rms_norm(self, h: torch.Tensor) -> torch.Tensor:
     """HF's LlamaRMSNorm in the input's dtype (no float32 round trip); Gemma's scales by
     1 + weight."""
-    if type(self).__name__ == "GemmaRMSNorm":
+    if type(self).__name__ in ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm"):
         return (1 + self.weight) * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
     return self.weight * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
 
@@ -62,35 +63,37 @@ def reference_loss(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tens
     shifted = torch.cat((labels[:, 1:], torch.full_like(labels[:, :1], -100)), dim=1)
     return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), shifted.reshape(-1))
 
-def assert_causal_lm_matches(ref, tol: float, skip_ignored_labels: bool | None = None) -> None:
+def assert_causal_lm_matches(ref, tol: float, skip_ignored_labels: bool | None = None,
+                             op: str = "out_proj_residual") -> None:
     """The patched copy's loss (with no logits written) and every parameter gradient match;
     skipping the ignored rows, half of them are (a fine-tuning batch's prompts)."""
     model = coda.patch(copy.deepcopy(ref), skip_ignored_labels=skip_ignored_labels)
-    assert_causal_lm_matches_model(model, ref, tol, skip_ignored_labels)
+    assert_causal_lm_matches_model(model, ref, tol, skip_ignored_labels, op=op)
 
 
-def forward_counting_fused_layers(model, layers: int, **inputs):
-    """model(**inputs), checking that `layers` layers ran their CODA forward: each calls
-    out_proj_residual once (a layer that fell back to HF's forward would give the same result)."""
+def forward_counting_fused_layers(model, layers: int, op: str = "out_proj_residual", **inputs):
+    """model(**inputs), checking that `layers` layers ran their CODA forward: each calls `op` once
+    (out_proj_residual; Gemma 2's and 3's MLPs geglu_mlp): a layer that fell back to HF's forward
+    would give the same result."""
     from coda.integrations import hf
 
-    calls, fused = [], hf.ops.out_proj_residual
-    hf.ops.out_proj_residual = lambda *a, **k: calls.append(1) or fused(*a, **k)
+    calls, fused = [], getattr(hf.ops, op)
+    setattr(hf.ops, op, lambda *a, **k: calls.append(1) or fused(*a, **k))
     try:
         out = model(**inputs)
     finally:
-        hf.ops.out_proj_residual = fused
+        setattr(hf.ops, op, fused)
     assert len(calls) == layers
     return out
 
 
 def assert_causal_lm_matches_model(model, ref, tol: float, skip_ignored_labels: bool | None = None,
-                                   fused_layers: int = 2) -> None:
+                                   fused_layers: int = 2, op: str = "out_proj_residual") -> None:
     """The loss and gradients match, and `fused_layers` layers ran their CODA forward."""
     ids, labels = batch()
     if skip_ignored_labels:
         labels[:, : SEQ // 2] = -100
-    out = forward_counting_fused_layers(model, fused_layers, input_ids=ids, labels=labels)
+    out = forward_counting_fused_layers(model, fused_layers, op, input_ids=ids, labels=labels)
     assert out.logits is None  # the logits are never written
     expected = reference_loss(ref, ids, labels)
     torch.testing.assert_close(out.loss, expected, rtol=tol, atol=tol)
@@ -145,6 +148,47 @@ def test_gemma_embedding_is_patched_and_scaled():
                                rtol=1e-10, atol=1e-10)
 
 
+def tiny_gemma2(dtype: torch.dtype, **overrides) -> torch.nn.Module:
+    """Gemma 2: each sublayer's output normalized before its residual add, soft-capped attention
+    scores and logits, every other layer's attention in a window (shorter than the sequence)."""
+    return tiny_llama(dtype, "Gemma2", **(dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=6,
+                                               attn_logit_softcapping=5.0, final_logit_softcapping=3.0)
+                                          | overrides))
+
+
+def tiny_gemma3(dtype: torch.dtype, **overrides) -> torch.nn.Module:
+    """Gemma 3 (text): Gemma 2's layers with q and k normalized per head, no caps, local and global
+    RoPE."""
+    return tiny_llama(dtype, "Gemma3", config_name="Gemma3TextConfig",
+                      **(dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=6) | overrides))
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
+@pytest.mark.parametrize("build", [tiny_gemma2, tiny_gemma3], ids=["gemma2", "gemma3"])
+def test_gemma2_and_gemma3_match(build, dtype, tol):
+    """Gemma 2 and 3 keep HF's layer forwards; their RMSNorms (the layers' four, q's and k's, the
+    final one) run as coda.nn.rms_norm, their MLPs as geglu_mlp (counted: one a layer), the head
+    with its loss as linear_cross_entropy (Gemma 2's logits capped in it), the embedding scaled."""
+    ref = build(dtype)
+    assert_causal_lm_matches(ref, tol, op="geglu_mlp")
+    model = coda.patch(copy.deepcopy(ref))
+    norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
+    assert len(norms) == 2 * 6 + 1 - 4 * (build is tiny_gemma2) and all(m._coda_patched for m in norms)
+    assert model.model.embed_tokens._coda_patched
+
+
+def test_gemma2_without_labels_and_generation_match():
+    """Without labels (HF's head and its cap) and greedy decoding through the KV cache."""
+    ref = tiny_gemma2(torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    ids = batch()[0]
+    torch.testing.assert_close(model(input_ids=ids).logits, ref(input_ids=ids).logits,
+                               rtol=1e-10, atol=1e-10)
+    options = dict(max_new_tokens=5, do_sample=False, use_cache=True, pad_token_id=0,
+                   attention_mask=torch.ones_like(ids[:, :5]))
+    assert torch.equal(model.generate(ids[:, :5], **options), ref.generate(ids[:, :5], **options))
+
+
 @pytest.mark.parametrize("family", ["Llama", "Gemma"])
 def test_gated_mlp_activation_follows_config(family):
     """hidden_act picks the gated MLP's op: tanh-GELU gives geglu_mlp (Gemma's default; a LLaMA
@@ -153,7 +197,7 @@ def test_gated_mlp_activation_follows_config(family):
     for act in ("gelu_pytorch_tanh", "silu"):
         assert_causal_lm_matches(tiny_llama(torch.float64, family, head_dim=16, hidden_act=act), 1e-10)
     refused = "gelu" if family == "Llama" else "relu"
-    with pytest.raises(coda.CodaError, match=f"hidden_act = '{refused}'"):
+    with pytest.raises(coda.CodaError, match=f"MLP activation '{refused}'"):
         coda.patch(tiny_llama(torch.float64, family, head_dim=16, hidden_act=refused))
 
 

@@ -94,9 +94,16 @@ FINAL_NORM_MODELS = ("GPT2Model", "LlamaModel", "MistralModel", "Qwen2Model", "Q
                      "GemmaModel")
 
 
+#: Gemma 2's and 3's layers normalize each sublayer's output before its residual add, which no
+#: epilogue can do (the norm needs the whole row of the GEMM's output before the add): their
+#: layers' forwards stay HF's, and their RMSNorms and gated MLPs are patched one by one
+SANDWICH_FAMILIES = ("Gemma2", "Gemma3")
+#: the RMSNorms whose gain is 1 + weight (`_rms_gain`)
+OFFSET_GAIN_NORMS = ("GemmaRMSNorm", *(f"{family}RMSNorm" for family in SANDWICH_FAMILIES))
 #: the LM heads, and whether each skips its ignored labels' rows unless told (`patch`)
 SKIPS_IGNORED = {"LlamaForCausalLM": False, "MistralForCausalLM": False, "Qwen2ForCausalLM": False,
                  "Qwen3ForCausalLM": False, "Phi3ForCausalLM": False, "GemmaForCausalLM": False,
+                 "Gemma2ForCausalLM": False, "Gemma3ForCausalLM": False,
                  "GPT2LMHeadModel": False, "BertForMaskedLM": True}
 
 
@@ -290,7 +297,8 @@ def _attention_recorder() -> Callable[[], bool]:
 
 
 #: HF's token embeddings that scale the rows they look up by their `embed_scale` (Gemma's)
-SCALED_EMBEDDINGS = ("GemmaTextScaledWordEmbedding",)
+SCALED_EMBEDDINGS = ("GemmaTextScaledWordEmbedding", "Gemma2TextScaledWordEmbedding",
+                     "Gemma3TextScaledWordEmbedding")
 
 
 def _patch_input_embeddings(model: nn.Module) -> None:
@@ -332,6 +340,8 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
             "Qwen3DecoderLayer": _llama_layer, "Qwen3ForCausalLM": _causal_lm,
             "Phi3DecoderLayer": _llama_layer, "Phi3ForCausalLM": _causal_lm,
             "GemmaDecoderLayer": _llama_layer, "GemmaForCausalLM": _causal_lm,
+            **{f"{family}{part}": patcher for family in SANDWICH_FAMILIES for part, patcher in (
+                ("RMSNorm", _rms_norm_module), ("MLP", _gated_mlp_module), ("ForCausalLM", _causal_lm))},
             "GPT2Block": _gpt2_block, "GPT2LMHeadModel": _causal_lm,
             **{name: _final_norm for name in FINAL_NORM_MODELS},
             "BertPredictionHeadTransform": _bert_head_transform, "BertForMaskedLM": _masked_lm,
@@ -386,29 +396,53 @@ def _rms_gain(norm: nn.Module) -> tuple[torch.Tensor, float]:
     kin's; Gemma's `1 + weight`, which its forward scales by, in float32 (or wider): the gain
     folded into a GEMM's weight, or applied by `coda.nn.rms_norm`, is rounded once, with the
     product, as Gemma's normalized rows are."""
-    if type(norm).__name__ == "GemmaRMSNorm":
+    if type(norm).__name__ in OFFSET_GAIN_NORMS:
         w = norm.weight
         return 1.0 + w.to(torch.promote_types(w.dtype, torch.float32)), norm.eps
     return norm.weight, norm.variance_epsilon
 
 
-def _gated_mlp_op(layer: nn.Module) -> str:
-    """The op that runs a LLaMA-like layer's gated MLP, by the class of the activation module its
-    forward calls (`act_fn`; Phi-3's `activation_fn`), which config.hidden_act only named when
-    the model was built: one replaced since would otherwise be computed as the config's."""
-    mlp = layer.mlp
+def _gated_mlp_op(owner: nn.Module, mlp: nn.Module) -> str:
+    """The op that runs a gated MLP, by the class of the activation module its forward calls
+    (`act_fn`; Phi-3's `activation_fn`), which the config only named when the model was built:
+    one replaced since would otherwise be computed as the config's."""
     act = _hf_activation_name(mlp.act_fn if hasattr(mlp, "act_fn") else mlp.activation_fn)
     if act not in GATED_MLPS:
-        raise CodaError(f"coda.patch: {type(layer).__name__} with the MLP activation {act!r} "
-                        f"(config.hidden_act = {layer.self_attn.config.hidden_act!r}) is not supported "
-                        f"(only 'silu' / 'swish': swiglu_mlp, or 'gelu_pytorch_tanh' / 'gelu_new': "
-                        f"geglu_mlp)")
+        raise CodaError(f"coda.patch: {type(owner).__name__} with the MLP activation {act!r} is not "
+                        f"supported (only 'silu' / 'swish': swiglu_mlp, or 'gelu_pytorch_tanh' / "
+                        f"'gelu_new': geglu_mlp)")
     return GATED_MLPS[act]
+
+
+def _rms_norm_module(norm: nn.Module) -> Callable:
+    """Gemma 2's and 3's RMSNorms (each layer's four, q's and k's per head, the final one) ->
+    `coda.nn.rms_norm`: one map forward, the one-pass kernel backward, rounded once from float32
+    as HF's are."""
+    from ..nn.layer_norm import rms_norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, *_rms_gain(self))
+
+    return forward
+
+
+def _gated_mlp_module(mlp: nn.Module) -> Callable:
+    """Gemma 2's and 3's MLPs, down(act(gate(x)) * up(x)) -> `geglu_mlp` (or `swiglu_mlp`, by
+    the activation) on x as given: their norm before it is patched on its own."""
+    op = _gated_mlp_op(mlp, mlp)
+    if any(p.bias is not None for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
+        raise CodaError(f"coda.patch: {type(mlp).__name__} with biases is not supported ({op} has none)")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return getattr(ops, op)(x, ops.interleave(self.gate_proj.weight, self.up_proj.weight),
+                                self.down_proj.weight)
+
+    return forward
 
 
 def _llama_layer(layer: nn.Module) -> Callable:
     config = layer.self_attn.config
-    mlp_op = _gated_mlp_op(layer)
+    mlp_op = _gated_mlp_op(layer, layer.mlp)
     if getattr(config, "mlp_bias", False):
         _refuse(layer, "mlp_bias", True, f"{mlp_op} has no biases")
     if (getattr(config, "pretraining_tp", 1) or 1) != 1:
@@ -740,9 +774,6 @@ def _hf_activation_name(fn: object) -> str:
 # ------------------------------------------------------------------------------------- causal LM heads
 
 def _causal_lm(model: nn.Module) -> Callable:
-    config = model.config
-    if getattr(config, "final_logit_softcapping", None):
-        _refuse(model, "final_logit_softcapping", config.final_logit_softcapping, "no cap")
     original = type(model).forward
 
     def forward(self, *args, labels: torch.Tensor | None = None, **kwargs):
@@ -764,7 +795,7 @@ def _causal_lm(model: nn.Module) -> Callable:
                 pad = labels.new_full((*labels.shape[:-1], 1), IGNORE_INDEX)
                 shift_labels = torch.cat((labels[..., 1:], pad), dim=-1)
             loss = _head_loss(self, hidden, shift_labels, "mean" if num_items is None else "sum",
-                              self._coda_skip_ignored)
+                              self._coda_skip_ignored, getattr(self.config, "final_logit_softcapping", None))
         if num_items is not None:
             loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
         output = CausalLMOutputWithPast(loss=loss, logits=None, hidden_states=outputs.hidden_states,
@@ -833,14 +864,15 @@ def _return_dict(model: nn.Module, kwargs: dict) -> bool:
 
 
 def _head_loss(model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, reduction: str,
-               skip_ignored: bool) -> torch.Tensor:
+               skip_ignored: bool, softcap: float | None = None) -> torch.Tensor:
     """Cross-entropy of the model's output embedding (the decoder, [V, H] and its bias) applied to
-    `hidden`, against `labels` (-100: ignored), without the logits in memory."""
+    `hidden`, its logits capped at `softcap` (Gemma 2's final_logit_softcapping: c tanh(z / c)),
+    against `labels` (-100: ignored), without the logits in memory."""
     head, table = model.get_output_embeddings(), model.get_input_embeddings()
     weight = table.__dict__.pop(TIED_TABLE, head.weight)
     return ops.linear_cross_entropy(hidden, weight, labels.to(hidden.device), bias=head.bias,
                                     ignore_index=IGNORE_INDEX, reduction=reduction,
-                                    skip_ignored=skip_ignored)
+                                    skip_ignored=skip_ignored, softcap=softcap or None)
 
 
 @contextlib.contextmanager
