@@ -28,6 +28,10 @@ Per family (docs/integrations.md, "HuggingFace models"):
   gradients, so h's whole gradient from the MLP comes out of one kernel. Its down GEMM sums
   Σ y² for the next layer's `input_layernorm`, which then runs no statistics map; the last
   layer's, for the model's final `norm` -> `coda.nn.rms_norm` (`_final_norm`).
+- Gemma 2 and 3 (`Gemma2ForCausalLM`, `Gemma3ForCausalLM`), module by module: a layer normalizes
+  each sublayer's output before its residual add, which no epilogue can do, so the layers' forwards
+  stay HF's and their RMSNorms (scaling by 1 + weight) -> `coda.nn.rms_norm`, their MLPs ->
+  `geglu_mlp`; the LM head's soft cap (`final_logit_softcapping`) goes into `linear_cross_entropy`.
 - GPT-2 (`GPT2Model`, `GPT2LMHeadModel`), each `GPT2Block`: `ln_1` + `c_attn` ->
   `layer_norm_linear` (Conv1D weights [in, out] are used as `w.T` views, no copies), HF's attention,
   `c_proj` + residual -> `out_proj_residual(stats="layer")`, `ln_2` -> `coda.nn.layer_norm` on those
