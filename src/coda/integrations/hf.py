@@ -412,9 +412,9 @@ def _gated_mlp_op(owner: nn.Module, mlp: nn.Module) -> str:
     one replaced since would otherwise be computed as the config's."""
     act = _hf_activation_name(mlp.act_fn if hasattr(mlp, "act_fn") else mlp.activation_fn)
     if act not in GATED_MLPS:
-        raise CodaError(f"coda.patch: {type(owner).__name__} with the MLP activation {act!r} is not "
-                        f"supported (only 'silu' / 'swish': swiglu_mlp, or 'gelu_pytorch_tanh' / "
-                        f"'gelu_new': geglu_mlp)")
+        raise CodaError(f"coda.patch: {type(owner).__name__} with the MLP activation {act!r} (the "
+                        f"config's hidden_act, or the module put in its place) is not supported (only "
+                        f"'silu' / 'swish': swiglu_mlp, or 'gelu_pytorch_tanh' / 'gelu_new': geglu_mlp)")
     return GATED_MLPS[act]
 
 
