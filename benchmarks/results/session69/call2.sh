@@ -6,7 +6,7 @@
 # warming up side by side fit an 80 GB GPU), 4 rounds, the eager and coda+graph steps profiled.
 #   run(command="cd .snap && bash benchmarks/results/session69/call2.sh", carry=[".snap"], timeout_s=590)
 # (the snapshot holds .whl/, liger-kernel's wheel); TESTS_ONLY=1: (1) only, as call 3 was to run
-# with little device time left (run(..., timeout_s=330))
+# with little device time left (run(..., timeout_s=330)); K: the tests' -k expression
 export PYTHONUNBUFFERED=1 CODA_AUTOTUNE=0
 out=${OUT:-/tmp}; LIMIT=${LIMIT:-540}
 [[ -n ${TESTS_ONLY:-} ]] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,power.limit --format=csv,noheader | tee "$out/gpu.tx
 python -c "import transformers, transformers.models.gemma.modeling_gemma as g; print('transformers', \
 transformers.__version__, 'scaled embedding class:', hasattr(g, 'GemmaTextScaledWordEmbedding'))"
 timeout 260 python -m pytest -v -n 3 -p no:cacheprovider --tb=short tests/gpu/test_hf_gpu.py \
-    tests/gpu/test_ops_gated.py -k "gemma or llama or qwen3 or prenorm" > "$out/hf_tests.log" 2>&1
+    tests/gpu/test_ops_gated.py -k "${K:-gemma or llama or qwen3 or prenorm}" > "$out/hf_tests.log" 2>&1
 echo "tests rc=$? at ${SECONDS}s"; grep -E "PASSED|FAILED|^E |passed|failed" "$out/hf_tests.log" | tail -24
 [[ -n ${TESTS_ONLY:-} ]] && exit 0
 timeout $((LIMIT - SECONDS)) python benchmarks/train.py --models gemma \
