@@ -177,6 +177,32 @@ def test_gemma2_and_gemma3_match(build, dtype, tol):
     assert model.model.embed_tokens._coda_patched
 
 
+@pytest.mark.parametrize("build", [tiny_llama, tiny_gemma2], ids=["llama", "gemma2"])
+def test_a_bias_given_to_an_mlp_projection_after_patching_is_not_left_out(build):
+    """The gated MLPs read only their projections' weights (they have no biases): one attached
+    after coda.patch sends the layer (LLaMA) or the MLP (Gemma 2) back to HF's forward."""
+    ref = build(torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    for m in (ref, model):
+        m.model.layers[0].mlp.down_proj.bias = torch.nn.Parameter(torch.ones(64, dtype=torch.float64))
+    ids = batch()[0]
+    torch.testing.assert_close(model(input_ids=ids).logits, ref(input_ids=ids).logits,
+                               rtol=1e-10, atol=1e-10)
+
+
+def test_gemma_norms_keep_the_input_dtype_under_autocast():
+    """HF's Gemma RMSNorms return their input's dtype (type_as), under autocast too, where
+    coda.nn.rms_norm's output is float32: the patched norms give the input's dtype, so a bf16
+    model's residual stream stays bf16."""
+    model = coda.patch(tiny_gemma3(torch.bfloat16, exact_norms=False))
+    x = torch.randn(2, 5, 64, dtype=torch.bfloat16)
+    norm = model.model.layers[0].post_attention_layernorm
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert norm(x).dtype == torch.bfloat16 and norm(x.float()).dtype == torch.float32
+        hidden = model.model(input_ids=batch()[0]).last_hidden_state
+    assert hidden.dtype == torch.bfloat16
+
+
 def test_gemma2_without_labels_and_generation_match():
     """Without labels (HF's head and its cap) and greedy decoding through the KV cache."""
     ref = tiny_gemma2(torch.float64)

@@ -181,24 +181,31 @@ def _patch_modules(model: nn.Module, skip_ignored_labels: bool | None) -> None:
 NATIVE = ("torch.", "transformers.")
 
 
-def _watched(module: nn.Module, name: str) -> tuple[tuple[tuple[str, ...], type], ...]:
+def _watched(module: nn.Module, name: str) -> tuple[tuple[tuple[str, ...], type, bool], ...]:
     """What a patched forward reads, as (path of submodule names from `module`, the submodule's
-    type): a layer's every submodule below it; an LM head's output embedding (the layers are
-    patched on their own); BERT's feed-forward, its two halves; a base model, nothing (its last
-    norm is patched in place, `_final_norm`)."""
+    type, whether it has a bias): a layer's every submodule below it; an LM head's output
+    embedding (the layers are patched on their own); BERT's feed-forward, its two halves; a base
+    model, nothing (its last norm is patched in place, `_final_norm`)."""
     if name in FINAL_NORM_MODELS:
         return ()
     roots = ([module.get_output_embeddings()] if name in SKIPS_IGNORED
              else [module.intermediate, module.output] if name in PATCHED_METHODS else [module])
     paths = {id(m): tuple(path.split(".")) if path else () for path, m in module.named_modules()}
     # (not the module itself: patching makes it an instance of a subclass, `_replace_method`)
-    return tuple((paths[id(m)], type(m)) for root in roots for m in root.modules() if m is not module)
+    return tuple((paths[id(m)], type(m), _has_bias(m)) for root in roots for m in root.modules()
+                 if m is not module)
+
+
+def _has_bias(module: nn.Module | None) -> bool:
+    """Whether a submodule holds a bias: a patched forward that reads only weights where it had
+    none (a gated MLP's projections) would leave out one attached since."""
+    return getattr(module, "bias", None) is not None
 
 
 def _reached(module: nn.Module, watched) -> list[nn.Module | None]:
     """The submodules at the watched paths of `module`, as they are now (None where one is gone)."""
     found = []
-    for path, _ in watched:
+    for path, *_ in watched:
         node = module
         for key in path:
             node = getattr(node, "_modules", {}).get(key)
@@ -248,8 +255,8 @@ def _unpickled(cls: type, state: dict) -> nn.Module:
 
 
 def _guarded(method: Callable, original: Callable, watched) -> Callable:
-    """`method`, run while every watched submodule has the type it had when the module was
-    patched and no forward hook or pre-hook (its own or a global one: an ablation, a
+    """`method`, run while every watched submodule has the type (and has or lacks the bias) it
+    had when the module was patched and no forward hook or pre-hook (its own or a global one: an ablation, a
     `weight_norm`'s recomputed weight); HF's `original` once one has been replaced (a LoRA
     adapter injected after `coda.patch`, say, which the CODA forward would not call) or hooked,
     since the CODA forward reads the submodules' weights and calls none of them: never a silent
@@ -259,8 +266,8 @@ def _guarded(method: Callable, original: Callable, watched) -> Callable:
     @functools.wraps(method)   # its signature: HF's feed-forward chunking counts the parameters
     def forward(self, *args, **kwargs):
         if not recording_attentions() and not _global_hooks() and all(
-                type(m) is kind and not (m._forward_hooks or m._forward_pre_hooks)
-                for m, (_, kind) in zip(_reached(self, watched), watched, strict=True)):
+                type(m) is kind and _has_bias(m) == bias and not (m._forward_hooks or m._forward_pre_hooks)
+                for m, (_, kind, bias) in zip(_reached(self, watched), watched, strict=True)):
             return method(self, *args, **kwargs)
         return original(self, *args, **kwargs)
 
@@ -425,7 +432,8 @@ def _rms_norm_module(norm: nn.Module) -> Callable:
     from ..nn.layer_norm import rms_norm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, *_rms_gain(self))
+        y = rms_norm(x, *_rms_gain(self))
+        return y.to(x.dtype)   # HF's type_as(x); under autocast coda.nn.rms_norm's is float32
 
     return forward
 
