@@ -134,13 +134,20 @@ def dx_program(scale: str | None, norm_grad: bool, residual_grad: bool) -> Progr
                            f" {row} output = input{terms}; }}")
 
 
+#: x's rows times their scale r, by NORMS key, in x's dtype (one map): the weight gradient's
+#: operand where dpre does not carry r (`unscaled_grad`)
+NORMALIZED = {norm: compile_program(f"EPILOGUE normalized({', '.join(NORMS[norm][0])}) {{"
+                                    f" {NORMS[norm][1]} output = input * rstd; }}")
+              for norm in ("rstd", "sumsq")}
+
+
 def unscaled_grad(norm: str | None, x: torch.Tensor) -> bool:
     """Whether the dh epilogue leaves the gradient at the pre-activations without the folded
     norm's row scale r: in float16, where r ⊙ dpre, stored, is 1/r = rms(x) times smaller than
     eager's gradient there and a residual stream in the hundreds puts its low bits in float16's
     subnormals (docs/ops.md, "float16 with a large residual stream"); r then scales dx in its
-    epilogue and x's rows in the weight gradient's operand (one more [M, H] pass). bfloat16 has
-    float32's exponent range: it keeps the one pass."""
+    epilogue and x's rows in the weight gradient's operand (NORMALIZED: one more [M, H] pass).
+    bfloat16 has float32's exponent range: it keeps the one pass."""
     return norm is not None and x.dtype == torch.float16
 
 
@@ -259,7 +266,8 @@ class GatedMLPFunction(torch.autograd.Function):
                 dx = (program(dpre, w_gate_up, **terms)["output"] if terms
                       else matmul(dpre, w_gate_up)).reshape(x.shape)
             if need_wgu:
-                dw_gate_up = weight_grad(dpre, normalized(rows, row) if unscaled else rows, like=w_gate_up)
+                operand = NORMALIZED[norm].map(rows, **row)["output"] if unscaled else rows
+                dw_gate_up = weight_grad(dpre, operand, like=w_gate_up)
             if need_r:
                 shape, dtype = ctx.rstd
                 # (a row scaled by 0 has pre = 0, where f(gate) * up has a zero gradient: its
@@ -271,13 +279,6 @@ class GatedMLPFunction(torch.autograd.Function):
             shape, dtype = ctx.residual
             dresidual = dy.reshape(shape).to(dtype)
         return dx, dw_gate_up, dw_down, dresidual, drstd, None, None, None, None, None
-
-
-def normalized(rows: torch.Tensor, row: dict) -> torch.Tensor:
-    """x's rows times their scale r (`_norm`'s operands: rstd, or ss, inv_n, eps), in x's dtype:
-    the operand of the weight gradient where dpre does not carry r (`unscaled_grad`)."""
-    r = row["rstd"].float() if "rstd" in row else torch.rsqrt(row["ss"].float() * row["inv_n"] + row["eps"])
-    return (rows.float() * r[:, None]).to(rows.dtype)
 
 
 def row_scale(rstd: torch.Tensor | None, sumsq: torch.Tensor | None) -> torch.Tensor | None:
