@@ -256,8 +256,8 @@ def _unpickled(cls: type, state: dict) -> nn.Module:
 
 def _guarded(method: Callable, original: Callable, watched) -> Callable:
     """`method`, run while every watched submodule has the type (and has or lacks the bias) it
-    had when the module was patched and no forward hook or pre-hook (its own or a global one: an ablation, a
-    `weight_norm`'s recomputed weight); HF's `original` once one has been replaced (a LoRA
+    had when the module was patched and no forward hook or pre-hook (its own or a global one: an
+    ablation, a `weight_norm`'s recomputed weight); HF's `original` once one has been replaced (a LoRA
     adapter injected after `coda.patch`, say, which the CODA forward would not call) or hooked,
     since the CODA forward reads the submodules' weights and calls none of them: never a silent
     wrong answer. HF's `original` too while HF records attention maps (`output_attentions=True`)."""
@@ -420,8 +420,9 @@ def _gated_mlp_op(owner: nn.Module, mlp: nn.Module) -> str:
     act = _hf_activation_name(mlp.act_fn if hasattr(mlp, "act_fn") else mlp.activation_fn)
     if act not in GATED_MLPS:
         raise CodaError(f"coda.patch: {type(owner).__name__} with the MLP activation {act!r} (the "
-                        f"config's hidden_act, or the module put in its place) is not supported (only "
-                        f"'silu' / 'swish': swiglu_mlp, or 'gelu_pytorch_tanh' / 'gelu_new': geglu_mlp)")
+                        f"config's hidden_act / hidden_activation, or the module put in its place) is not "
+                        f"supported (only 'silu' / 'swish': swiglu_mlp, or 'gelu_pytorch_tanh' / "
+                        f"'gelu_new': geglu_mlp)")
     return GATED_MLPS[act]
 
 
