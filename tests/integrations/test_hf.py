@@ -173,7 +173,8 @@ def test_gemma2_and_gemma3_match(build, dtype, tol):
     assert_causal_lm_matches(ref, tol, op="geglu_mlp")
     model = coda.patch(copy.deepcopy(ref))
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
-    assert len(norms) == 2 * 6 + 1 - 4 * (build is tiny_gemma2) and all(m._coda_patched for m in norms)
+    per_layer = 4 if build is tiny_gemma2 else 6   # Gemma 3's q_norm and k_norm too
+    assert len(norms) == 2 * per_layer + 1 and all(m._coda_patched for m in norms)
     assert model.model.embed_tokens._coda_patched
 
 
