@@ -191,19 +191,6 @@ def test_a_bias_given_to_an_mlp_projection_after_patching_is_not_left_out(build)
                                rtol=1e-10, atol=1e-10)
 
 
-def test_gemma_norms_keep_the_input_dtype_under_autocast():
-    """HF's Gemma RMSNorms return their input's dtype (type_as), under autocast too, where
-    coda.nn.rms_norm's output is float32: the patched norms give the input's dtype, so a bf16
-    model's residual stream stays bf16."""
-    model = coda.patch(tiny_gemma3(torch.bfloat16, exact_norms=False))
-    x = torch.randn(2, 5, 64, dtype=torch.bfloat16)
-    norm = model.model.layers[0].post_attention_layernorm
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert norm(x).dtype == torch.bfloat16 and norm(x.float()).dtype == torch.float32
-        hidden = model.model(input_ids=batch()[0]).last_hidden_state
-    assert hidden.dtype == torch.bfloat16
-
-
 def test_gemma2_without_labels_and_generation_match():
     """Without labels (HF's head and its cap) and greedy decoding through the KV cache."""
     ref = tiny_gemma2(torch.float64)
@@ -845,6 +832,21 @@ def tiny_phi3(dtype: torch.dtype) -> torch.nn.Module:
 
 def tiny_gemma(dtype: torch.dtype) -> torch.nn.Module:
     return tiny_llama(dtype, "Gemma", head_dim=16)
+
+
+@pytest.mark.parametrize("build, norm", [(tiny_gemma3, "layers.0.post_attention_layernorm"),
+                                         (tiny_gemma, "norm")], ids=["gemma3", "gemma-final"])
+def test_gemma_norms_keep_the_input_dtype_under_autocast(build, norm):
+    """HF's Gemma RMSNorms return their input's dtype (type_as), under autocast too, where
+    coda.nn.rms_norm's output is float32: the patched norms (Gemma 2's and 3's, Gemma's final
+    one) give the input's dtype, so a bf16 model's hidden states stay bf16."""
+    model = coda.patch(build(torch.bfloat16, **({"exact_norms": False} if build is tiny_gemma3 else {})))
+    x = torch.randn(2, 5, 64, dtype=torch.bfloat16)
+    norm = model.model.get_submodule(norm)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert norm(x).dtype == torch.bfloat16 and norm(x.float()).dtype == torch.float32
+        hidden = model.model(input_ids=batch()[0]).last_hidden_state
+    assert hidden.dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize("build", [tiny_llama, tiny_mistral, tiny_qwen2, tiny_qwen3, tiny_phi3, tiny_gemma,

@@ -643,7 +643,8 @@ def _final_norm(model: nn.Module) -> Callable:
         return layer_norm(x, self.weight, self.bias, self.eps, rowsum=s, sumsq=ss)
 
     def rms_f(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, *_rms_gain(self), sumsq=_carried_sums(x)[1])
+        y = rms_norm(x, *_rms_gain(self), sumsq=_carried_sums(x)[1])
+        return y.to(x.dtype) if type(self).__name__ in OFFSET_GAIN_NORMS else y   # Gemma's type_as(x)
 
     family = type(model).__name__.removesuffix("Model")
     norm = getattr(model, "ln_f" if family == "GPT2" else "norm", None)
