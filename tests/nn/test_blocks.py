@@ -69,6 +69,20 @@ def test_llama_blocks_chained_through_sumsq(dtype):
     compare(run, blocks, (2, 6, 32), dtype)
 
 
+@pytest.mark.parametrize("eps", [0.5, None], ids=["set_on_the_norms", "none"])
+def test_llama_block_takes_eps_from_its_norms(eps):
+    """The fused path reads each RMSNorm's eps, as the eager twin (the norm modules) does: eps set
+    on the norms after building counts in both (the fused path read the block's own and differed
+    by 8% here), and None (the input dtype's epsilon, as nn.RMSNorm's) runs fused too."""
+    block = randomize(LlamaBlock(16, 2, 1, 24))
+    x = torch.randn(2, 3, 16, dtype=F64)
+    before = block(x)
+    block.input_layernorm.eps = block.post_attention_layernorm.eps = eps
+    torch.testing.assert_close(block(x), block(x, fused=False), rtol=1e-10, atol=1e-10)
+    if eps is not None:   # and it counts
+        assert not torch.allclose(block(x), before, rtol=1e-3, atol=0)
+
+
 def test_llama_stats_and_names():
     block = randomize(LlamaBlock(16, 2, 1, 24))
     x = torch.randn(1, 3, 16, dtype=F64)
@@ -162,9 +176,12 @@ def test_blocks_refuse_an_input_not_b_t_dim(make, shape, fused):
     (lambda: LlamaBlock(24, n_heads=5, n_kv_heads=5, hidden=32), "n_heads=5 must divide the model width 24"),
     (lambda: BertLayer(30, n_heads=4, hidden=32), "n_heads=4 must divide the model width 30"),
     (lambda: coda.nn.GPT(coda.nn.GPTConfig(n_embd=130, n_head=4)), "n_heads=4 must divide the model width"),
+    (lambda: LlamaBlock(16, 2, 1, 24, rope_theta=0.0), "rope_theta must be a positive number, got 0.0"),
+    (lambda: LlamaBlock(16, 2, 1, 24, rope_theta=-1e4), "rope_theta must be a positive number"),
 ])
 def test_head_counts_their_attention_cannot_run_are_refused(make, words):
     """A block whose heads do not split its width (or its query heads into key/value groups) is
-    refused when built, not by SDPA's or a view's error in its first forward."""
+    refused when built, not by SDPA's or a view's error in its first forward; so is a RoPE base
+    whose tables would be NaN (which CPU attention turned into zeros, silently)."""
     with pytest.raises(coda.CodaError, match=words):
         make()

@@ -155,8 +155,11 @@ def test_bad_tokens_are_refused_naming_idx(idx, words):
 @pytest.mark.parametrize(("option", "words"), [
     (dict(temperature=0.0), "temperature must be a positive number, got 0.0"),
     (dict(top_k=0), "top_k must be None or a positive int, got 0"),
+    (dict(new_tokens=-3), "new_tokens must be an int >= 0, got -3"),
+    (dict(new_tokens=2.5), "new_tokens must be an int >= 0, got 2.5"),
 ])
 def test_generate_refuses_what_it_cannot_sample(option, words):
-    """A zero temperature (logits / 0) or top_k (no token kept) failed inside torch.multinomial."""
+    """A zero temperature (logits / 0) or top_k (no token kept) failed inside torch.multinomial; a
+    negative count of new tokens returned the prompt, a fractional one was range()'s TypeError."""
     with pytest.raises(coda.CodaError, match=words):
-        model().generate(tokens((1, 4)), 2, **option)
+        model().generate(tokens((1, 4)), **{"new_tokens": 2, **option})

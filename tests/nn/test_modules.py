@@ -226,6 +226,65 @@ def test_swiglu_from_torch_refuses_what_it_would_drop(module, match):
         SwiGLUMLP.from_torch(module)
 
 
+class TimmMlp(nn.Module):   # timm's Mlp: fc1, act, drop1, norm, fc2, drop2 (exact GELU by default)
+    def __init__(self, dim: int, hidden: int, act=None, norm=None, drop: float = 0.0):
+        super().__init__()
+        self.fc1, self.act, self.drop1 = nn.Linear(dim, hidden), act or nn.GELU(), nn.Dropout(drop)
+        self.norm, self.fc2, self.drop2 = norm or nn.Identity(), nn.Linear(hidden, dim), nn.Dropout(drop)
+
+    def forward(self, x):
+        return self.drop2(self.fc2(self.norm(self.drop1(self.act(self.fc1(x))))))
+
+
+@pytest.mark.parametrize("act, activation", [(nn.GELU(), "gelu_erf"), (nn.GELU(approximate="tanh"), "gelu"),
+                                             (nn.ReLU(inplace=True), "relu"), (nn.SiLU(), "silu")])
+def test_fused_mlp_from_torch_of_a_timm_mlp(act, activation):
+    """timm's Mlp (an activation module, no-op norm and dropouts) converts when `activation`
+    names what its act computes (an in-place one too) and computes what it computes."""
+    mlp = randomize(TimmMlp(16, 24, act)).eval()
+    x = torch.randn(6, 16, dtype=F64)
+    torch.testing.assert_close(FusedMLP.from_torch(mlp, activation)(x), mlp(x))
+
+
+@pytest.mark.parametrize("mlp, activation, match", [
+    (TimmMlp(16, 24), "gelu", r"act \(GELU\(approximate='none'\)\) does not compute activation='gelu'"),
+    (TimmMlp(16, 24, nn.Tanh()), "gelu_erf", r"act \(Tanh\(\)\) does not compute"),
+    (TimmMlp(16, 24, norm=nn.LayerNorm(24)), "gelu_erf", r"norm \(LayerNorm\(.*\)\) does not compute"),
+    (TimmMlp(16, 24, drop=0.1), "gelu_erf", r"drop1 is Dropout\(p=0.1.*set its p to 0"),
+], ids=["erf_as_tanh", "tanh", "norm", "dropout"])
+def test_fused_mlp_from_torch_refuses_what_it_would_compute_otherwise(mlp, activation, match):
+    """from_torch built whatever `activation` named (the tanh GELU by default) and dropped a
+    norm or dropout between fc1 and fc2: a different function, silently (the tanh GELU for
+    timm's exact one: 1.5e-4 relative; a LayerNorm: 0.68)."""
+    with pytest.raises(coda.CodaError, match=match):
+        FusedMLP.from_torch(mlp, activation)
+
+
+def test_fused_mlp_from_torch_refuses_an_fc2_of_another_width():
+    mlp = TorchMLP(16, 24, nn.GELU(approximate="tanh"))
+    mlp.fc2 = nn.Linear(24, 5)
+    with pytest.raises(coda.CodaError, match="fc2 maps 24 features to 5; FusedMLP's maps fc1's 24 back to "):
+        FusedMLP.from_torch(mlp, "gelu")
+
+
+def test_norm_linear_from_torch_refuses_a_norm_of_the_other_formula():
+    """LayerNormLinear folded an RMSNorm in as a LayerNorm (0.39 relative error, silently) and
+    met HF's LlamaRMSNorm with an AttributeError."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    for norm in (nn.RMSNorm(16), LlamaRMSNorm(16)):
+        with pytest.raises(coda.CodaError, match=r"is not an nn\.LayerNorm \(an RMSNorm folds in with "
+                                                 r"RMSNormLinear\.from_torch\)"):
+            LayerNormLinear.from_torch(norm, nn.Linear(16, 8))
+
+
+def test_swiglu_from_torch_takes_an_in_place_silu():
+    """SiLU(inplace=True) was refused: the probe it overwrote was then compared with silu of itself."""
+    swiglu = randomize(TorchSwiGLU(16, 24))
+    swiglu.act_fn = nn.SiLU(inplace=True)
+    x = torch.randn(6, 16, dtype=F64)
+    torch.testing.assert_close(SwiGLUMLP.from_torch(swiglu)(x), swiglu(x))
+
+
 def test_fused_mlp_from_torch_refuses_a_bias_in_one_layer_only():
     mlp = TorchMLP(16, 24, nn.GELU(approximate="tanh"))
     mlp.fc2 = nn.Linear(24, 16, bias=False)

@@ -67,7 +67,7 @@ class Block(nn.Module):
         super().__init__()
         c = config.n_embd
         head_dim(c, config.n_head)
-        self.n_head, self.eps = config.n_head, config.eps
+        self.n_head = config.n_head
         self.ln_1, self.ln_2 = nn.LayerNorm(c, config.eps), nn.LayerNorm(c, config.eps)
         self.qkv, self.attn_out = nn.Linear(c, 3 * c), nn.Linear(c, c)
         self.fc1, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
@@ -84,15 +84,15 @@ class Block(nn.Module):
         if fused:
             # passthrough: each residual's gradient joins x's inside the norm's backward kernel
             # split: q, k, v's gradients are read in place by the backward GEMMs (no concatenation)
-            *qkv_out, x = layer_norm_linear(x, *ln_1, *qkv, eps=self.eps, passthrough=True,
+            *qkv_out, x = layer_norm_linear(x, *ln_1, *qkv, eps=self.ln_1.eps, passthrough=True,
                                             split=[x.shape[-1]] * 3)
             x, ss, s = out_proj_residual(self.attend(*qkv_out), attn_out[0], x, attn_out[1], stats="layer")
-            h, x = layer_norm(x, *ln_2, eps=self.eps, rowsum=s, sumsq=ss, passthrough=True)
+            h, x = layer_norm(x, *ln_2, eps=self.ln_2.eps, rowsum=s, sumsq=ss, passthrough=True)
             return mlp(h, *fc1, *fc2, activation="gelu", residual=x)
         c = x.shape[-1]
-        y = self.attend(*F.linear(F.layer_norm(x, (c,), *ln_1, self.eps), *qkv).split(c, -1))
+        y = self.attend(*F.linear(F.layer_norm(x, (c,), *ln_1, self.ln_1.eps), *qkv).split(c, -1))
         x = x + F.linear(y, *attn_out)
-        h = F.layer_norm(x, (c,), *ln_2, self.eps)
+        h = F.layer_norm(x, (c,), *ln_2, self.ln_2.eps)
         return x + F.linear(F.gelu(F.linear(h, *fc1), approximate="tanh"), *fc2)
 
 
@@ -134,11 +134,11 @@ class GPT(nn.Module):
         ln_f, head = _cast(self.ln_f, dtype), self.wte.weight.to(dtype)
         loss_dtype = torch.promote_types(dtype, torch.float32)   # as autocast: float32 at least
         if self.fused:
-            h = layer_norm(x, *ln_f, eps=self.config.eps)
+            h = layer_norm(x, *ln_f, eps=self.ln_f.eps)
             if targets is None:
                 return linear(h, head)
             return linear_cross_entropy(h, head, targets).to(loss_dtype)
-        logits = F.linear(F.layer_norm(x, (x.shape[-1],), *ln_f, self.config.eps), head)
+        logits = F.linear(F.layer_norm(x, (x.shape[-1],), *ln_f, self.ln_f.eps), head)
         if targets is None:
             return logits
         return F.cross_entropy(logits.flatten(0, 1).to(loss_dtype), targets.flatten())
@@ -172,6 +172,8 @@ class GPT(nn.Module):
         if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
                 or not 0 < temperature < math.inf):
             raise LaunchError(f"temperature must be a positive number, got {temperature!r}")
+        if isinstance(new_tokens, bool) or not isinstance(new_tokens, int) or new_tokens < 0:
+            raise LaunchError(f"new_tokens must be an int >= 0, got {new_tokens!r}")
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise LaunchError(f"top_k must be None or a positive int, got {top_k!r}")
         for _ in range(new_tokens):

@@ -23,13 +23,15 @@ gradients flow back to the parameters).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .. import ops
 from ..errors import CodaError
-from .modules import SwiGLUMLP, check_sequence, head_dim
+from .modules import SwiGLUMLP, check_sequence, head_dim, rms_eps
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float = 10000.0,
@@ -58,7 +60,11 @@ class LlamaBlock(nn.Module):
         if self.head_dim % 2:   # refused here, not by the fused path's first forward (the eager one runs)
             raise CodaError(f"head dimension {dim} // {n_heads} = {self.head_dim} must be even: RoPE "
                             f"rotates pairs of columns")
-        self.eps, self.rope_theta = eps, rope_theta
+        if (isinstance(rope_theta, bool) or not isinstance(rope_theta, (int, float))
+                or not 0 < rope_theta < math.inf):
+            raise CodaError(f"rope_theta must be a positive number, got {rope_theta!r} (RoPE's angles "
+                            f"scale by its powers)")
+        self.rope_theta = rope_theta
         kv = n_kv_heads * self.head_dim
         self.input_layernorm = nn.RMSNorm(dim, eps=eps, **kw)
         self.self_attn = nn.ModuleDict({"q_proj": nn.Linear(dim, dim, bias=False, **kw),
@@ -89,13 +95,13 @@ class LlamaBlock(nn.Module):
             return self._eager(x, cos, sin, stats)
         w_qkv = torch.cat([attn[name].weight for name in ("q_proj", "k_proj", "v_proj")])
         q, k, v, x = ops.qkv_rope(x, w_qkv, cos, sin, self.n_heads, self.n_kv_heads, self.head_dim,
-                                  norm_weight=self.input_layernorm.weight, eps=self.eps, sumsq=sumsq,
-                                  passthrough=True)
+                                  norm_weight=self.input_layernorm.weight,
+                                  eps=rms_eps(self.input_layernorm, x), sumsq=sumsq, passthrough=True)
         a, ss = ops.out_proj_residual(self.attend(q, k, v), attn["o_proj"].weight, x, stats="rms")
         w_gate_up = ops.interleave(mlp.gate_proj.weight, mlp.up_proj.weight,
                                    gain=self.post_attention_layernorm.weight)
         return ops.swiglu_mlp(a, w_gate_up, mlp.down_proj.weight, residual=a, stats=stats, sumsq=ss,
-                              eps=self.eps)
+                              eps=rms_eps(self.post_attention_layernorm, a))
 
     def _eager(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, stats: bool):
         """The same block in plain PyTorch (the reference for the fused path)."""

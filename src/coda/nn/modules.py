@@ -30,7 +30,7 @@ from .. import ops
 from ..errors import CodaError, LaunchError
 from ..ops import checks
 from ..ops.dropout import check_probability
-from ..ops.linear import check_activation
+from ..ops.linear import activation_reference, check_activation
 
 
 def head_dim(dim: int, n_heads: int, n_kv_heads: int | None = None) -> int:
@@ -103,12 +103,35 @@ class FusedMLP(nn.Module):
 
     @classmethod
     def from_torch(cls, module: nn.Module, activation: str | None = "gelu", dropout: float = 0.0) -> FusedMLP:
-        """From any module with `fc1` and `fc2` nn.Linear children (e.g. timm's / ViT's `Mlp`), both
-        biased or neither (FusedMLP has one `bias` flag for the two)."""
-        fc1, fc2 = module.fc1, module.fc2
+        """From any module with `fc1` and `fc2` nn.Linear children (e.g. timm's / ViT's `Mlp`, HF's
+        CLIPMLP), both biased or neither (FusedMLP has one `bias` flag for the two), fc2 mapping
+        fc1's width back. `activation` must be what the module applies between them: its other
+        children are checked (the activation module, run on a probe; timm's `norm` and dropouts
+        must be no-ops), so that a module computing something else is a CodaError, not a
+        silently different function."""
+        check_options(activation, dropout)
+        fc1, fc2, name = module.fc1, module.fc2, type(module).__name__
         if (fc1.bias is None) != (fc2.bias is None):
-            raise CodaError(f"FusedMLP.from_torch: {type(module).__name__} has a bias in only one of fc1 and "
+            raise CodaError(f"FusedMLP.from_torch: {name} has a bias in only one of fc1 and "
                             f"fc2; FusedMLP has both or neither")
+        if (fc2.in_features, fc2.out_features) != (fc1.out_features, fc1.in_features):
+            raise CodaError(f"FusedMLP.from_torch: {name}'s fc2 maps {fc2.in_features} features to "
+                            f"{fc2.out_features}; FusedMLP's maps fc1's {fc1.out_features} back to "
+                            f"{fc1.in_features}")
+        for child_name, child in module.named_children():
+            if child_name in ("fc1", "fc2") or isinstance(child, nn.Identity):
+                continue
+            if isinstance(child, nn.Dropout):
+                if child.p:
+                    raise CodaError(f"FusedMLP.from_torch: {name}.{child_name} is {child!r}; FusedMLP's one "
+                                    f"dropout follows fc2 (dropout=) and where this one runs cannot be "
+                                    f"told: set its p to 0 first")
+                continue
+            if not _computes(child, lambda x: activation_reference(activation, x), fc1.out_features):
+                raise CodaError(f"FusedMLP.from_torch: {name}.{child_name} ({child!r}) does not compute "
+                                f"activation={activation!r} ('gelu' is the tanh form, "
+                                f"nn.GELU(approximate='tanh'); 'gelu_erf' is nn.GELU()): pass the "
+                                f"activation it computes")
         new = cls(fc1.in_features, fc1.out_features, activation, fc1.bias is not None, dropout,
                   device=fc1.weight.device, dtype=fc1.weight.dtype)
         new.load_state_dict({f"{name}.{key}": t for name, fc in (("fc1", fc1), ("fc2", fc2))
@@ -148,8 +171,7 @@ class SwiGLUMLP(nn.Module):
             raise CodaError(f"SwiGLUMLP.from_torch: {type(module).__name__}'s {', '.join(biased)} carry a "
                             f"bias; SwiGLUMLP (swiglu_mlp) has none")
         act = getattr(module, "act_fn", None)
-        probe = torch.linspace(-4.0, 4.0, 17, dtype=torch.float64)
-        if act is not None and not torch.allclose(act(probe), F.silu(probe)):
+        if act is not None and not _computes(act, F.silu, module.gate_proj.weight.shape[0]):
             raise CodaError(f"SwiGLUMLP.from_torch: {type(module).__name__}.act_fn is {act!r}, not SiLU; "
                             f"SwiGLUMLP computes silu(gate) * up")
         w = module.gate_proj.weight
@@ -171,8 +193,8 @@ class RMSNormLinear(nn.Module):
 
     def forward(self, x: torch.Tensor, sumsq: torch.Tensor | None = None) -> torch.Tensor:
         """sumsq: Σ x² per row when x's producer summed it (`out_proj_residual(stats="rms")`)."""
-        eps = torch.finfo(x.dtype).eps if self.norm.eps is None else self.norm.eps
-        return ops.rms_norm_linear(x, self.norm.weight, self.linear.weight, eps, self.linear.bias, sumsq)
+        return ops.rms_norm_linear(x, self.norm.weight, self.linear.weight, rms_eps(self.norm, x),
+                                   self.linear.bias, sumsq)
 
     @classmethod
     def from_torch(cls, norm: nn.Module, linear: nn.Linear) -> RMSNormLinear:
@@ -205,12 +227,36 @@ class LayerNormLinear(nn.Module):
 
     @classmethod
     def from_torch(cls, norm: nn.LayerNorm, linear: nn.Linear) -> LayerNormLinear:
+        """From an nn.LayerNorm and the nn.Linear after it (a norm of another formula would fold
+        in as a LayerNorm: refused)."""
+        if not isinstance(norm, nn.LayerNorm):
+            raise CodaError(f"LayerNormLinear.from_torch: {type(norm).__name__} is not an nn.LayerNorm "
+                            f"(an RMSNorm folds in with RMSNormLinear.from_torch)")
         w = linear.weight
         new = cls(linear.in_features, linear.out_features, norm.eps, linear.bias is not None,
                   device=w.device, dtype=w.dtype)
         _copy_norm(norm, new.norm, linear.in_features)
         new.linear.load_state_dict(linear.state_dict())
         return new
+
+
+def rms_eps(norm: nn.RMSNorm, x: torch.Tensor) -> float:
+    """An nn.RMSNorm's eps for input x: its own, or (None) x's dtype's epsilon, as nn.RMSNorm's."""
+    return torch.finfo(x.dtype).eps if norm.eps is None else norm.eps
+
+
+def _computes(module: nn.Module, fn, width: int, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
+    """Whether `module` maps a probe [3, width] of values over [-4, 4] to fn(probe): run on a
+    float64 copy on the CPU (the module itself untouched) and on a copy of the probe (an
+    in-place module overwrites its input). A module that cannot run on it does not."""
+    probe = torch.linspace(-4.0, 4.0, 3 * width, dtype=torch.float64).reshape(3, width)
+    try:
+        with torch.no_grad():
+            got = copy.deepcopy(module).to(device="cpu", dtype=torch.float64)(probe.clone())
+    except Exception:   # whatever it raises, it is not fn
+        return False
+    return (isinstance(got, torch.Tensor) and got.shape == probe.shape
+            and torch.allclose(got, fn(probe), rtol=rtol, atol=atol))
 
 
 def _rms_norm_eps(norm: nn.Module) -> float | None:
@@ -224,11 +270,11 @@ def _rms_norm_eps(norm: nn.Module) -> float | None:
     if not isinstance(g, torch.Tensor) or g.dim() != 1 or not isinstance(eps, float):
         raise CodaError(f"RMSNormLinear.from_torch: {type(norm).__name__} is neither an nn.RMSNorm nor an "
                         f"RMSNorm with a gain `weight` [n] and a float `variance_epsilon` (HF's LLaMA's)")
-    probe = torch.randn(4, g.shape[0], dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        got = copy.deepcopy(norm).to(device="cpu", dtype=torch.float64)(probe)
-        want = g.detach().cpu().double() * probe * torch.rsqrt(probe.pow(2).mean(-1, keepdim=True) + eps)
-    if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-4, atol=1e-6):
+    gain = g.detach().cpu().double()
+
+    def rms_norm(x: torch.Tensor) -> torch.Tensor:
+        return gain * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    if not _computes(norm, rms_norm, g.shape[0], rtol=1e-4, atol=1e-6):
         raise CodaError(f"RMSNormLinear.from_torch: {type(norm).__name__} does not compute "
                         f"weight * x * rsqrt(mean(x²) + variance_epsilon); it cannot fold into the GEMM")
     return eps
