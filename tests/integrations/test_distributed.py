@@ -6,10 +6,11 @@ three AdamW steps. Rank 0 saves the mean loss of each step, every gradient after
 (FSDP2: gathered from the shards with `full_tensor()`) and the final parameters; they must equal a
 single-process run on the whole batch (each rank's loss is the mean over its half, DDP and FSDP2
 average the gradients over the ranks, so the averages are the whole batch's mean and gradient) to
-float64 rounding. Also: benchmarks/train_distributed.py runs two steps under gloo.
+float64 rounding. Also: benchmarks/train_distributed.py runs two steps under gloo, and `coda.patch`
+meets FSDP2 in the three orders a user may take (one process).
 
 Run as a script, this file is the worker: `python -m torch.distributed.run --nproc_per_node 2
-tests/integrations/test_distributed.py ddp|fsdp OUT.pt`.
+tests/integrations/test_distributed.py ddp|fsdp|patch OUT`.
 """
 
 from __future__ import annotations
@@ -85,6 +86,45 @@ def worker(mode: str, out: Path) -> None:
     dist.barrier()
 
 
+def patch_worker(out: Path) -> None:
+    """A tiny HF LLaMA, coda.patch and fully_shard in three orders; what each did, to `out`."""
+    import warnings
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import coda
+
+    dist.init_process_group("gloo")
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)
+    ids = torch.randint(64, (2, 8), generator=torch.Generator().manual_seed(0))
+
+    def sharded(model, head_alone: bool = False):
+        for part in [*model.model.layers, *[model.lm_head] * head_alone, model]:
+            fully_shard(part)
+        return model
+
+    result = {}
+    # patched, then each layer and the root sharded (the documented order): CODA's head, no logits
+    result["patched_then_sharded_logits"] = sharded(coda.patch(LlamaForCausalLM(config)))(
+        input_ids=ids, labels=ids).logits
+    try:   # sharded, then patched: FSDP2 had renamed the classes, so nothing was patched, silently
+        coda.patch(sharded(LlamaForCausalLM(config)))
+    except coda.CodaError as error:
+        result["sharded_then_patched"] = str(error)
+    # the head sharded on its own (torchtitan's layout): HF's head runs, with a warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = sharded(coda.patch(LlamaForCausalLM(config)), head_alone=True)
+        logits = model(input_ids=ids, labels=ids).logits
+    result["head_alone_logits"] = None if logits is None else tuple(logits.shape)
+    result["head_alone_warnings"] = [str(w.message) for w in caught]
+    torch.save(result, out)
+    dist.barrier()
+
+
 # ------------------------------------------------------------------------------------------------
 # The tests
 
@@ -148,6 +188,19 @@ def test_fsdp2_matches_single_process(tmp_path: Path) -> None:
     check_parity("fsdp", tmp_path)
 
 
+def test_patch_and_fsdp2_in_each_order(tmp_path: Path) -> None:
+    """Patched, then sharded: CODA's head. Sharded, then patched: refused (it patched nothing and
+    said nothing). The LM head sharded on its own: HF's head (CODA's would read the shards), and a
+    warning that says so (it was silent)."""
+    out = tmp_path / "patch.pt"
+    torchrun(__file__, "patch", str(out), nproc=1)
+    result = torch.load(out)
+    assert result["patched_then_sharded_logits"] is None
+    assert "already sharded by FSDP (fully_shard); patch the model first" in result["sharded_then_patched"]
+    assert result["head_alone_logits"] == (2, 8, 64)
+    assert any("sharded by FSDP on its own" in message for message in result["head_alone_warnings"])
+
+
 def test_benchmark_script_runs_on_cpu(tmp_path: Path) -> None:
     import json
 
@@ -177,7 +230,10 @@ def test_benchmark_llama_matches_one_process_with_the_global_batch(tmp_path: Pat
 
 
 if __name__ == "__main__":
-    worker(sys.argv[1], Path(sys.argv[2]))
+    if sys.argv[1] == "patch":
+        patch_worker(Path(sys.argv[2]))
+    else:
+        worker(sys.argv[1], Path(sys.argv[2]))
     # the results are saved; skip the interpreter's finalization, which gloo's threads can abort
     # (benchmarks/train_distributed.py)
     sys.stdout.flush()

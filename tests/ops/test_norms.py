@@ -524,6 +524,28 @@ def test_errors_name_the_argument():
             fn()
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_row_sums_of_16_bits_are_refused(dtype):
+    """Every op that takes a producer's row sums refuses them in 16 bits (FSDP2's mixed-precision
+    policy casts a sharded module's inputs, the sums with them): a LayerNorm's variance from
+    bf16 sums had 10x the error of its own statistics (rows of mean 8), and nothing said so."""
+    from coda.nn import layer_norm, rms_norm
+    from coda.ops import qkv_rope, swiglu_mlp
+    from coda.ops.gated_mlp import interleave
+    x = torch.randn(4, 8, dtype=torch.float32) + 8
+    g, w = torch.ones(8), torch.randn(6, 8)
+    s, ss = x.sum(-1).to(dtype), x.square().sum(-1).to(dtype)
+    cos, sin = torch.ones(4, 1), torch.zeros(4, 1)
+    calls = [lambda: rms_norm_linear(x, g, w, sumsq=ss),
+             lambda: layer_norm_linear(x, g, g, w, rowsum=s, sumsq=ss),
+             lambda: rms_norm(x, g, sumsq=ss), lambda: layer_norm(x, g, g, rowsum=s, sumsq=ss),
+             lambda: swiglu_mlp(x, interleave(w, w), torch.randn(8, 6), sumsq=ss),
+             lambda: qkv_rope(x[None], torch.randn(16, 8), cos, sin, 2, 1, 4, norm_weight=g, sumsq=ss[None])]
+    for call in calls:
+        with pytest.raises(coda.LaunchError, match=f"has dtype {dtype}; a row sum must be float32"):
+            call()
+
+
 def test_out_proj_residual_draws_and_keeps_a_seed():
     """Without a seed, one is drawn from torch's CPU generator, and the backward reuses it."""
     inputs = make((9, 6), (5, 6), (9, 5), seed=14)

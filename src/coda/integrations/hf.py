@@ -125,6 +125,10 @@ def patch(model: nn.Module, *, skip_ignored_labels: bool | None = None) -> nn.Mo
     if skip_ignored_labels is not None and not isinstance(skip_ignored_labels, bool):
         raise CodaError(f"coda.patch: skip_ignored_labels must be None or a bool, got "
                         f"{skip_ignored_labels!r}")
+    sharded = next((name or "the model" for name, m in model.named_modules() if _fsdp_sharded(m)), None)
+    if sharded is not None:   # FSDP2 renames each sharded module's class: no layer would be found
+        raise CodaError(f"coda.patch: {sharded} is already sharded by FSDP (fully_shard); patch the "
+                        f"model first, then shard it")
     # all or nothing: a configuration refused part way leaves the model as it was
     kept = [(m, type(m), {k: m.__dict__[k] for k in PATCH_ATTRIBUTES if k in m.__dict__})
             for m in model.modules()]
@@ -265,13 +269,28 @@ def _guarded(method: Callable, original: Callable, watched) -> Callable:
 
     @functools.wraps(method)   # its signature: HF's feed-forward chunking counts the parameters
     def forward(self, *args, **kwargs):
+        reached = _reached(self, watched)
         if not recording_attentions() and not _global_hooks() and all(
                 type(m) is kind and _has_bias(m) == bias and not (m._forward_hooks or m._forward_pre_hooks)
-                for m, (_, kind, bias) in zip(_reached(self, watched), watched, strict=True)):
+                for m, (_, kind, bias) in zip(reached, watched, strict=True)):
             return method(self, *args, **kwargs)
+        sharded = [".".join(path) for m, (path, *_) in zip(reached, watched, strict=True) if _fsdp_sharded(m)]
+        if sharded:
+            warnings.warn(f"coda.patch: {original.__qualname__.split('.')[0]}'s {', '.join(sharded)} is "
+                          f"sharded by FSDP on its own (its weights are gathered in its own forward, "
+                          f"which CODA's does not call): HF's forward runs (for an LM head, the logits "
+                          f"in memory); shard it with its parent instead", stacklevel=2)
         return original(self, *args, **kwargs)
 
     return forward
+
+
+def _fsdp_sharded(module: nn.Module | None) -> bool:
+    """Whether FSDP shards `module` (FSDP2's `fully_shard`, or FSDP1's wrapper)."""
+    if module is None or not torch.distributed.is_available():
+        return False
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+    return isinstance(module, (FSDPModule, FullyShardedDataParallel))
 
 
 def _dropout_p(dropout: nn.Dropout) -> float:

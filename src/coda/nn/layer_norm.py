@@ -202,7 +202,7 @@ def _check(op: str, x: object, params: dict[str, object], sums: dict[str, object
     for name, t in sums.items():
         if t is None:
             continue
-        checks.float_tensor(op, name, t, x)
+        checks.row_sums(op, name, t, x)
         if tuple(t.shape) != tuple(x.shape[:-1]):
             raise LaunchError(f"{op}: {name} must be a tensor of shape {list(x.shape[:-1])}, got "
                               f"{checks.describe(t)}")

@@ -81,12 +81,24 @@ def vector(op: str, name: str, t: object, size: int, x: torch.Tensor) -> None:
         raise LaunchError(f"{op}: {name} must have shape [{size}], got {list(t.shape)}")
 
 
+def row_sums(op: str, name: str, t: object, x: torch.Tensor) -> None:
+    """`t` is a norm's row statistic (Σ x or Σ x² from x's producer) on x's device, in float32 or
+    float64: rounded to 16 bits, a LayerNorm's variance Σ x²/n - (Σ x/n)² cancels into noise (a
+    10x larger error where rows have a mean of 8), and nothing downstream could tell."""
+    float_tensor(op, name, t, x)
+    if t.dtype in (torch.float16, torch.bfloat16):
+        raise LaunchError(f"{op}: {name} has dtype {t.dtype}; a row sum must be float32 (or float64), "
+                          f"as a producer's epilogue gives it. FSDP2's MixedPrecisionPolicy casts the "
+                          f"floating-point inputs of a sharded module's forward: give it "
+                          f"cast_forward_inputs=False, or keep the sums inside one fully_shard unit")
+
+
 def row_stats(op: str, x: torch.Tensor, m: int, **sums: torch.Tensor | None) -> None:
     """Each given per-row statistic (Σ x, Σ x² from x's producer) has one value per row of x."""
     for name, t in sums.items():
         if t is None:
             continue
-        float_tensor(op, name, t, x)
+        row_sums(op, name, t, x)
         if tuple(t.shape) not in (tuple(x.shape[:-1]), (m,)):
             raise LaunchError(f"{op}: {name} must have one value per row of x, shape "
                               f"{list(x.shape[:-1])} or [{m}], got {list(t.shape)}")
