@@ -110,12 +110,12 @@ class FusedMLP(nn.Module):
         must be no-ops), so that a module computing something else is a CodaError, not a
         silently different function."""
         check_options(activation, dropout)
-        fc1, fc2, name = module.fc1, module.fc2, type(module).__name__
+        fc1, fc2, kind = module.fc1, module.fc2, type(module).__name__
         if (fc1.bias is None) != (fc2.bias is None):
-            raise CodaError(f"FusedMLP.from_torch: {name} has a bias in only one of fc1 and "
+            raise CodaError(f"FusedMLP.from_torch: {kind} has a bias in only one of fc1 and "
                             f"fc2; FusedMLP has both or neither")
         if (fc2.in_features, fc2.out_features) != (fc1.out_features, fc1.in_features):
-            raise CodaError(f"FusedMLP.from_torch: {name}'s fc2 maps {fc2.in_features} features to "
+            raise CodaError(f"FusedMLP.from_torch: {kind}'s fc2 maps {fc2.in_features} features to "
                             f"{fc2.out_features}; FusedMLP's maps fc1's {fc1.out_features} back to "
                             f"{fc1.in_features}")
         for child_name, child in module.named_children():
@@ -123,12 +123,12 @@ class FusedMLP(nn.Module):
                 continue
             if isinstance(child, nn.Dropout):
                 if child.p:
-                    raise CodaError(f"FusedMLP.from_torch: {name}.{child_name} is {child!r}; FusedMLP's one "
+                    raise CodaError(f"FusedMLP.from_torch: {kind}.{child_name} is {child!r}; FusedMLP's one "
                                     f"dropout follows fc2 (dropout=) and where this one runs cannot be "
                                     f"told: set its p to 0 first")
                 continue
             if not _computes(child, lambda x: activation_reference(activation, x), fc1.out_features):
-                raise CodaError(f"FusedMLP.from_torch: {name}.{child_name} ({child!r}) does not compute "
+                raise CodaError(f"FusedMLP.from_torch: {kind}.{child_name} ({child!r}) does not compute "
                                 f"activation={activation!r} ('gelu' is the tanh form, "
                                 f"nn.GELU(approximate='tanh'); 'gelu_erf' is nn.GELU()): pass the "
                                 f"activation it computes")
