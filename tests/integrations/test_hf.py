@@ -503,6 +503,21 @@ def test_unsupported_gpt2_config_raises(option, value):
     assert not any("_coda_patched" in m.__dict__ for m in model.modules())
 
 
+@pytest.mark.parametrize("config_after", [False, True], ids=["module-replaced", "config-edited"])
+def test_gpt2_activation_follows_the_module(config_after):
+    """The MLP's activation is the module it calls: one replaced before patching (ReLU for GELU),
+    or a config edited after building (GELU named, ReLU built), was computed as the config named,
+    silently (0.4 relative); both are refused now."""
+    model = tiny_gpt2(torch.float64, **({"activation_function": "relu"} if config_after else {}))
+    if config_after:
+        model.config.activation_function = "gelu_new"
+    else:
+        for block in model.transformer.h:
+            block.mlp.act = torch.nn.ReLU()
+    with pytest.raises(coda.CodaError, match=r"activation_function = 'relu' is not supported"):
+        coda.patch(model)
+
+
 # ----------------------------------------------------------------------------------------------- BERT
 
 def tiny_bert(dtype: torch.dtype, **overrides) -> torch.nn.Module:
@@ -773,6 +788,59 @@ def test_a_layer_holding_modules_it_would_not_call_keeps_hfs_forward(adapters_fi
         model = with_adapters(coda.patch(base))
         model.load_state_dict(ref.state_dict())
     assert_causal_lm_matches_model(model, ref, 1e-10, fused_layers=0)
+
+
+def _identity_o_proj(model):
+    model.model.layers[0].self_attn.o_proj = torch.nn.Identity()   # an ablation
+
+
+def _bitnet_q_proj(model):   # transformers' own nn.Linear subclass, which quantizes in its forward
+    from transformers.integrations.bitnet import AutoBitLinear
+    for layer in model.model.layers:
+        linear = layer.self_attn.q_proj
+        layer.self_attn.q_proj = AutoBitLinear(linear.in_features, linear.out_features, bias=False,
+                                               online_quant=True, dtype=linear.weight.dtype)
+        layer.self_attn.q_proj.load_state_dict(linear.state_dict())
+
+
+@pytest.mark.parametrize("change, fused", [(_identity_o_proj, 1), (_bitnet_q_proj, 0)],
+                         ids=["identity", "bitnet"])
+def test_modules_from_torch_or_transformers_that_compute_otherwise_keep_hfs_forward(change, fused):
+    """Any module of torch or transformers passed as native: BitNet's quantizing linear (from
+    transformers.integrations) was read as a plain weight (logits 0.6 off, silently), an
+    nn.Identity where a projection was crashed the forward. Now their layers keep HF's forward,
+    with a warning, and the model computes as the unpatched one."""
+    ref = tiny_llama(torch.float64)
+    change(ref)
+    model = copy.deepcopy(ref)
+    with pytest.warns(UserWarning, match=r"LlamaDecoderLayer holds .*(Identity|AutoBitLinear).*keeps HF's"):
+        coda.patch(model)
+    assert_causal_lm_matches_model(model, ref, 1e-10, fused_layers=fused)
+
+
+def test_a_parametrized_projection_stays_patched():
+    """A weight-normed projection (torch.nn.utils.parametrizations) reads its weight as computed:
+    its layer keeps CODA's forward and matches."""
+    ref = tiny_llama(torch.float64)
+    for layer in ref.model.layers:
+        torch.nn.utils.parametrizations.weight_norm(layer.self_attn.q_proj)
+    model = coda.patch(copy.deepcopy(ref))
+    assert_causal_lm_matches_model(model, ref, 1e-10, fused_layers=2)
+
+
+def test_logits_to_keep_with_labels_is_hfs_loss_over_the_kept_positions():
+    """HF's loss over the last k positions (labels of those) was the loss over every position, or
+    a shape error; labels of every position with k kept are refused (HF: a ValueError)."""
+    ref = tiny_llama(torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    ids = batch()[0]
+    for keep in (4, torch.tensor([1, 5, 9])):
+        labels = ids[:, -keep:] if isinstance(keep, int) else ids[:, keep]
+        torch.testing.assert_close(model(input_ids=ids, labels=labels, logits_to_keep=keep).loss.float(),
+                                   ref(input_ids=ids, labels=labels, logits_to_keep=keep).loss,
+                                   rtol=1e-6, atol=1e-6)   # HF's loss is float32
+    with pytest.raises(coda.CodaError, match="target must be an integer tensor of shape"):
+        model(input_ids=ids, labels=ids, logits_to_keep=4)
 
 
 def test_a_replica_runs_its_own_patched_forward():

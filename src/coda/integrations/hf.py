@@ -164,8 +164,7 @@ def _patch_modules(model: nn.Module, skip_ignored_labels: bool | None) -> None:
         if not getattr(module, "_coda_patched", False):
             watched = _watched(module, name)
             foreign = sorted({f"{type(m).__module__}.{type(m).__qualname__}"
-                              for m in _reached(module, watched)
-                              if not type(m).__module__.startswith(NATIVE)})
+                              for m in _reached(module, watched) if _foreign(m)})
             if foreign:   # e.g. a LoRA adapter, a quantized linear: HF's forward calls them, CODA's not
                 warnings.warn(f"coda.patch: {type(module).__name__} holds {', '.join(foreign)}, which its "
                               f"CODA forward would not call: it keeps HF's forward", stacklevel=2)
@@ -180,9 +179,19 @@ def _patch_modules(model: nn.Module, skip_ignored_labels: bool | None) -> None:
     _patch_input_embeddings(model)
 
 
-#: where the submodules a CODA forward replaces come from (others, such as PEFT's LoRA layers or
-#: quantized linears, compute what it would not)
-NATIVE = ("torch.", "transformers.")
+#: where the submodules a CODA forward replaces come from: torch's layers (and parametrizations: a
+#: parametrized layer's weight reads as computed), transformers' model files, activations and
+#: GPT-2's Conv1D. Others compute what it would not: PEFT's LoRA layers, the quantized linears of
+#: torch.ao and of transformers.integrations (BitNet's nn.Linear subclass quantizes in its forward)
+NATIVE = ("torch.nn.modules.", "torch.nn.utils.parametriz", "transformers.models.",
+          "transformers.activations", "transformers.pytorch_utils")
+
+
+def _foreign(module: nn.Module) -> bool:
+    """Whether a CODA forward, which reads the submodule's parameters and calls none of it, would
+    compute something else than the submodule does: one from outside NATIVE, or an nn.Identity
+    put where the layer had a norm or a projection."""
+    return not type(module).__module__.startswith(NATIVE) or isinstance(module, nn.Identity)
 
 
 def _watched(module: nn.Module, name: str) -> tuple[tuple[tuple[str, ...], type, bool], ...]:
@@ -607,9 +616,10 @@ GPT2_ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh")  # both the tanh approximat
 
 def _gpt2_block(block: nn.Module) -> Callable:
     config = block.attn.config
-    if config.activation_function not in GPT2_ACTIVATIONS:
-        _refuse(block, "activation_function", config.activation_function,
-                f"only {' / '.join(GPT2_ACTIVATIONS)}: the MLP runs as mlp(..., 'gelu')")
+    # the activation module the MLP calls, which the config only named when the model was built
+    if (act := _hf_activation_name(block.mlp.act)) not in GPT2_ACTIVATIONS:
+        _refuse(block, "activation_function", act, f"only {' / '.join(GPT2_ACTIVATIONS)}: the MLP runs as "
+                f"mlp(..., 'gelu'); the config's name, or the module put in its place")
     if config.add_cross_attention:
         _refuse(block, "add_cross_attention", True, "no cross-attention block")
     if config.reorder_and_upcast_attn:
@@ -817,13 +827,13 @@ def _causal_lm(model: nn.Module) -> Callable:
         # the KV cache's field: `cache` since transformers 5.2x, `past_key_values` before
         field = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
-        kwargs.pop("logits_to_keep", None)
+        keep = kwargs.pop("logits_to_keep", 0)   # HF's: the last `keep` positions (0: all), or indices
         num_items = kwargs.pop("num_items_in_batch", None)
         shift_labels = kwargs.pop("shift_labels", None)
         return_dict = _return_dict(self, kwargs)
         with _tied_table_asked(self):
             outputs = getattr(self, self.base_model_prefix)(*args, return_dict=True, **kwargs)
-            hidden = outputs.last_hidden_state
+            hidden = outputs.last_hidden_state[:, slice(-keep, None) if isinstance(keep, int) else keep]
             if shift_labels is None:  # HF: pad one ignored label at the end, then shift left
                 pad = labels.new_full((*labels.shape[:-1], 1), IGNORE_INDEX)
                 shift_labels = torch.cat((labels[..., 1:], pad), dim=-1)
