@@ -656,6 +656,15 @@ def opcheck_cases():
         "linear_cross_entropy_with_grads_exponential": (c.linear_cross_entropy_with_grads, (
             x, w, target, None, None, -100, "mean", 0.0, None, 4, 1e-6, [True, True, False, False], False,
             True)),
+        # a transposed weight (HF's Conv1D layout): its gradient contiguous, as the fake declares it
+        "linear_cross_entropy_with_grads_transposed_w": (c.linear_cross_entropy_with_grads, (
+            x, rand(8, 6).T, target, b, None, -100, "mean", 0.0, None, 4, 1e-6, [True, True, True, False],
+            False, False)),
+        # 16-bit x: the sums left out are empty tensors of the sums' dtype, as the fakes declare them
+        "mlp_bfloat16": (c.mlp, (x.bfloat16(), w.bfloat16(), b.bfloat16(), w2.bfloat16(), None, "gelu", 0.0,
+                                 None, None, True, None, False)),
+        "out_proj_residual_float16_rms": (c.out_proj_residual, (x.half(), w[:5, :8].half(), h5.half(), None,
+                                                                0.0, None, "rms")),
         "linear_cross_entropy_backward": (c.linear_cross_entropy_backward, (
             torch.tensor(0.5, dtype=F64), x.detach(), w.detach(), None, None, torch.empty(0, dtype=F64),
             tf, vec + 2.0, torch.empty(0, dtype=F64), vec, 0.0, None, 4, True, [True, True, False, False])),

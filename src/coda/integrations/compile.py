@@ -205,11 +205,12 @@ def _gradients(grads, like: Tensor) -> tuple[Tensor, ...]:
     return tuple(_or_empty(g, like).contiguous() for g in grads)
 
 
-def _with_sums(out: Tensor | tuple[Tensor, ...], like: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(y, ss, s) of an op returning y, (y, ss) or (y, ss, s) by its `stats=`: a sum it did not
-    form is an empty tensor (a distinct one each: a custom op's outputs must not alias)."""
+def _with_sums(out: Tensor | tuple[Tensor, ...], x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(y, ss, s) of an op on x returning y, (y, ss) or (y, ss, s) by its `stats=`: a sum it did
+    not form is an empty tensor of the sums' dtype, as the fake declares it (a distinct one each:
+    a custom op's outputs must not alias)."""
     y, *sums = out if isinstance(out, tuple) else (out,)
-    return y, *sums, *(like.new_empty(0) for _ in range(2 - len(sums)))
+    return y, *sums, *(x.new_empty(0, dtype=_stat_dtype(x)) for _ in range(2 - len(sums)))
 
 
 def _as_returned(stats: str | None, y: Tensor, ss: Tensor, s: Tensor) -> Tensor | tuple[Tensor, ...]:
@@ -680,7 +681,7 @@ def _linear_cross_entropy_with_grads(x: Tensor, w: Tensor, target: Tensor, bias:
                                               False, norm_eps, True, skip_ignored, exponential)
     dx, dw, db, dg = ctx.saved_tensors
     dx = None if dx is None else dx.reshape(x.shape)
-    return loss, *(_or_empty(g, x) for g in (dx, dw, db, dg))
+    return loss, *_gradients((dx, dw, db, dg), x)
 
 
 @_register_fake(_linear_cross_entropy_with_grads)
