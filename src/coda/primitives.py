@@ -66,6 +66,10 @@ def _sigmoid_grad(x: torch.Tensor) -> torch.Tensor:
     return s * (1 - s)
 
 
+#: min's and max's NaN rule in Triton
+_NAN = "propagate_nan=tl.PropagateNan.ALL"
+
+
 def _as_float(cond: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return cond.to(like.dtype)
 
@@ -98,10 +102,12 @@ PRIMITIVES: dict[str, Primitive] = _rows(
     _e("ne", 2, lambda a, b: _as_float(a != b, a), "({0} != {1}).to(tl.float32)", infix="!="),
     _e("where", 3, lambda c, a, b: torch.where(c != 0, a, b), "tl.where({0} != 0, {1}, {2})",
        doc="where(c, a, b): a where c is non-zero, else b"),
-    _e("min", 2, torch.minimum, "tl.minimum({0}, {1})"),
-    _e("max", 2, torch.maximum, "tl.maximum({0}, {1})"),
+    # a NaN argument gives NaN, as torch's (the GPU's plain min and max return the other one)
+    _e("min", 2, torch.minimum, f"tl.minimum({{0}}, {{1}}, {_NAN})"),
+    _e("max", 2, torch.maximum, f"tl.maximum({{0}}, {{1}}, {_NAN})"),
     _e("clamp", 3, lambda x, lo, hi: torch.minimum(torch.maximum(x, lo), hi),
-       "tl.minimum(tl.maximum({0}, {1}), {2})", doc="clamp(x, lo, hi): min(max(x, lo), hi)"),
+       f"tl.minimum(tl.maximum({{0}}, {{1}}, {_NAN}), {{2}}, {_NAN})",
+       doc="clamp(x, lo, hi): min(max(x, lo), hi)"),
     # unary math
     _e("abs", 1, torch.abs, "tl.abs({0})"),
     _e("exp", 1, torch.exp, "cm.exp({0})", grad="exp"),
@@ -118,7 +124,7 @@ PRIMITIVES: dict[str, Primitive] = _rows(
     # activations and their derivatives (d act / d x, evaluated at the pre-activation x)
     _e("tanh", 1, torch.tanh, "cm.tanh({0})", grad="tanh_grad"),
     _e("sigmoid", 1, torch.sigmoid, "cm.sigmoid({0})", grad="sigmoid_grad"),
-    _e("relu", 1, torch.relu, "tl.maximum({0}, 0.0)", grad="relu_grad"),
+    _e("relu", 1, torch.relu, f"tl.maximum({{0}}, 0.0, {_NAN})", grad="relu_grad"),
     _e("gelu", 1, lambda x: F.gelu(x, approximate="tanh"), "cm.gelu({0})", grad="gelu_grad",
        doc="GELU, tanh approximation"),
     _e("gelu_erf", 1, F.gelu, "cm.gelu_erf({0})", grad="gelu_erf_grad", doc="GELU, exact (erf)"),
@@ -126,7 +132,8 @@ PRIMITIVES: dict[str, Primitive] = _rows(
     _e("softplus", 1, F.softplus, "cm.softplus({0})", grad="sigmoid", doc="log(1 + exp(x))"),
     _e("tanh_grad", 1, lambda x: 1 - torch.tanh(x) ** 2, "cm.tanh_grad({0})"),
     _e("sigmoid_grad", 1, _sigmoid_grad, "cm.sigmoid_grad({0})"),
-    _e("relu_grad", 1, lambda x: _as_float(x > 0, x), "({0} > 0).to(tl.float32)"),
+    # 1 but where x <= 0, as torch's relu backward (threshold_backward): 1 at NaN
+    _e("relu_grad", 1, lambda x: _as_float(~(x <= 0), x), "tl.where({0} <= 0, 0.0, 1.0)"),
     _e("gelu_grad", 1, _gelu_grad, "cm.gelu_grad({0})"),
     _e("gelu_erf_grad", 1, _gelu_erf_grad, "cm.gelu_erf_grad({0})"),
     _e("silu_grad", 1, _silu_grad, "cm.silu_grad({0})"),

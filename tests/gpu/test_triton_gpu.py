@@ -337,6 +337,20 @@ def test_infinities_in_every_mainloop(mainloop):
     torch.testing.assert_close(outs["lse"][keep].double(), lse[keep], rtol=1e-3, atol=1e-2)
 
 
+def test_nan_through_relu_max_min_and_clamp_on_the_gpu():
+    """The GPU's plain min and max return the operand that is not NaN (the interpreter's numpy
+    does not): relu, max, min and clamp keep a NaN, as torch's, in the kernel as compiled."""
+    prog = coda.compile("EPILOGUE { save r = relu(input); save mx = max(input, 1.0);"
+                        " save mn = min(input, 1.0); output = clamp(input, -1.0, 1.0); }")
+    x = torch.randn(256, 512, device="cuda")
+    x[::7, ::5] = float("nan")
+    outs = prog.map(x)
+    one = torch.tensor(1.0, device="cuda")
+    for name, want in (("r", torch.relu(x)), ("mx", torch.maximum(x, one)), ("mn", torch.minimum(x, one)),
+                       ("output", x.clamp(-1.0, 1.0))):
+        torch.testing.assert_close(outs[name], want, equal_nan=True, msg=name)
+
+
 def test_kept_partials_on_two_streams_at_once():
     """A plan's reductions keep one set of partial buffers per stream: launches on two streams
     at once, each with its own input, each finish their own sums."""

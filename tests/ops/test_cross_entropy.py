@@ -206,6 +206,39 @@ def test_no_rows_gives_torchs_loss_and_zero_gradients(reduction):
         assert torch.equal(grad, torch.zeros_like(grad))
 
 
+@pytest.mark.parametrize(("x_dtype", "param_dtype"), [(torch.float64, torch.float64),
+                                                     (torch.float16, torch.float32),
+                                                     (torch.float32, torch.float64)])
+def test_no_rows_loss_dtype_and_mixed_parameters_as_with_rows(x_dtype, param_dtype):
+    """With no rows the loss came back float32 for float64 x, and a bias or gain of another dtype
+    than x (taken with rows) crashed in torch's GEMM: now as with rows."""
+    x = torch.randn(0, 8, dtype=x_dtype, requires_grad=True)
+    w = torch.randn(5, 8, dtype=x_dtype)
+    bias, g = torch.randn(5, dtype=param_dtype), torch.rand(8, dtype=param_dtype) + 0.5
+    target = torch.zeros(0, dtype=torch.long)
+    loss = linear_cross_entropy(x, w, target, bias=bias, norm_weight=g)
+    rows = linear_cross_entropy(torch.randn(3, 8, dtype=x_dtype), w, torch.zeros(3, dtype=torch.long),
+                                bias=bias, norm_weight=g)
+    assert loss.dtype == rows.dtype == (torch.float64 if x_dtype == torch.float64 else torch.float32)
+    assert loss.isnan()   # torch's mean over no rows
+
+
+@pytest.mark.parametrize("low_memory", [False, True])
+def test_no_features_with_a_gain_gives_the_bias_logits(low_memory):
+    """Zero features (docs/ops.md: the logits are then the bias): with `norm_weight` the rows'
+    scale rsqrt(0 / 0 + eps) was NaN and made the loss and the bias gradient NaN."""
+    x = torch.randn(4, 0, dtype=torch.float64)
+    w, g = torch.randn(5, 0, dtype=torch.float64), torch.ones(0, dtype=torch.float64)
+    bias = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    target = torch.tensor([0, 3, 4, 1])
+    loss = linear_cross_entropy(x, w, target, bias=bias, norm_weight=g, low_memory=low_memory)
+    want_bias = bias.detach().clone().requires_grad_()
+    want = F.cross_entropy(want_bias.expand(4, 5), target)
+    torch.testing.assert_close(loss, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(torch.autograd.grad(loss, bias)[0], torch.autograd.grad(want, want_bias)[0],
+                               rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("options", [{}, dict(skip_ignored=True), dict(low_memory=True),
                                      dict(reduction="none")])
 def test_meta_tensors_give_the_shapes(options):

@@ -299,3 +299,37 @@ def test_optimized_program_matches_unoptimized_ir_and_formula(m, n, k):
     assert_close64(got["m"], (np.where(h > 0, h, 0.01 * h) + 1).max(axis=0))
     top = h.max(axis=1, keepdims=True)
     assert_close64(got["lse"], (top + np.log(np.exp(h - top).sum(axis=1, keepdims=True)))[:, 0])
+
+
+@pytest.mark.parametrize("source, folded", [
+    ("input * 0.5 * 4.0", True), ("input * 1e30 * 1e30", False), ("input * 1e-30 * 1e-30", False),
+    ("-(input * 1e25) * 1e25", False)])
+def test_scales_fold_only_into_a_normal_float32_scale(source, folded):
+    """(x*c1)*c2 -> x*(c1*c2) only where c1*c2 is a normal float32: folded into an overflowing
+    or underflowing scale, 0 became NaN, 3e-39 inf and 1e30 0 where eager's two products are
+    finite; both backends now give eager's values."""
+    prog = coda.compile(f"EPILOGUE {{ output = {source}; }}")
+    assert (_ops(prog.ir).count("mul") == 1) == folded
+    x = torch.tensor([[0.0, 3e-39, 1e-20, 1e30, 300.0]])
+    want = eval(source.replace("input", "x"))   # eager float32, product by product
+    for backend in ("reference", "triton"):
+        got = prog.map(x, backend=backend)["output"]
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=0, equal_nan=True, msg=backend)
+
+
+def test_nan_through_relu_max_min_clamp_and_relu_grad_as_torch():
+    """relu, max, min and clamp of NaN are NaN and relu_grad(NaN) is 1, as torch's relu and its
+    backward (threshold_backward keeps the gradient unless x <= 0): relu_grad gave 0 on both
+    backends, and the GPU's plain min and max return the operand that is not NaN
+    (tests/gpu/test_triton_gpu.py runs this on the GPU)."""
+    prog = coda.compile("EPILOGUE { save r = relu(input); save g = relu_grad(input);"
+                        " save mx = max(input, 1.0); save mn = min(input, 1.0);"
+                        " output = clamp(input, -1.0, 1.0); }")
+    x = torch.tensor([[float("nan"), -2.0, 0.0, 3.0]])
+    want = {"r": torch.relu(x), "mx": torch.maximum(x, torch.tensor(1.0)),
+            "mn": torch.minimum(x, torch.tensor(1.0)), "output": x.clamp(-1.0, 1.0),
+            "g": torch.tensor([[1.0, 0.0, 0.0, 1.0]])}
+    for backend in ("reference", "triton"):
+        outs = prog.map(x, backend=backend)
+        for name, value in want.items():
+            torch.testing.assert_close(outs[name], value, equal_nan=True, msg=f"{backend} {name}")

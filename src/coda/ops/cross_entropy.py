@@ -350,7 +350,9 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
             a, rstd = h, None
         else:
             outs = NORM_INPUT.map(h, g=norm_weight, m_limit=count)
-            a, rstd = outs["output"], torch.rsqrt(outs["ss"] / hidden + norm_eps)
+            # no features: the logits are the bias, whatever the (undefined) scale of their rows
+            rstd = torch.rsqrt(outs["ss"] / hidden + norm_eps) if hidden else torch.ones_like(outs["ss"])
+            a = outs["output"]
         blocks = Blocks(h, a, w, bias, norm_weight, target_f, rstd, label_smoothing, softcap,
                         *block_shapes(tokens, hidden, vocab, chunk_size, low_memory), count, exponential)
         ctx.options = (label_smoothing, softcap, chunk_size, low_memory, lead)
@@ -757,8 +759,10 @@ def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
         if not isinstance(flag, bool):
             raise LaunchError(f"{name} must be a bool, got {flag!r}")
     if target.numel() == 0:   # no rows: torch's loss (NaN for a mean, 0 for a sum), zero gradients
-        h = x if norm_weight is None else x * norm_weight
-        logits = torch.nn.functional.linear(h, w, bias).float().reshape(0, vocab)
+        stat = torch.float64 if x.dtype == torch.float64 else torch.float32   # the loss's dtype
+        h = (x if norm_weight is None else x * norm_weight).to(stat)
+        logits = torch.nn.functional.linear(h, w.to(stat), None if bias is None else bias.to(stat)
+                                            ).reshape(0, vocab)
         return torch.nn.functional.cross_entropy(logits, target.reshape(0), ignore_index=ignore_index,
                                                  reduction=reduction, label_smoothing=label_smoothing
                                                  ).reshape(target.shape if reduction == "none" else ())

@@ -2,7 +2,9 @@
 
 Only rewrites that are exact in floating point (or change rounding by less than one float32
 operation would) are applied: x*1, x+0, x-0, x/1, --x, 0-x -> -x, dropout(x, 0) -> x, and
-scale folding (x*c1)*c2 -> x*(c1*c2). `x*0` is kept: it is NaN for infinite x.
+scale folding (x*c1)*c2 -> x*(c1*c2) where c1*c2 is a normal float32 number (a product that
+overflows or underflows in float32 would make x*(c1*c2) NaN, inf or 0 where the two products are
+not). `x*0` is kept: it is NaN for infinite x.
 """
 
 from __future__ import annotations
@@ -66,4 +68,11 @@ def _simplify_node(node: Node) -> Node:
 
 
 def _scaled(x: Node, scale: float, like: Node) -> Node:
+    """x * scale, the folded form of `like`, or `like` as it is where the scale is no normal
+    float32 number."""
+    if not FLOAT32_NORMAL <= abs(scale) <= FLOAT32_MAX:
+        return like
     return _simplify_node(Node("mul", (x, Node("const", (), scale)), None, like.loc))
+
+
+FLOAT32_NORMAL, FLOAT32_MAX = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
