@@ -678,7 +678,7 @@ def _accumulator_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-@follows_autocast()
+@follows_autocast("norm_weight")
 def linear_cross_entropy(x: torch.Tensor, w: torch.Tensor, target: torch.Tensor,
                          bias: torch.Tensor | None = None, ignore_index: int = -100,
                          reduction: str = "mean", label_smoothing: float = 0.0,
