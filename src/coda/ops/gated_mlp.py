@@ -344,7 +344,6 @@ def _gated_mlp(activation: str, x, w_gate_up, w_down, residual, rstd, stats: boo
         if not isinstance(sumsq, torch.Tensor) or tuple(sumsq.shape) not in (tuple(lead), (rows,)):
             raise LaunchError(f"sumsq must be one value per row of x, shape {list(lead)}, got "
                               f"{checks.describe(sumsq)}")
-        checks.optional_tensor("sumsq", sumsq, tuple(sumsq.shape), x)
         checks.row_sums(f"{OP_NAMES[activation]}_mlp", "sumsq", sumsq, x)
         eps = checks.eps(f"{OP_NAMES[activation]}_mlp", eps)
     grad = torch.is_grad_enabled() and any(

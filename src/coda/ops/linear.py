@@ -110,8 +110,7 @@ def forward_program(activation: str | None, bias: bool, dropout: bool, residual:
 def activation_reference(activation: str | None, x: torch.Tensor) -> torch.Tensor:
     """f(x) for one of the ops' activation names, x [rows, n], on the reference backend: what a
     module converted to one (`coda.nn`'s `from_torch`) must compute."""
-    eye = torch.eye(x.shape[-1], dtype=x.dtype, device=x.device)
-    return forward_program(activation, False, False, False, False).reference(x, eye)["output"]
+    return forward_program(activation, False, False, False, False).map(x, backend="reference")["output"]
 
 
 @functools.cache

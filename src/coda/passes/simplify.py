@@ -15,6 +15,8 @@ from ..ir import Epilogue, Node, rewrite
 from ..primitives import PRIMITIVES
 
 _COMMUTATIVE = ("add", "mul", "min", "max", "eq", "ne")
+#: the scales a fold may make: normal float32 numbers
+FLOAT32_NORMAL, FLOAT32_MAX = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
 
 
 def _const(node: Node) -> float | None:
@@ -73,6 +75,3 @@ def _scaled(x: Node, scale: float, like: Node) -> Node:
     if not FLOAT32_NORMAL <= abs(scale) <= FLOAT32_MAX:
         return like
     return _simplify_node(Node("mul", (x, Node("const", (), scale)), None, like.loc))
-
-
-FLOAT32_NORMAL, FLOAT32_MAX = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
