@@ -88,6 +88,22 @@ def test_rounding_matches_torch_bit_for_bit(name, dtype):
     assert torch.equal(got, want), (got - want).abs().max()
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")   # numpy's, at 1e19
+def test_gelu_grad_and_round_bf16_at_extreme_values_as_torch():
+    """gelu_grad was NaN below x = -2e13 (its s·(x - x t) term, about 0.2 x^3, overflowed where Φ
+    is 0: torch's is 0), and round_bf16 made a NaN whose mantissa is all ones (a GPU's canonical
+    NaN) -0, the rounding's carry reaching the sign: both as torch's now."""
+    x = torch.tensor([-1e19, -1e15, -2.5e13, -1e13, -30.0, -3.0, 0.0, 3.0, 30.0, 1e13, 1e19, math.nan])
+    grad = coda.compile("EPILOGUE { output = gelu_grad(input); }").map(x.view(3, 4))["output"]
+    leaf = x.clone().requires_grad_()
+    torch.nn.functional.gelu(leaf, approximate="tanh").sum().backward()
+    torch.testing.assert_close(grad.view(-1), leaf.grad, equal_nan=True)
+
+    nans = torch.tensor([0x7FFFFFFF, -1, 0x7FC00000, 0x7F800001], dtype=torch.int32).view(torch.float32)
+    got = coda.compile("EPILOGUE { output = round_bf16(input); }").map(nans.view(2, 2))["output"]
+    assert got.isnan().all(), got
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_fused_program_with_every_output_kind(shape, dtype):

@@ -5,6 +5,7 @@ the error of the same computation in eager PyTorch at that dtype; two runs must 
 """
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -349,6 +350,32 @@ def test_nan_through_relu_max_min_and_clamp_on_the_gpu():
     for name, want in (("r", torch.relu(x)), ("mx", torch.maximum(x, one)), ("mn", torch.minimum(x, one)),
                        ("output", x.clamp(-1.0, 1.0))):
         torch.testing.assert_close(outs[name], want, equal_nan=True, msg=name)
+
+
+def test_round_bf16_bit_for_bit_and_gelu_grad_at_extreme_values_on_the_gpu():
+    """round_bf16 as the GPU's `cvt.rn.bf16x2.f32` computes it against torch's conversion, bit for
+    bit: ties to even, past bf16's largest (inf), subnormals, NaNs of every mantissa (the integer
+    rounding it replaces made the canonical NaN -0); gelu_grad from -1e19 to 1e19 as torch's (it
+    was NaN below -2e13), with tanh.approx."""
+    g = torch.Generator(device="cuda").manual_seed(5)
+    ulp = torch.finfo(torch.bfloat16).eps / 2
+    special = torch.tensor([1 + ulp, 1 + 3 * ulp, -(1 + ulp), 3.39e38, -3.39e38, 1e-39, -3e-40, 0.0, -0.0,
+                            math.inf, -math.inf], device="cuda")
+    nans = torch.tensor([0x7FFFFFFF, -1, 0x7FC00000, 0x7F800001], dtype=torch.int32, device="cuda")
+    x = torch.cat([special, nans.view(torch.float32),
+                   torch.randn(4096 - 15, device="cuda", generator=g) * 10.0 ** torch.randint(
+                       -30, 30, (4096 - 15,), device="cuda", generator=g)]).view(64, 64)
+    got = coda.compile("EPILOGUE { output = round_bf16(input); }").map(x)["output"]
+    want = x.to(torch.bfloat16).float()
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num().view(torch.int32), want.nan_to_num().view(torch.int32))
+
+    x = torch.tensor([-1e19, -1e15, -2.5e13, -1e13, -30.0, -3.0, 0.0, 3.0, 30.0, 1e13, 1e19, math.nan],
+                     device="cuda")
+    grad = coda.compile("EPILOGUE { output = gelu_grad(input); }").map(x.view(3, 4))["output"]
+    leaf = x.clone().requires_grad_()
+    torch.nn.functional.gelu(leaf, approximate="tanh").sum().backward()
+    torch.testing.assert_close(grad.view(-1), leaf.grad, equal_nan=True, atol=2e-3, rtol=0)   # tanh.approx
 
 
 def test_kept_partials_on_two_streams_at_once():

@@ -109,13 +109,19 @@ def to_float(x):
 
 @triton.jit
 def round_bf16(x):
-    """x rounded to the nearest bfloat16 (ties to even), as float32, in integer arithmetic on its
-    bits: converting to bf16 and back packs pairs of values into registers, which made the
-    cross-entropy's ping-pong epilogue spill (ptxas, sm_90). Infinities stay; past bf16's
-    largest finite value x rounds to inf, as the conversion does. (NaN is not kept.)"""
-    bits = x.to(tl.uint32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return bits.to(tl.float32, bitcast=True)
+    """x rounded to the nearest bfloat16 (ties to even), as float32, as torch's conversion: on a
+    GPU one `cvt.rn.bf16x2.f32` of x and 0, whose packed pair is the rounded float32's bits (a
+    conversion to bf16 and back, as Triton emits it, packs pairs of values into registers, which
+    made the cross-entropy's ping-pong epilogue spill); under the interpreter in integer
+    arithmetic on the bits, where a NaN, whose mantissa's carry would reach the sign, stays x."""
+    if FAST_MATH:
+        return tl.inline_asm_elementwise("{ .reg .f32 zero; mov.f32 zero, 0f00000000;\n\t"
+                                         "cvt.rn.bf16x2.f32 $0, $1, zero; }", "=r,r", [x],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return tl.where(x == x, bits.to(tl.float32, bitcast=True), x)
 
 
 @triton.jit
@@ -141,12 +147,14 @@ def gelu(x):
 @triton.jit
 def gelu_grad(x):
     # Φ + x Φ' with Φ' = 0.5 (1 - t^2) s, s = sqrt(2/pi) (1 + 3 * 0.044715 x^2) and t the tanh of
-    # gelu: as 0.5 (1 - t^2) = (1 - t) Φ, that is Φ (1 + x (1 - t) s). Beside gelu of the same x
+    # gelu: as 0.5 (1 - t^2) = (1 - t) Φ, that is Φ + (Φ (x - x t)) s. Beside gelu of the same x
     # (the tanh and Φ are shared) it costs three fused multiply-adds and one multiplication.
+    # Φ multiplies before s does: where Φ is 0 (x below about -10) the term is 0 for every finite
+    # s, as torch's is (s · (x - x t), about 0.2 x^3, overflowed below x = -2e13: 0 · inf = NaN).
     x2 = x * x
     t = tanh(x * (SQRT_2_OVER_PI + SQRT_2_OVER_PI * GELU_CUBIC * x2))
     phi = 0.5 + 0.5 * t
-    return phi * (1.0 + (x - x * t) * (SQRT_2_OVER_PI + 3.0 * SQRT_2_OVER_PI * GELU_CUBIC * x2))
+    return phi + (phi * (x - x * t)) * (SQRT_2_OVER_PI + 3.0 * SQRT_2_OVER_PI * GELU_CUBIC * x2)
 
 
 @triton.jit
