@@ -536,7 +536,7 @@ def test_patched_hf_model_compiles(family, train, backend, monkeypatch):
     import test_hf as hf  # the tiny random configurations
 
     from coda.integrations import hf as patching
-    monkeypatch.setattr(patching, "_carried_sums", lambda x: (None, None))
+    monkeypatch.setattr(patching, "_carried_sums", lambda x, module: (None, None))
 
     ref = {"llama": hf.tiny_llama, "gpt2": hf.tiny_gpt2, "bert": hf.tiny_bert}[family](F64)
     ref.train(train)

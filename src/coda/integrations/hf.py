@@ -504,7 +504,7 @@ def _llama_layer(layer: nn.Module) -> Callable:
         (g1, eps1), (g2, eps2) = _rms_gain(self.input_layernorm), _rms_gain(self.post_attention_layernorm)
         lead, d = hidden_states.shape[:-1], attn.head_dim
         weights, biases = _qkv_parameters(attn, heads, d)
-        _, ss = _carried_sums(hidden_states)   # the previous layer's down GEMM took it
+        _, ss = _carried_sums(hidden_states, self)   # the previous layer's down GEMM took it
         if qk_norm:   # Qwen3: q and k normalized per head before RoPE, both HF's
             w_qkv = torch.cat(weights)
             b_qkv = None if biases is None else torch.cat(biases)
@@ -533,7 +533,7 @@ def _llama_layer(layer: nn.Module) -> Callable:
         w_gate_up = ops.interleave(w_gate, w_up, gain=g2)
         y, ss = getattr(ops, mlp_op)(h, w_gate_up, mlp.down_proj.weight, residual=h, sumsq=ss, eps=eps2,
                                      stats=True)
-        return _carry_sums(y, None, ss)
+        return _carry_sums(y, None, ss, self)
 
     return forward
 
@@ -640,7 +640,7 @@ def _gpt2_block(block: nn.Module) -> Callable:
         # passthrough: the residual's gradient joins hidden_states' inside the norm's dx kernel
         # split: q, k, v as blocks of the GEMM's output, whose gradients (from SDPA's backward)
         # the backward GEMMs read where they are instead of concatenating them
-        s, ss = _carried_sums(hidden_states)   # the previous block's fc2 took them
+        s, ss = _carried_sums(hidden_states, self)   # the previous block's fc2 took them
         *qkv, hidden_states = ops.layer_norm_linear(hidden_states, ln1.weight, ln1.bias,
                                                     attn.c_attn.weight.T, bias=attn.c_attn.bias,
                                                     eps=ln1.eps, rowsum=s, sumsq=ss, passthrough=True,
@@ -654,7 +654,7 @@ def _gpt2_block(block: nn.Module) -> Callable:
         y, ss, s = ops.mlp(x, mlp.c_fc.weight.T, mlp.c_fc.bias, mlp.c_proj.weight.T, mlp.c_proj.bias,
                            "gelu", dropout_p=_dropout_p(mlp.dropout), residual=h,
                            stats="layer")
-        return _carry_sums(y, s, ss)
+        return _carry_sums(y, s, ss, self)
 
     return forward
 
@@ -668,11 +668,11 @@ def _final_norm(model: nn.Module) -> Callable:
     from ..nn.layer_norm import layer_norm, rms_norm
 
     def ln_f(self, x: torch.Tensor) -> torch.Tensor:
-        s, ss = _carried_sums(x)
+        s, ss = _carried_sums(x, self)
         return layer_norm(x, self.weight, self.bias, self.eps, rowsum=s, sumsq=ss)
 
     def rms_f(self, x: torch.Tensor) -> torch.Tensor:
-        y = rms_norm(x, *_rms_gain(self), sumsq=_carried_sums(x)[1])
+        y = rms_norm(x, *_rms_gain(self), sumsq=_carried_sums(x, self)[1])
         return y.to(x.dtype) if type(self).__name__ in OFFSET_GAIN_NORMS else y   # Gemma's type_as(x)
 
     family = type(model).__name__.removesuffix("Model")
@@ -707,22 +707,32 @@ def _layout(t: torch.Tensor) -> tuple:
     return t.storage_offset(), t.shape, t.stride(), t.dtype, t._version
 
 
-def _carry_sums(y: torch.Tensor, s: torch.Tensor | None, ss: torch.Tensor) -> torch.Tensor:
-    if not torch.compiler.is_compiling() and not y.is_inference():
+def _carry_sums(y: torch.Tensor, s: torch.Tensor | None, ss: torch.Tensor, module: nn.Module) -> torch.Tensor:
+    """y, carrying its row sums unless `module`, whose output it is, has a forward hook of the
+    user's (which may change y through `.data`, which no version counter sees)."""
+    if not torch.compiler.is_compiling() and not y.is_inference() and not _user_hooks(module._forward_hooks):
         setattr(_carrier(y), CARRIED_SUMS, (s, ss, weakref.ref(y), _layout(y)))
     return y
 
 
-def _carried_sums(x: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def _carried_sums(x: torch.Tensor, module: nn.Module) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(Σ x, Σ x²) per row if x is a tensor out of `_carry_sums`, unchanged, or one sharing its
-    memory and version counter (Σ x None where an RMSNorm comes next), else (None, None)."""
-    if torch.compiler.is_compiling() or x.is_inference():
+    memory and version counter (Σ x None where an RMSNorm comes next), else (None, None); also
+    (None, None) where `module`, which x enters, has a forward pre-hook of the user's (it may
+    change x through `.data`)."""
+    if torch.compiler.is_compiling() or x.is_inference() or _user_hooks(module._forward_pre_hooks):
         return None, None
     s, ss, ref, layout = getattr(_carrier(x), CARRIED_SUMS, (None, None, lambda: None, None))
     y = ref()
     if y is None or _layout(y) != layout or _layout(x) != layout:
         return None, None
     return s, ss
+
+
+def _user_hooks(hooks: dict) -> bool:
+    """Whether a module's forward hooks or pre-hooks hold one that is not HF's: transformers 5
+    installs output recorders, which only read, on every layer."""
+    return any(not getattr(hook, "__module__", "").startswith("transformers.") for hook in hooks.values())
 
 
 # ----------------------------------------------------------------------------------------------- BERT
