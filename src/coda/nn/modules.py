@@ -129,9 +129,10 @@ class FusedMLP(nn.Module):
                 continue
             if not _computes(child, lambda x: activation_reference(activation, x), fc1.out_features):
                 raise CodaError(f"FusedMLP.from_torch: {kind}.{child_name} ({child!r}) does not compute "
-                                f"activation={activation!r} ('gelu' is the tanh form, "
-                                f"nn.GELU(approximate='tanh'); 'gelu_erf' is nn.GELU()): pass the "
-                                f"activation it computes")
+                                f"activation={activation!r}, and FusedMLP is fc2(activation(fc1(x))): "
+                                f"no other layer between them (a norm there cannot be folded). If it "
+                                f"is the activation, pass the one it computes ('gelu' is the tanh form, "
+                                f"nn.GELU(approximate='tanh'); 'gelu_erf' is nn.GELU())")
         new = cls(fc1.in_features, fc1.out_features, activation, fc1.bias is not None, dropout,
                   device=fc1.weight.device, dtype=fc1.weight.dtype)
         new.load_state_dict({f"{name}.{key}": t for name, fc in (("fc1", fc1), ("fc2", fc2))
