@@ -106,10 +106,20 @@ def patch_worker(out: Path) -> None:
             fully_shard(part)
         return model
 
-    result = {}
+    result = {"carried": []}
+    from coda.integrations import hf
+    taken = hf._carried_sums
+
+    def recording(x, module):   # whether each norm found the previous layer's row sums
+        sums = taken(x, module)
+        result["carried"].append(sums[1] is not None)
+        return sums
+
+    hf._carried_sums = recording
     # patched, then each layer and the root sharded (the documented order): CODA's head, no logits
     result["patched_then_sharded_logits"] = sharded(coda.patch(LlamaForCausalLM(config)))(
         input_ids=ids, labels=ids).logits
+    hf._carried_sums = taken
     try:   # sharded, then patched: FSDP2 had renamed the classes, so nothing was patched, silently
         coda.patch(sharded(LlamaForCausalLM(config)))
     except coda.CodaError as error:
@@ -189,13 +199,16 @@ def test_fsdp2_matches_single_process(tmp_path: Path) -> None:
 
 
 def test_patch_and_fsdp2_in_each_order(tmp_path: Path) -> None:
-    """Patched, then sharded: CODA's head. Sharded, then patched: refused (it patched nothing and
-    said nothing). The LM head sharded on its own: HF's head (CODA's would read the shards), and a
-    warning that says so (it was silent)."""
+    """Patched, then sharded: CODA's head, and the layers' row sums carried. Sharded, then
+    patched: refused (it patched nothing and said nothing). The LM head sharded on its own: HF's
+    head (CODA's would read the shards), and a warning that says so (it was silent)."""
     out = tmp_path / "patch.pt"
     torchrun(__file__, "patch", str(out), nproc=1)
     result = torch.load(out)
     assert result["patched_then_sharded_logits"] is None
+    # the row sums pass FSDP2's hooks on each sharded layer: the second layer's norm and the
+    # final norm take them
+    assert result["carried"] == [False, True, True]
     assert "already sharded by FSDP (fully_shard); patch the model first" in result["sharded_then_patched"]
     assert result["head_alone_logits"] == (2, 8, 64)
     assert any("sharded by FSDP on its own" in message for message in result["head_alone_warnings"])

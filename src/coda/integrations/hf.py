@@ -730,9 +730,11 @@ def _carried_sums(x: torch.Tensor, module: nn.Module) -> tuple[torch.Tensor | No
 
 
 def _user_hooks(hooks: dict) -> bool:
-    """Whether a module's forward hooks or pre-hooks hold one that is not HF's: transformers 5
-    installs output recorders, which only read, on every layer."""
-    return any(not getattr(hook, "__module__", "").startswith("transformers.") for hook in hooks.values())
+    """Whether a module's forward hooks or pre-hooks hold one of the user's: not HF's (transformers 5
+    installs output recorders, which only read, on every layer) nor torch's (FSDP2's, on each
+    sharded layer, gather and free its parameters)."""
+    return any(not getattr(hook, "__module__", "").startswith(("transformers.", "torch."))
+               for hook in hooks.values())
 
 
 # ----------------------------------------------------------------------------------------------- BERT
