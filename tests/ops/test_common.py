@@ -7,6 +7,7 @@ block's chain), and the notes' guards."""
 from __future__ import annotations
 
 import importlib
+import threading
 
 import pytest
 import torch
@@ -191,6 +192,37 @@ def test_a_noted_sum_is_read_once_by_the_tensor_it_was_noted_for():
     assert kept == [False] * (4 - common.NOTES_KEPT) + [True] * common.NOTES_KEPT
 
 
+def test_threads_keep_their_own_notes():
+    """Autograd runs each device's backward on a thread of its own (several GPUs at once under
+    nn.DataParallel): each thread notes and reads its own sums. With one list for all, another
+    thread's notes made between a note and its read pushed it out (and a read's delete by index
+    could meet a list another thread had trimmed)."""
+    mine, theirs = torch.randn(6, 4), [torch.randn(6, 4) for _ in range(common.NOTES_KEPT)]
+    noted, read = threading.Event(), threading.Event()
+    found = []
+
+    def first() -> None:
+        note_column_sums(mine, mine.sum(0))
+        noted.set()
+        read.wait()
+        found.append(known_column_sums(mine, torch.float32))
+
+    def second() -> None:
+        noted.wait()
+        for g in theirs:
+            note_column_sums(g, g.sum(0))
+        found.append(known_column_sums(theirs[-1], torch.float32))
+        read.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    torch.testing.assert_close(found[0], theirs[-1].sum(0))
+    torch.testing.assert_close(found[1], mine.sum(0))
+
+
 def test_a_gradient_that_autograd_adds_to_takes_no_note(monkeypatch):
     """The out projection's output read by the norm and once more: autograd adds the two
     gradients, so the out projection gets another tensor than the one the norm's backward wrote
@@ -219,7 +251,7 @@ def test_a_gradient_that_autograd_adds_to_takes_no_note(monkeypatch):
 
 
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "layer_norm_linear", "rms_norm_linear"])
-def test_a_leafs_gradient_takes_no_note(op, monkeypatch):
+def test_a_leafs_gradient_takes_no_note(op):
     """A norm's one-pass backward notes dx's column sums for the op that produced x; a leaf x has
     none, and a note (which holds dx) would make autograd store a copy of dx as x.grad. So a
     leaf's gradient is not noted and x.grad is the kernel's dx; an x made by an op is noted. The
@@ -236,12 +268,12 @@ def test_a_leafs_gradient_takes_no_note(op, monkeypatch):
              "rms_norm_linear": lambda x, g, b, w: F.linear(F.rms_norm(x, (c,), g, 1e-6), w / c**0.5)}
     params = [t.float().to(TRITON_DEVICE) for t in (g, beta, w)]
     for leaf in (True, False):
-        monkeypatch.setattr(common, "_NOTED_SUMS", [])
+        common.noted_sums().clear()
         x0 = torch.randn(m, c, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
         x = x0.float().to(TRITON_DEVICE).requires_grad_()
         y = calls[op](x if leaf else x * 1.0, *params)
         y.backward(torch.ones_like(y))
-        notes = [noted for noted, _, _ in common._NOTED_SUMS]
+        notes = [noted for noted, _, _ in common.noted_sums()]
         assert len(notes) == (0 if leaf else 1), (leaf, len(notes))
         x64 = x0.clone().requires_grad_()
         exact[op](x64, *(t.double() for t in (g, beta, w))).sum().backward()

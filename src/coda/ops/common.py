@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import threading
 from collections.abc import Callable, Sequence
 
 import torch
@@ -144,11 +145,22 @@ def column_sum(t: torch.Tensor | Concat, dtype: torch.dtype | None = None) -> to
 
 
 # -- column sums a gradient's producer formed while it wrote the gradient -------------------------
-#: (gradient, its version then, its column sums), newest last; see `note_column_sums`
-_NOTED_SUMS: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+#: each thread's notes (`noted_sums`)
+_NOTES = threading.local()
 #: Notes kept: a producer's note is read by the next op back, so two cover it; an unread one
 #: holds its gradient only until two newer notes push it out.
 NOTES_KEPT = 2
+
+
+def noted_sums() -> list[tuple[torch.Tensor, int, torch.Tensor]]:
+    """This thread's notes, (gradient, its version then, its column sums), newest last (see
+    `note_column_sums`). Per thread: autograd runs each device's backward on a thread of its own,
+    on several GPUs at once under nn.DataParallel, and a note is read in the backward that made
+    it; one list for all had each thread's notes push out the other's and could delete past its
+    end (an audit's find, seventy-first session)."""
+    if not hasattr(_NOTES, "sums"):
+        _NOTES.sums = []
+    return _NOTES.sums
 
 
 def notes_from(ctx: object, x: torch.Tensor) -> bool:
@@ -168,17 +180,19 @@ def note_column_sums(grad: torch.Tensor, sums: torch.Tensor) -> None:
     gradient from them (`known_column_sums`) instead of summing `grad` again in its GEMM or a
     map. The note holds `grad`, so autograd never adds another gradient into it in place, and
     its version: any in-place change voids it."""
-    _NOTED_SUMS.append((grad, grad._version, sums))
-    del _NOTED_SUMS[:-NOTES_KEPT]
+    notes = noted_sums()
+    notes.append((grad, grad._version, sums))
+    del notes[:-NOTES_KEPT]
 
 
 def known_column_sums(grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
     """The column sums noted for this very tensor (not a view or a copy of it), unchanged since
     and stored in `dtype` (the bias gradient's: no cast, and never from a narrower dtype), or
     None. A note is read once: it is dropped here."""
-    for i, (noted, version, sums) in enumerate(_NOTED_SUMS):
+    notes = noted_sums()
+    for i, (noted, version, sums) in enumerate(notes):
         if noted is grad:
-            del _NOTED_SUMS[i]
+            del notes[i]
             return sums if grad._version == version and sums.dtype == dtype else None
     return None
 
