@@ -239,6 +239,48 @@ def test_unsupported_phi3_config_raises(option, value):
         coda.patch(tiny_llama(torch.float64, "Phi3", pad_token_id=0, **{option: value}))
 
 
+def test_phi3_residual_dropouts_given_a_p_run_hfs_layer():
+    """Phi-3's dropouts on the attention's and the MLP's outputs, which the fused ops do not
+    apply: a p set on the modules before patching is refused (the check read the config alone),
+    and one set after runs HF's layer in training mode (it was dropped silently: every training
+    loss the eval loss, an audit's find); with the same seed the loss is HF's."""
+    ref = tiny_llama(torch.float64, "Phi3", pad_token_id=0)
+    model = coda.patch(copy.deepcopy(ref))
+    before = copy.deepcopy(ref)
+    for net in (ref, model, before):
+        for layer in net.model.layers:
+            layer.resid_attn_dropout.p = layer.resid_mlp_dropout.p = 0.5
+    with pytest.raises(coda.CodaError, match=r"resid_pdrop = 0\.5"):
+        coda.patch(before)
+    ids, labels = batch()
+    ref.train(), model.train()
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        want = reference_loss(ref, ids, labels)
+        torch.manual_seed(seed)
+        torch.testing.assert_close(model(input_ids=ids, labels=labels).loss, want, rtol=1e-10, atol=1e-10)
+
+
+def test_embedding_options_set_after_patching_run_hfs_lookup():
+    """max_norm, scale_grad_by_freq and sparse, which `coda.ops.embedding` does not apply, set on
+    the token embedding after `coda.patch`: HF's lookup runs (they were ignored: the loss, the
+    table and its gradient as without them, silently; an audit's find)."""
+    ref = tiny_llama(torch.float64)
+    ids, labels = batch()
+    for option, value in (("max_norm", 0.05), ("scale_grad_by_freq", True), ("sparse", True)):
+        want_model, model = copy.deepcopy(ref), coda.patch(copy.deepcopy(ref))
+        for net in (want_model, model):
+            setattr(net.get_input_embeddings(), option, value)
+        got, want = model(input_ids=ids, labels=labels).loss, reference_loss(want_model, ids, labels)
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10, msg=option)
+        got.backward(), want.backward()
+        tables = [net.get_input_embeddings().weight for net in (model, want_model)]
+        assert tables[0].grad.is_sparse == tables[1].grad.is_sparse == (option == "sparse")
+        torch.testing.assert_close(tables[0].grad.to_dense(), tables[1].grad.to_dense(), rtol=1e-10,
+                                   atol=1e-10, msg=option)
+        torch.testing.assert_close(tables[0], tables[1], rtol=0, atol=0, msg=option)   # max_norm's renorm
+
+
 def test_partial_rotary_factor_in_rope_parameters_is_refused():
     """transformers 5 may give the factor only inside `rope_parameters`, with no attribute of its
     own: refused all the same (patched, the rotation had covered whole heads: wrong logits)."""
@@ -488,6 +530,20 @@ def test_a_block_output_changed_in_place_drops_its_row_sums(build, how):
     with torch.no_grad():   # autograd forbids changing a custom Function's output view in place
         torch.testing.assert_close(model(input_ids=ids, labels=labels).loss,
                                    reference_loss(ref, ids, labels), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("where", ["ln_f.bias", "h.0.ln_2.weight", "h.1.ln_1.bias"])
+def test_a_norm_parameter_set_to_none_after_patching_runs_hfs_forward(where):
+    """A LayerNorm's weight or bias set to None after `coda.patch` (the layers watched their
+    submodules' biases only, `ln_f` nothing): HF's forward, where it was a LaunchError."""
+    ref = tiny_gpt2(torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    path, name = where.rsplit(".", 1)
+    for net in (ref, model):
+        setattr(net.transformer.get_submodule(path), name, None)
+    ids, labels = batch()
+    torch.testing.assert_close(model(input_ids=ids, labels=labels).loss, reference_loss(ref, ids, labels),
+                               rtol=1e-10, atol=1e-10)
 
 
 def test_gpt2_state_dict_is_unchanged():

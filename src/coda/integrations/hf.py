@@ -196,7 +196,7 @@ def _foreign(module: nn.Module) -> bool:
 
 def _watched(module: nn.Module, name: str) -> tuple[tuple[tuple[str, ...], type, bool], ...]:
     """What a patched forward reads, as (path of submodule names from `module`, the submodule's
-    type, whether it has a bias): a layer's every submodule below it; an LM head's output
+    type, whether it has a weight and a bias): a layer's every submodule below it; an LM head's output
     embedding (the layers are patched on their own); BERT's feed-forward, its two halves; a base
     model, nothing (its last norm is patched in place, `_final_norm`)."""
     if name in FINAL_NORM_MODELS:
@@ -205,14 +205,26 @@ def _watched(module: nn.Module, name: str) -> tuple[tuple[tuple[str, ...], type,
              else [module.intermediate, module.output] if name in PATCHED_METHODS else [module])
     paths = {id(m): tuple(path.split(".")) if path else () for path, m in module.named_modules()}
     # (not the module itself: patching makes it an instance of a subclass, `_replace_method`)
-    return tuple((paths[id(m)], type(m), _has_bias(m)) for root in roots for m in root.modules()
+    return tuple((paths[id(m)], type(m), _held(m)) for root in roots for m in root.modules()
                  if m is not module)
 
 
-def _has_bias(module: nn.Module | None) -> bool:
-    """Whether a submodule holds a bias: a patched forward that reads only weights where it had
-    none (a gated MLP's projections) would leave out one attached since."""
-    return getattr(module, "bias", None) is not None
+def _held(module: nn.Module | None) -> tuple[bool, bool]:
+    """Whether a submodule holds a weight and a bias: a patched forward that reads only weights
+    where it had no bias (a gated MLP's projections) would leave out one attached since, and
+    one that reads them would fail on a weight or bias set to None since."""
+    return _holds(module, "weight"), _holds(module, "bias")
+
+
+def _holds(module: nn.Module | None, name: str) -> bool:
+    """Whether `module.name` is a tensor, without computing a parametrized one (every forward
+    asks)."""
+    parameters = getattr(module, "_parameters", {})
+    if name in parameters:
+        return parameters[name] is not None
+    if name in getattr(module, "parametrizations", {}):
+        return True
+    return getattr(module, name, None) is not None
 
 
 def _reached(module: nn.Module, watched) -> list[nn.Module | None]:
@@ -268,20 +280,23 @@ def _unpickled(cls: type, state: dict) -> nn.Module:
 
 
 def _guarded(method: Callable, original: Callable, watched) -> Callable:
-    """`method`, run while every watched submodule has the type (and has or lacks the bias) it
-    had when the module was patched and no forward hook or pre-hook (its own or a global one: an
-    ablation, a `weight_norm`'s recomputed weight); HF's `original` once one has been replaced (a LoRA
-    adapter injected after `coda.patch`, say, which the CODA forward would not call) or hooked,
-    since the CODA forward reads the submodules' weights and calls none of them: never a silent
-    wrong answer. HF's `original` too while HF records attention maps (`output_attentions=True`)."""
+    """`method`, run while every watched submodule has the type (and has or lacks the weight and
+    bias) it had when the module was patched and no forward hook or pre-hook (its own or a global
+    one: an ablation, a `weight_norm`'s recomputed weight); HF's `original` once one has been
+    replaced (a LoRA adapter injected after `coda.patch`, say, which the CODA forward would not
+    call) or hooked, since the CODA forward reads the submodules' weights and calls none of them:
+    never a silent wrong answer. HF's `original` too while HF records attention maps
+    (`output_attentions=True`), and while `method.declines(module)` (a patcher's own condition:
+    Phi-3's residual dropouts, which the CODA forward does not apply, given a p since)."""
     recording_attentions = _attention_recorder()
+    declines = getattr(method, "declines", lambda module: False)
 
     @functools.wraps(method)   # its signature: HF's feed-forward chunking counts the parameters
     def forward(self, *args, **kwargs):
         reached = _reached(self, watched)
         if not recording_attentions() and not _global_hooks() and all(
-                type(m) is kind and _has_bias(m) == bias and not (m._forward_hooks or m._forward_pre_hooks)
-                for m, (_, kind, bias) in zip(reached, watched, strict=True)):
+                type(m) is kind and _held(m) == held and not (m._forward_hooks or m._forward_pre_hooks)
+                for m, (_, kind, held) in zip(reached, watched, strict=True)) and not declines(self):
             return method(self, *args, **kwargs)
         sharded = [".".join(path) for m, (path, *_) in zip(reached, watched, strict=True) if _fsdp_sharded(m)]
         if sharded:
@@ -346,11 +361,14 @@ def _patch_input_embeddings(model: nn.Module) -> None:
     scale_grad_by_freq or sparse)."""
     table = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     scaled = type(table).__name__ in SCALED_EMBEDDINGS and type(table).__module__.startswith("transformers.")
-    if ((type(table) is not nn.Embedding and not scaled) or table.max_norm is not None
-            or table.scale_grad_by_freq or table.sparse or getattr(table, "_coda_patched", False)):
+    if ((type(table) is not nn.Embedding and not scaled) or _lookup_options(table)
+            or getattr(table, "_coda_patched", False)):
         return
+    original = type(table).forward
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if _lookup_options(self):   # set since: HF's lookup (the tied head then reads its weight)
+            return original(self, ids)
         if self.__dict__.pop(TIE_NEXT, False):   # the tied LM head of this forward takes the table
             # (in place: the table is the head's alone, no hook or autograd.grad reads its gradient)
             y, shared = ops.tied_embedding(ids, self.weight, self.padding_idx, in_place=True)
@@ -361,6 +379,12 @@ def _patch_input_embeddings(model: nn.Module) -> None:
 
     _replace_method(table, "forward", forward)
     table._coda_patched = True
+
+
+def _lookup_options(table: nn.Embedding) -> bool:
+    """Whether an embedding looks up as `coda.ops.embedding` does not: max_norm (renormalizing
+    the table in place), scale_grad_by_freq, sparse (a sparse gradient)."""
+    return table.max_norm is not None or table.scale_grad_by_freq or table.sparse
 
 
 #: Set on the token embedding by an LM head's forward that will compute its loss (`_tied_table_asked`),
@@ -490,8 +514,11 @@ def _llama_layer(layer: nn.Module) -> Callable:
         _refuse(layer, "pretraining_tp", config.pretraining_tp, "only 1")
     if (rotary := _partial_rotary_factor(config)) != 1.0:   # Phi-4-mini's 0.75
         _refuse(layer, "partial_rotary_factor", rotary, "only 1.0: qkv_rope rotates whole heads")
-    if getattr(config, "resid_pdrop", 0.0):   # Phi-3's dropout on the MLP's output
-        _refuse(layer, "resid_pdrop", config.resid_pdrop, f"only 0.0: {mlp_op} has no dropout")
+    # Phi-3's dropouts on the attention's and the MLP's outputs, which the fused ops do not apply
+    resid_dropouts = [name for name in ("resid_attn_dropout", "resid_mlp_dropout") if hasattr(layer, name)]
+    if getattr(config, "resid_pdrop", 0.0) or any(getattr(layer, name).p for name in resid_dropouts):
+        _refuse(layer, "resid_pdrop", max([getattr(config, "resid_pdrop", 0.0)] + [
+            getattr(layer, name).p for name in resid_dropouts]), f"only 0.0: {mlp_op} has no dropout")
     hf = sys.modules[type(layer).__module__]   # its model's attention functions
     qk_norm = hasattr(layer.self_attn, "q_norm")
     heads = config.num_attention_heads, config.num_key_value_heads
@@ -535,6 +562,8 @@ def _llama_layer(layer: nn.Module) -> Callable:
                                      stats=True)
         return _carry_sums(y, None, ss, self)
 
+    # a p given to them since: HF's forward applies them
+    forward.declines = lambda self: any(_dropout_p(getattr(self, name)) for name in resid_dropouts)
     return forward
 
 
@@ -668,6 +697,8 @@ def _final_norm(model: nn.Module) -> Callable:
     from ..nn.layer_norm import layer_norm, rms_norm
 
     def ln_f(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight is None or self.bias is None:   # set to None since: torch's
+            return nn.LayerNorm.forward(self, x)
         s, ss = _carried_sums(x, self)
         return layer_norm(x, self.weight, self.bias, self.eps, rowsum=s, sumsq=ss)
 
