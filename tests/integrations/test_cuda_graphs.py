@@ -7,6 +7,7 @@ no tensor, and a replayed batch of another shape, dtype or set of names; and
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import pytest
 import torch
@@ -125,6 +126,40 @@ def test_unpadded_batches_puts_transformers_back():
         assert masking_utils._ignore_causal_mask_sdpa(None, 8, 8, 0, 0, local_attention_size=4) is False
         assert masking_utils._ignore_bidirectional_mask_sdpa(None, 8) is True
     assert [getattr(masking_utils, name) for name in names] == before
+
+
+def test_unpadded_batches_of_two_threads_closing_out_of_order_put_transformers_back():
+    """Thread A opens a block, B opens one, A closes, B closes (capture_step's context run per
+    GPU in threads): transformers is as before, and B's block stays in force until it closes.
+    Each block saved what it found and put it back at its end, so B put A's replacements back
+    for good (packed sequences never detected again; an audit's find)."""
+    masking_utils = pytest.importorskip("transformers.masking_utils")
+    from coda.integrations.hf import unpadded_batches
+
+    original = masking_utils.find_packed_sequence_indices
+    a_open, b_open, a_closed = threading.Event(), threading.Event(), threading.Event()
+    inside_b_after_a = []
+
+    def a() -> None:
+        with unpadded_batches():
+            a_open.set()
+            b_open.wait(10)
+        a_closed.set()
+
+    def b() -> None:
+        a_open.wait(10)
+        with unpadded_batches():
+            b_open.set()
+            a_closed.wait(10)
+            inside_b_after_a.append(masking_utils.find_packed_sequence_indices is not original)
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert inside_b_after_a == [True]
+    assert masking_utils.find_packed_sequence_indices is original
 
 
 @pytest.mark.parametrize("family", ["llama", "bert"])

@@ -75,6 +75,7 @@ import copy
 import functools
 import inspect
 import sys
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -369,10 +370,11 @@ def _patch_input_embeddings(model: nn.Module) -> None:
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if _lookup_options(self):   # set since: HF's lookup (the tied head then reads its weight)
             return original(self, ids)
-        if self.__dict__.pop(TIE_NEXT, False):   # the tied LM head of this forward takes the table
+        handoff = _handoff(self)
+        if handoff.pop(TIE_NEXT, False):   # the tied LM head of this forward takes the table
             # (in place: the table is the head's alone, no hook or autograd.grad reads its gradient)
             y, shared = ops.tied_embedding(ids, self.weight, self.padding_idx, in_place=True)
-            self.__dict__[TIED_TABLE] = shared
+            handoff[TIED_TABLE] = shared
         else:
             y = ops.embedding(ids, self.weight, self.padding_idx)
         return y * self.embed_scale.to(self.weight.dtype) if scaled else y
@@ -387,11 +389,21 @@ def _lookup_options(table: nn.Embedding) -> bool:
     return table.max_norm is not None or table.scale_grad_by_freq or table.sparse
 
 
-#: Set on the token embedding by an LM head's forward that will compute its loss (`_tied_table_asked`),
+#: Set for the token embedding by an LM head's forward that will compute its loss (`_tied_table_asked`),
 #: taken by the embedding's next forward, which then leaves `tied_embedding`'s table under
 #: TIED_TABLE for the head (`_head_loss`): the head's weight gradient then arrives in the
 #: embedding's backward, which adds the tokens' rows into it (ops/embedding.py).
 TIE_NEXT, TIED_TABLE = "_coda_tie_next", "_coda_tied_table"
+#: each thread's hand-offs (`_handoff`)
+_HANDOFFS = threading.local()
+
+
+def _handoff(table: nn.Module) -> dict:
+    """This thread's hand-off between `table` and its head: two threads running one model each
+    hand over their own (on the module itself, one thread's table reached the other's head)."""
+    if not hasattr(_HANDOFFS, "tables"):
+        _HANDOFFS.tables = weakref.WeakKeyDictionary()
+    return _HANDOFFS.tables.setdefault(table, {})
 
 
 def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
@@ -928,17 +940,17 @@ def _tied_table_asked(model: nn.Module) -> Iterator[None]:
     """Around a head's forward with labels: its patched token embedding hands out its table if
     the head shares it (tied weights) and a gradient will be formed; what the forward leaves
     behind is taken back when it ends, also when it raises (a table left holding a graph would
-    keep its memory and fail copy.deepcopy of the model; a flag left by a forward that ran no
-    embedding, given inputs_embeds, would reach the next one)."""
+    keep its memory; a flag left by a forward that ran no embedding, given inputs_embeds, would
+    reach the next one)."""
     table, head = model.get_input_embeddings(), model.get_output_embeddings()
     if (getattr(table, "_coda_patched", False) and head is not None and head.weight is table.weight
             and torch.is_grad_enabled() and table.weight.requires_grad):
-        table.__dict__[TIE_NEXT] = True
+        _handoff(table)[TIE_NEXT] = True
     try:
         yield
     finally:
-        table.__dict__.pop(TIE_NEXT, None)
-        table.__dict__.pop(TIED_TABLE, None)
+        if table is not None:
+            _handoff(table).clear()
 
 
 def _return_dict(model: nn.Module, kwargs: dict) -> bool:
@@ -955,10 +967,15 @@ def _head_loss(model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor, red
     `hidden`, its logits capped at `softcap` (Gemma 2's final_logit_softcapping: c tanh(z / c)),
     against `labels` (-100: ignored), without the logits in memory."""
     head, table = model.get_output_embeddings(), model.get_input_embeddings()
-    weight = table.__dict__.pop(TIED_TABLE, head.weight)
+    weight = _handoff(table).pop(TIED_TABLE, head.weight)
     return ops.linear_cross_entropy(hidden, weight, labels.to(hidden.device), bias=head.bias,
                                     ignore_index=IGNORE_INDEX, reduction=reduction,
                                     skip_ignored=skip_ignored, softcap=softcap or None)
+
+
+#: unpadded_batches' blocks open now, in any thread, and the transformers functions they replaced
+_UNPADDED = {"blocks": 0, "originals": {}}
+_UNPADDED_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -974,9 +991,35 @@ def unpadded_batches() -> Iterator[None]:
     H200 GPT-2's attention took 9.2 instead of 4.3 ms under capture, BERT's ran as float32 math,
     LLaMA's took 27.1 instead of 10.2 ms a step under torch.compile). Later releases make this
     distinction themselves. With padded or packed batches do not use it: pass the attention mask
-    and run without it."""
+    and run without it. It replaces functions of transformers' module, for the whole process:
+    while a block is open in one thread, the others' models see it too; the first block to open
+    replaces them and the last to close puts them back (blocks of several threads may close in
+    any order)."""
     from transformers import masking_utils
 
+    with _UNPADDED_LOCK:
+        if _UNPADDED["blocks"] == 0:
+            replacements = _unpadded_replacements(_UNPADDED["originals"])
+            # the originals, of the names this transformers release has (the replacements call them)
+            _UNPADDED["originals"].clear()
+            _UNPADDED["originals"].update({name: getattr(masking_utils, name) for name in replacements
+                                           if hasattr(masking_utils, name)})
+            for name in _UNPADDED["originals"]:
+                setattr(masking_utils, name, replacements[name])
+        _UNPADDED["blocks"] += 1
+    try:
+        yield
+    finally:
+        with _UNPADDED_LOCK:
+            _UNPADDED["blocks"] -= 1
+            if _UNPADDED["blocks"] == 0:
+                for name, value in _UNPADDED["originals"].items():
+                    setattr(masking_utils, name, value)
+
+
+def _unpadded_replacements(saved: dict[str, Callable]) -> dict[str, Callable]:
+    """`unpadded_batches`' versions of transformers' mask functions, which call the originals
+    in `saved` where a mask or padding is given."""
     def within(kv_length: int, local_attention_size: int | None) -> bool:
         return local_attention_size is None or kv_length < local_attention_size
 
@@ -993,16 +1036,7 @@ def unpadded_batches() -> Iterator[None]:
             return True
         return saved["_ignore_bidirectional_mask_sdpa"](padding_mask, kv_length, local_attention_size)
 
-    replacements = {"is_tracing": lambda tensor=None: tensor is not None and saved["is_tracing"](tensor),
-                    "find_packed_sequence_indices": lambda position_ids: None,
-                    "_ignore_causal_mask_sdpa": causal_skip,
-                    "_ignore_bidirectional_mask_sdpa": bidirectional_skip}
-    # the originals, of the names this transformers release has (the replacements call them)
-    saved = {name: getattr(masking_utils, name) for name in replacements if hasattr(masking_utils, name)}
-    for name in saved:
-        setattr(masking_utils, name, replacements[name])
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(masking_utils, name, value)
+    return {"is_tracing": lambda tensor=None: tensor is not None and saved["is_tracing"](tensor),
+            "find_packed_sequence_indices": lambda position_ids: None,
+            "_ignore_causal_mask_sdpa": causal_skip,
+            "_ignore_bidirectional_mask_sdpa": bidirectional_skip}
