@@ -195,7 +195,7 @@ def _foreign(module: nn.Module) -> bool:
     return not type(module).__module__.startswith(NATIVE) or isinstance(module, nn.Identity)
 
 
-def _watched(module: nn.Module, name: str) -> tuple[tuple[tuple[str, ...], type, bool], ...]:
+def _watched(module: nn.Module, name: str) -> tuple[tuple[tuple[str, ...], type, tuple[bool, bool]], ...]:
     """What a patched forward reads, as (path of submodule names from `module`, the submodule's
     type, whether it has a weight and a bias): a layer's every submodule below it; an LM head's output
     embedding (the layers are patched on their own); BERT's feed-forward, its two halves; a base
@@ -400,7 +400,10 @@ _HANDOFFS = threading.local()
 
 def _handoff(table: nn.Module) -> dict:
     """This thread's hand-off between `table` and its head: two threads running one model each
-    hand over their own (on the module itself, one thread's table reached the other's head)."""
+    hand over their own (on the module itself, one thread's table reached the other's head).
+    While Dynamo traces, on the module (it guards a thread-local's weak keys, which then fail)."""
+    if torch.compiler.is_compiling():
+        return table.__dict__.setdefault("_coda_handoff", {})
     if not hasattr(_HANDOFFS, "tables"):
         _HANDOFFS.tables = weakref.WeakKeyDictionary()
     return _HANDOFFS.tables.setdefault(table, {})
