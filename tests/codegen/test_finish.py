@@ -6,6 +6,7 @@ values are all -inf, a NaN, and the half-width domain of `unpack`."""
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 import torch
@@ -179,3 +180,37 @@ def test_row_reductions_one_tile_wide_need_no_finishing_kernel(outputs, finishes
     assert bool(calls) == finishes
     limited = ALL.map(x, outputs=["s"], m_limit=torch.tensor([33]))["s"]
     torch.testing.assert_close(limited[:33].double(), want["s"][:33], rtol=1e-5, atol=1e-4)
+
+
+def test_kept_partial_buffers_go_with_their_thread():
+    """A plan keeps a set of partial buffers per host thread and stream; a thread that has ended
+    launches no more, and its set went only with the plan (up to KEPT_PARTIAL_BYTES each, one
+    per thread that ever launched: an audit's find). Four threads alive at once, each launching
+    (one at a time: the interpreter is not thread-safe): their sets go when they end, and every
+    result is right."""
+    import gc
+    import weakref
+
+    prog = coda.compile("EPILOGUE kept_by_thread() { output = input; s = row_sum(input); }")
+    x = torch.randn(40, 50, generator=torch.Generator().manual_seed(0))
+    results = [prog.map(x, outputs=["s"])["s"]]
+    (plan,) = prog._plans.values()
+    kept, one_at_a_time, all_launched = [], threading.Lock(), threading.Barrier(4)
+
+    def launch() -> None:
+        with one_at_a_time:
+            results.append(prog.map(x, outputs=["s"])["s"])
+            kept.extend(weakref.ref(t) for buffers in plan.kept_partials.values()
+                        for parts in buffers.values() for t in parts)
+        all_launched.wait(30)   # alive together: four threads, four sets
+
+    threads = [threading.Thread(target=launch) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    gc.collect()
+    assert kept and all(ref() is None for ref in kept)
+    assert len(plan.kept_partials) == 1   # the main thread's
+    for got in results:
+        torch.testing.assert_close(got.double(), x.double().sum(1), rtol=1e-5, atol=1e-5)

@@ -352,7 +352,15 @@ class Plan:
             partial_bytes += 4 * self.grid[0] * config.block_m * config.block_n
         # (stream-K's are kept at any size: fresh flags are a memset a launch)
         self.keep_partials = partial_bytes <= KEPT_PARTIAL_BYTES or self.stream_k
-        self.kept_partials: dict[tuple[int | None, int], dict[str, list[torch.Tensor]]] = {}
+        self._kept = threading.local()   # each host thread's sets, released with the thread
+
+    @property
+    def kept_partials(self) -> dict[int | None, dict[str, list[torch.Tensor]]]:
+        """This host thread's kept partial buffers, by stream (`_partials`): per thread, so that
+        a thread's end releases its sets (keyed by the thread's id, they were kept for good)."""
+        if not hasattr(self._kept, "by_stream"):
+            self._kept.by_stream = {}
+        return self._kept.by_stream
 
     def run(self, a: torch.Tensor | Concat, b: torch.Tensor, values: dict, out: torch.Tensor | None,
             seed: int, limits: tuple = (None, None)) -> dict[str, torch.Tensor]:
@@ -437,12 +445,11 @@ class Plan:
             if torch._C._cuda_isCurrentStreamCapturing():
                 return self._new_partials(device)
             stream = torch._C._cuda_getCurrentRawStream(device.index)
-        where = (stream, threading.get_ident())
-        kept = self.kept_partials.get(where)
+        kept = self.kept_partials.get(stream)
         if kept is None:
             kept = self._new_partials(device)
             if self.keep_partials:
-                self.kept_partials[where] = kept
+                self.kept_partials[stream] = kept
         return kept
 
     def _new_partials(self, device: torch.device) -> dict[str, list[torch.Tensor]]:
