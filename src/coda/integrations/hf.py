@@ -223,9 +223,8 @@ def _holds(module: nn.Module | None, name: str) -> bool:
     parameters = getattr(module, "_parameters", {})
     if name in parameters:
         return parameters[name] is not None
-    if name in getattr(module, "parametrizations", {}):
-        return True
-    return getattr(module, name, None) is not None
+    parametrized = getattr(module, "_modules", {}).get("parametrizations")   # no __getattr__ miss
+    return (parametrized is not None and name in parametrized) or getattr(module, name, None) is not None
 
 
 def _reached(module: nn.Module, watched) -> list[nn.Module | None]:
@@ -531,9 +530,9 @@ def _llama_layer(layer: nn.Module) -> Callable:
         _refuse(layer, "partial_rotary_factor", rotary, "only 1.0: qkv_rope rotates whole heads")
     # Phi-3's dropouts on the attention's and the MLP's outputs, which the fused ops do not apply
     resid_dropouts = [name for name in ("resid_attn_dropout", "resid_mlp_dropout") if hasattr(layer, name)]
-    if getattr(config, "resid_pdrop", 0.0) or any(getattr(layer, name).p for name in resid_dropouts):
-        _refuse(layer, "resid_pdrop", max([getattr(config, "resid_pdrop", 0.0)] + [
-            getattr(layer, name).p for name in resid_dropouts]), f"only 0.0: {mlp_op} has no dropout")
+    resid_p = max([getattr(config, "resid_pdrop", 0.0), *(getattr(layer, name).p for name in resid_dropouts)])
+    if resid_p:
+        _refuse(layer, "resid_pdrop", resid_p, f"only 0.0: {mlp_op} has no dropout")
     hf = sys.modules[type(layer).__module__]   # its model's attention functions
     qk_norm = hasattr(layer.self_attn, "q_norm")
     heads = config.num_attention_heads, config.num_key_value_heads
