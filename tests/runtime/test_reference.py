@@ -496,6 +496,25 @@ def test_accumulate_into_out(m, n, k):
     assert_close64(out, np64(prior) + 2 * (np64(a) @ np64(b)))
 
 
+def test_saved_values_of_out_are_the_values_before_the_launch_wrote_it():
+    """A saved prior, a tile operand that is `out=` itself (an in-place residual add) and a
+    map's input written in place: each saved output keeps what `out` held before the launch."""
+    a, b = launch_inputs(5, 7, 3, seed=4)
+    before = torch.randn(5, 7, dtype=torch.float64)
+    prior = coda.compile("save prev = output;\noutput = input;")
+    out = before.clone()
+    assert_close64(prior.reference(a, b, out=out)["prev"], np64(before))
+    assert_close64(out, np64(a) @ np64(b))
+    residual = coda.compile("EPILOGUE (x: tile) { save old = x; output = input + x; }")
+    x = before.clone()
+    assert_close64(residual.reference(a, b, x=x, out=x)["old"], np64(before))
+    assert_close64(x, np64(a) @ np64(b) + np64(before))
+    double = coda.compile("save keep = input;\noutput = input * 2;")
+    x = before.clone()
+    assert_close64(double.map(x, out=x, backend="reference")["keep"], np64(before))
+    assert_close64(x, 2 * np64(before))
+
+
 def test_accumulate_with_scaling_saves_and_pairs():
     prog = coda.compile("EPILOGUE (beta: scalar) {\n  g, u = unpack(input);\n"
                         "  output = output * beta + g * u;\n  save old = output;\n}")

@@ -29,7 +29,9 @@ def run_reference(launch: Launch) -> dict[str, torch.Tensor]:
     if A_COL_SUMS in outputs:
         ct = torch.float64 if launch.a.dtype == torch.float64 else torch.float32
         results[A_COL_SUMS] = launch.whole_a().to(ct).sum(0)
-    for spec in launch.outputs:
+    # `output` last: the others may be views of `out=` as it was (a saved prior, an operand or
+    # a map's input that is `out` itself), which writing `output` would change under them.
+    for spec in sorted(launch.outputs, key=lambda spec: spec.name == "output"):
         tensor = outputs[spec.name]
         (tensor if (spec.reduction or "").startswith("col") else tensor[:rows]).copy_(results[spec.name])
     for name in launch.unfinished:
