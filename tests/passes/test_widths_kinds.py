@@ -206,6 +206,41 @@ def test_no_output_takes_the_name_of_a_col_sums():
         coda.epilogue(lambda acc: {"output": acc, "a_col_sums": coda.col_sum(acc)})
 
 
+@pytest.mark.parametrize("source, where, names", [
+    ("EPILOGUE f(x: tile, x_s0: scalar) { output = input + x * x_s0; }", (1, 21), ("x", "x_s0")),
+    ("EPILOGUE f(c: head, s: head, c_h: scalar) {\n  output = rope(input, c, s) * c_h;\n}", (1, 30),
+     ("c", "c_h")),
+    ("output = input;\nsave output_lo = input;", (2, 1), ("output", "output_lo")),
+    ("output = input;\ns_ptr = row_sum(input);\ns = row_sum(input);", (3, 1), ("s_ptr", "s")),
+])
+def test_no_two_names_derive_one_kernel_parameter(source, where, names):
+    """The Triton kernel's parameters are the names with suffixes (`op_x_s0`, a tile x's row
+    stride): a name that another one's suffix spells would fail to compile at launch."""
+    assert_located(dsl_error(source), *where, f"names {names[0]!r} and {names[1]!r} would both name")
+
+
+def test_output_names_equal_under_nfkc_are_one_kernel_name():
+    with pytest.raises(coda.DslError, match="'\ufb01' and 'fi' would both name"):
+        coda.epilogue(lambda acc: {"output": acc, "\ufb01": acc * 2.0, "fi": acc * 3.0})
+
+
+def test_kernel_name_suffixes_cover_what_the_code_generator_appends():
+    """Every suffix codegen appends to an operand's or output's base name (`op_{name}`, ...) is
+    in the table the check above reads, so the check cannot fall behind the generator. (The
+    finishing kernel's locals, `{name}_top` and the like, are suffixes no other suffix begins
+    with: two reductions' locals cannot meet.)"""
+    import pathlib
+    import re
+
+    from coda.ir import KERNEL_NAME_SUFFIXES
+
+    known = {suffix for suffixes in KERNEL_NAME_SUFFIXES.values() for suffix in suffixes}
+    sources = pathlib.Path(coda.__file__).parent.joinpath("codegen").glob("*.py")
+    appended = {m for path in sources for m in re.findall(
+        r"(?:\{base\}|\b(?:op|out|red|fin)_\{[a-z_.]+\})(_[a-z0-9_]+)", path.read_text())}
+    assert {"_ptr", "_s0", "_desc", "_bufs", "_max"} <= appended <= known
+
+
 def test_check_fills_kinds_from_usage():
     from coda.dsl.lower import lower
     from coda.dsl.parser import parse

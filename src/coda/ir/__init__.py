@@ -25,6 +25,14 @@ LAUNCH_OPTIONS = ("backend", "out", "out_dtype", "seed", "outputs", "dtypes", "m
                   "a_col_sums", "unfinished")
 #: The output `a_col_sums=True` adds to a launch (its A's column sums): no program output's name.
 A_COL_SUMS = "a_col_sums"
+#: The names the Triton code generator derives from an operand's name (`op_x_ptr`, ...) and from
+#: a tile output's (`out_y_s0`, ...) and a reduction's (`red_s_ptr`, ...), by the suffixes it
+#: appends: no two names of a program may derive the same one (passes.legality).
+KERNEL_NAME_SUFFIXES = {
+    "op_": ("", "_ptr", "_s0", "_s1", "_h", "_sp", "_parts", "_desc", "_smem", "_bufs", "_layout"),
+    "out_": ("", "_ptr", "_s0", "_s1", "_desc", "_smem", "_smem_hi", "_bufs", "_layout", "_lo", "_hi"),
+    "red_": ("", "_ptr", "_sp", "_max", "_sum"),
+}
 
 
 class Node:

@@ -4,17 +4,19 @@
   `dropout`'s probability is built from constants and scalar operands only, and a constant
   probability lies in [0, 1].
 - No computed value mixes the [M, N] and [M, N/2] column domains (see `widths`).
-- No operand is named like a launch option (`seed`, `out`, ...), nor an output `a_col_sums`.
+- No operand is named like a launch option (`seed`, `out`, ...), nor an output `a_col_sums`, and
+  no two names derive the same kernel parameter (`x_s0` beside `x`: `KERNEL_NAME_SUFFIXES`).
 Reductions that are read back, `output` never assigned and the like are caught while the IR is
 built (lowering, tracing), where the source location is at hand.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import replace
 
-from ..errors import DslError
-from ..ir import A_COL_SUMS, LAUNCH_OPTIONS, Epilogue, Node, toposort
+from ..errors import DslError, Loc
+from ..ir import A_COL_SUMS, KERNEL_NAME_SUFFIXES, LAUNCH_OPTIONS, Epilogue, Node, toposort
 from .widths import widths
 
 
@@ -29,6 +31,9 @@ def check(epi: Epilogue) -> Epilogue:
         if out.name == A_COL_SUMS:
             raise DslError(f"{A_COL_SUMS!r} is the output that `a_col_sums=True` adds to a launch: "
                            f"give the program's output another name", out.loc)
+    _check_kernel_names("op_", [(name, "operand", param.loc) for name, param in params.items()])
+    _check_kernel_names("out_", [(o.name, "output", o.loc) for o in epi.outputs if o.reduction is None])
+    _check_kernel_names("red_", [(o.name, "output", o.loc) for o in epi.outputs if o.reduction])
 
     def require(node: Node, kind: str, why: str) -> None:
         param = params[node.arg]
@@ -64,3 +69,16 @@ def check(epi: Epilogue) -> Epilogue:
     checked = epi.replace(params=params)
     widths(checked)
     return checked
+
+
+def _check_kernel_names(prefix: str, names: list[tuple[str, str, Loc | None]]) -> None:
+    """Raise DslError where two names would derive one kernel parameter (`op_x_s0` from `x` and
+    from `x_s0`), or would be one Python identifier (`ﬁ` and `fi`, equal under NFKC)."""
+    derived: dict[str, str] = {}
+    for name, what, loc in names:
+        for suffix in KERNEL_NAME_SUFFIXES[prefix]:
+            identifier = unicodedata.normalize("NFKC", prefix + name + suffix)
+            other = derived.setdefault(identifier, name)
+            if other != name:
+                raise DslError(f"{what} names {other!r} and {name!r} would both name the generated "
+                               f"kernel's parameter `{identifier}`: rename one of them", loc)
