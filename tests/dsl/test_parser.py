@@ -218,6 +218,16 @@ def test_syntax_errors_are_located(source, line, col, fragment):
     assert_located(err, line, col, fragment)
 
 
+@pytest.mark.parametrize("opening, closing", [("(", ")"), ("exp(", ")"), ("-", ""), ("+", "")])
+def test_nesting_deeper_than_the_limit_is_located(opening, closing):
+    from coda.dsl.parser import MAX_NESTING
+
+    nested = lambda depth: f"x = input;\noutput = {opening * depth}x{closing * depth};"  # noqa: E731
+    assert coda.compile(nested(MAX_NESTING)).ir.outputs
+    column = 10 + len(opening) * (MAX_NESTING + 1)   # the term past the limit
+    assert_located(dsl_error(nested(MAX_NESTING + 1)), 2, column, f"more than {MAX_NESTING} levels")
+
+
 def test_unknown_kind_lists_the_kinds():
     err = dsl_error("EPILOGUE (bias: column) { output = input + bias; }")
     for kind in ("tile", "row", "col", "scalar", "head"):

@@ -50,6 +50,30 @@ def test_toposort_of_a_deep_chain_does_not_recurse():
     assert len(toposort([node])) == 1 + 2 * 5000
 
 
+def test_two_deep_chains_built_apart_compare_without_recursing():
+    def chain(last: float) -> Node:
+        node = _x()
+        for i in range(5000):
+            node = Node("add", (node, Node("const", (), float(i))))
+        return Node("mul", (node, Node("const", (), last)))
+
+    assert chain(1.0) == chain(1.0) and chain(1.0) is not chain(1.0)
+    assert chain(1.0) != chain(2.0)
+
+
+def test_two_equal_chains_traced_apart_compile():
+    """A traced loop run twice builds equal chains that share no node; `cse` compares them."""
+    import coda
+
+    def chain(x):
+        for _ in range(300):
+            x = x * 1.0001 + 0.5
+        return x
+
+    difference = coda.epilogue(lambda acc: chain(acc) - chain(acc)).ir.outputs[0].value
+    assert difference.op == "sub" and difference.args[0] is difference.args[1]
+
+
 def _epi(outputs, params=None):
     return Epilogue("e", params or {}, tuple(outputs))
 

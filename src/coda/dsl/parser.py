@@ -77,10 +77,16 @@ _FOREIGN_WORDS = {"and": FOREIGN_CHARACTERS["&"], "or": FOREIGN_CHARACTERS["|"],
                   "else": FOREIGN_CHARACTERS["?"]}
 
 
+#: How deep parentheses, calls and signs may nest in one expression (statements may chain any
+#: number of values: the compiler's passes do not recurse).
+MAX_NESTING = 100
+
+
 class _Parser:
     def __init__(self, source: str):
         self.tokens = tokenize(source)
         self.pos = 0
+        self.depth = 0   # how many parentheses, calls and signs the expression is inside
 
     @property
     def tok(self) -> Token:
@@ -221,6 +227,18 @@ class _Parser:
         return left
 
     def unary(self):
+        """A signed, called or parenthesized term: the parser's recursion, held to MAX_NESTING
+        levels so that a deeper expression is a located error, not Python's RecursionError."""
+        if self.depth > MAX_NESTING:
+            raise self.error(f"the expression nests more than {MAX_NESTING} levels deep here: "
+                             f"name its inner parts in statements of their own")
+        self.depth += 1
+        try:
+            return self.term()
+        finally:
+            self.depth -= 1
+
+    def term(self):
         tok = self.tok
         if self.accept("-"):
             return Call("neg", (self.unary(),), tok.loc)

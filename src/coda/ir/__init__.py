@@ -51,10 +51,20 @@ class Node:
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        return (isinstance(other, Node) and self._hash == other._hash and self.op == other.op
-                and self.arg == other.arg and self.args == other.args)
+        """Structural equality, walked with a stack: two equal chains of thousands of statements
+        built apart (a traced loop run twice) compare without recursing down them."""
+        if not isinstance(other, Node):
+            return False
+        pairs, compared = [(self, other)], set()
+        while pairs:
+            a, b = pairs.pop()
+            if a is b or (id(a), id(b)) in compared:
+                continue
+            if a._hash != b._hash or a.op != b.op or a.arg != b.arg or len(a.args) != len(b.args):
+                return False
+            compared.add((id(a), id(b)))
+            pairs.extend(zip(a.args, b.args, strict=True))
+        return True
 
     def __repr__(self) -> str:
         return f"Node({self.op!r}, {len(self.args)} args, arg={self.arg!r})"
