@@ -318,6 +318,20 @@ def test_tracer_errors_are_coda_errors(fn, fragment):
     assert fragment in info.value.message   # not the quoted source line, which holds the fragment
 
 
+def test_integers_beyond_float_range_are_infinite_as_the_literal_1e400():
+    def constant(acc):
+        return acc * 10**400
+
+    def default(acc, s=-(10**400)):
+        return acc * s
+
+    a, b = torch.ones(2, 3), torch.ones(3, 4)
+    assert torch.equal(coda.epilogue(constant).reference(a, b)["output"], torch.full((2, 4), torch.inf))
+    assert torch.equal(coda.epilogue(default).reference(a, b)["output"], torch.full((2, 4), -torch.inf))
+    prog = coda.compile("EPILOGUE (s: scalar) { output = input * s; }")
+    assert torch.equal(prog.reference(a, b, s=10**400)["output"], torch.full((2, 4), torch.inf))
+
+
 def test_abs_is_the_primitive():
     prog = coda.epilogue(lambda acc: abs(acc - 1.0))
     a, b = torch.randn(5, 3), torch.randn(3, 4)

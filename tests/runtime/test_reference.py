@@ -555,6 +555,9 @@ def test_explain_without_tensors():
     assert "# IR after passes" in text and "epilogue k(bias: col)" in text
     assert "output: tile [M, N/2]" in text and "s: row_sum [M]" in text
     assert repr(prog) == "<coda.Program k(bias: col) -> output, s>"
+    a, b = launch_inputs(4, 6, 3, seed=0)
+    with pytest.raises(coda.LaunchError, match=r"explain\(a=, b=, bias=\) without example tensors"):
+        prog.explain(a=a, b=b, bias=torch.zeros(6))   # A and B go by position: not a silent IR
 
 
 def test_explain_with_cpu_tensors_needs_neither_cuda_nor_the_interpreter(monkeypatch):

@@ -27,7 +27,7 @@ import torch
 from triton.runtime.errors import OutOfResources
 
 from ..errors import LaunchError
-from ..ir import format_epilogue
+from ..ir import as_float, format_epilogue
 from ..passes.widths import DOUBLE
 from ..runtime.binding import A_COL_SUMS, MAX_PIECES, Concat, Launch
 from ..runtime.partials import Partials
@@ -387,7 +387,7 @@ class Plan:
             if value is None:
                 value = default
             if kind == "scalar":
-                args.append(value if isinstance(value, torch.Tensor) else float(value))
+                args.append(value if isinstance(value, torch.Tensor) else as_float(value))
             elif kind == "tile":
                 args += (value, *value.stride())
             elif kind == "head":

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 
 from ..errors import DslError, Loc
-from ..ir import Epilogue, Node, Output, Param
+from ..ir import Epilogue, Node, Output, Param, as_float
 from ..primitives import INFIX, KINDS, PRIMITIVES
 from .lower import check_name
 
@@ -117,7 +117,7 @@ def _node(x, where: str) -> Node:
     if isinstance(x, Value):
         return x.node
     if isinstance(x, numbers.Real) and not isinstance(x, bool):
-        return Node("const", (), float(x))
+        return Node("const", (), as_float(x))
     if isinstance(x, Reduced):
         x._refuse()
     hint = ""
@@ -255,7 +255,7 @@ def _operands(fn: Callable, name: str, parameters: list[inspect.Parameter]) -> d
             if not isinstance(p.default, numbers.Real) or isinstance(p.default, bool):
                 raise DslError(f"{name}: parameter {p.name!r} has a default that is not "
                                f"a number")
-            default, kind = float(p.default), kind or "scalar"
+            default, kind = as_float(p.default), kind or "scalar"
         params[p.name] = Param(p.name, kind, definition, default)
     return params
 

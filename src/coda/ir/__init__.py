@@ -11,6 +11,7 @@ An `Epilogue` names its parameters (operands, with a kind once known) and its ou
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -33,6 +34,15 @@ KERNEL_NAME_SUFFIXES = {
     "out_": ("", "_ptr", "_s0", "_s1", "_desc", "_smem", "_smem_hi", "_bufs", "_layout", "_lo", "_hi"),
     "red_": ("", "_ptr", "_sp", "_max", "_sum"),
 }
+
+
+def as_float(number) -> float:
+    """The float a Python number stands for: beyond float64's range, an integer (`10**400`) is
+    infinite, as the literal `1e400` is in the DSL's text, not an OverflowError."""
+    try:
+        return float(number)
+    except OverflowError:
+        return math.inf if number > 0 else -math.inf
 
 
 class Node:

@@ -290,6 +290,10 @@ class Program:
             width = COLUMNS[self.widths.outputs[o.name]]
             shape = {None: f"[M, {width}]", "row": "[M]", "col": f"[{width}]"}[o.axis]
             lines.append(f"  {o.name}: {o.reduction or 'tile'} {shape}")
+        if a is None and kwargs:
+            given = ", ".join(f"{name}=" for name in kwargs)
+            raise LaunchError(f"explain({given}) without example tensors: pass A (and B) first, by "
+                              f"position (`prog.explain(a, b, bias=bias)`), then the operands by name")
         if a is not None:
             launch = self.bind(a, b, **kwargs)
             lines += ["", "# operand kinds"]

@@ -9,7 +9,7 @@ import dataclasses
 
 import torch
 
-from ..ir import Node
+from ..ir import Node, as_float
 from ..passes.widths import COLUMNS, UNPACKED, columns
 from ..primitives import PRIMITIVES
 from . import rng
@@ -111,7 +111,7 @@ def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[s
 
 def _broadcastable(value, kind: str, ct: torch.dtype) -> torch.Tensor:
     if kind == "scalar":
-        return torch.as_tensor(value, dtype=ct)
+        return torch.as_tensor(value if isinstance(value, torch.Tensor) else as_float(value), dtype=ct)
     value = (value.total() if isinstance(value, Partials) else value).to(ct)
     return {"row": lambda: value[:, None], "col": lambda: value[None, :]}.get(kind, lambda: value)()
 
