@@ -92,7 +92,7 @@ PRIMITIVES: dict[str, Primitive] = _rows(
     _e("sub", 2, torch.sub, "({0} - {1})", infix="-"),
     _e("mul", 2, torch.mul, "({0} * {1})", infix="*"),
     _e("div", 2, torch.div, "({0} / {1})", infix="/"),
-    _e("neg", 1, torch.neg, "(-{0})"),
+    _e("neg", 1, torch.neg, "({0} * -1.0)"),   # Triton's unary minus is 0 - x: -(+0) would be +0
     # comparisons: 1.0 where true, 0.0 where false
     _e("lt", 2, lambda a, b: _as_float(a < b, a), "({0} < {1}).to(tl.float32)", infix="<"),
     _e("le", 2, lambda a, b: _as_float(a <= b, a), "({0} <= {1}).to(tl.float32)", infix="<="),

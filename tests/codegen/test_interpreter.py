@@ -88,6 +88,20 @@ def test_rounding_matches_torch_bit_for_bit(name, dtype):
     assert torch.equal(got, want), (got - want).abs().max()
 
 
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")   # numpy's, 1 / ±0
+@pytest.mark.parametrize("expr", ["1.0 / -z", "1.0 / (0.0 - z)", "1.0 / (z + 0.0)", "1.0 / (z - -0.0)",
+                                  "1.0 / (-0.0 - z)", "1.0 / (z * -1.0)", "rsqrt(0.0 - z)"])
+def test_signs_of_zeros_as_eager_float32(expr):
+    """Triton's unary minus is 0 - x and its tl.full makes -0.0 +0; the simplifier took x + 0 and
+    0 - x for x and -x: each flipped 1/±0 between +inf and -inf (an audit's find)."""
+    prog = coda.compile(f"EPILOGUE (z: tile) {{ output = {expr}; }}")
+    z = torch.tensor([[0.0, -0.0, 2.0, -3.0]])
+    want = eval(expr, {"z": z, "rsqrt": torch.rsqrt})
+    for backend in ("triton", "reference"):
+        got = prog.map(torch.ones(1, 4), z=z, backend=backend)["output"]
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=0, equal_nan=True, msg=backend)
+
+
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")   # numpy's, at 1e19
 def test_gelu_grad_and_round_bf16_at_extreme_values_as_torch():
     """gelu_grad was NaN below x = -2e13 (its s·(x - x t) term, about 0.2 x^3, overflowed where Φ

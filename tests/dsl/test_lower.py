@@ -142,6 +142,8 @@ def test_compile_needs_text():
     ("output = unpack(input) * 2;", 1, 10, ("unpack(...) must be the whole right-hand side",)),
     ("a, b = gelu(input);\noutput = a;", 1, 4, ("only `unpack(...)` gives two values",)),
     ("a, b = input;\noutput = a;", 1, 4, ("only `unpack(...)` gives two values",)),
+    ("g, g = unpack(input);\noutput = g;", 1, 4, ("both halves of the pair are named 'g'",)),
+    ("output, output = unpack(input);", 1, 9, ("both halves of the pair are named 'output'",)),
     ("g, u = unpack(input);\nx, y = unpack(g);\noutput = x;", 2, 8, ("already unpacked",)),
     ("g, u = unpack(input);\noutput = g + input;", 2, 12, ("mixes an [M, N] value with an [M, N/2]",)),
     # assignment to an operand (declared in the header)

@@ -140,7 +140,7 @@ def identity(acc):
     return acc
 
 
-IDENTITY = "EPILOGUE identity { output = acc * 1 + 0; }"
+IDENTITY = "EPILOGUE identity { output = acc * 1 - 0; }"
 
 
 EQUIVALENT = [

@@ -21,6 +21,14 @@ def test_nodes_compare_structurally_ignoring_location():
     assert len({a, b}) == 1
 
 
+def test_constants_compare_by_their_bits():
+    """-0.0 == 0.0 in Python, but 1 / x tells them apart: two nodes, not one that `cse` would
+    share; a NaN constant is one node (NaN != NaN would keep equal programs apart)."""
+    assert Node("const", (), -0.0) != Node("const", (), 0.0)
+    assert Node("const", (), float("nan")) == Node("const", (), float("nan"))
+    assert len({Node("const", (), -0.0), Node("const", (), 0.0), Node("const", (), 0.0)}) == 2
+
+
 def test_with_args_keeps_the_node_when_nothing_changes():
     a = Node("neg", (_x(),), loc=Loc(2, 2))
     assert a.with_args(a.args) is a

@@ -369,7 +369,10 @@ class _Emitter:
         if op == "input":
             return "acc"
         if op == "const":
-            return self.full(float_literal(float(node.arg)), width)
+            value = float(node.arg)
+            if value == 0.0 and math.copysign(1.0, value) < 0:   # tl.full makes any zero +0
+                return f"{self.full('0.0', width)} * -1.0"
+            return self.full(float_literal(value), width)
         if op == "operand":
             return self.load_operand(node.arg, width, self.names[node])
         if op == "prior":

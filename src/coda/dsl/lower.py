@@ -67,6 +67,11 @@ class _Lowering:
         if len(stmt.targets) == 2:
             if form != "unpack":
                 raise DslError("only `unpack(...)` gives two values", stmt.targets[1].loc)
+            first, second = stmt.targets
+            if first.name == second.name:
+                raise DslError(f"both halves of the pair are named {first.name!r}, so the first "
+                               f"would be lost: give them two names, as in `gate, up = unpack(...);`",
+                               second.loc)
             pair = self.expr(value.args[0]) if self.arity_ok(value) else None
             for index, target in enumerate(stmt.targets):
                 self.bind(target, Node("unpack", (pair,), index, value.loc), kept=True)

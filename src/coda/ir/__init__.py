@@ -48,14 +48,16 @@ def as_float(number) -> float:
 class Node:
     """One value in the epilogue. `op` is a leaf op (LEAF_OPS), a primitive name or "unpack"."""
 
-    __slots__ = ("op", "args", "arg", "loc", "_hash")
+    __slots__ = ("op", "args", "arg", "loc", "_key", "_hash")
 
     def __init__(self, op: str, args: tuple[Node, ...] = (), arg: object = None, loc: Loc | None = None):
         self.op = op
         self.args = args
         self.arg = arg
         self.loc = loc
-        self._hash = hash((op, args, arg))
+        # a float by its bits: -0.0 is not 0.0 (1/x tells them apart), and a NaN is itself
+        self._key = arg.hex() if isinstance(arg, float) else arg
+        self._hash = hash((op, args, self._key))
 
     def __hash__(self) -> int:
         return self._hash
@@ -70,7 +72,7 @@ class Node:
             a, b = pairs.pop()
             if a is b or (id(a), id(b)) in compared:
                 continue
-            if a._hash != b._hash or a.op != b.op or a.arg != b.arg or len(a.args) != len(b.args):
+            if a._hash != b._hash or a.op != b.op or a._key != b._key or len(a.args) != len(b.args):
                 return False
             compared.add((id(a), id(b)))
             pairs.extend(zip(a.args, b.args, strict=True))

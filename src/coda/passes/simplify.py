@@ -1,13 +1,17 @@
 """Constant folding and algebraic simplification, as node rewrite rules.
 
-Only rewrites that are exact in floating point (or change rounding by less than one float32
-operation would) are applied: x*1, x+0, x-0, x/1, --x, 0-x -> -x, dropout(x, 0) -> x, and
-scale folding (x*c1)*c2 -> x*(c1*c2) where c1*c2 is a normal float32 number (a product that
-overflows or underflows in float32 would make x*(c1*c2) NaN, inf or 0 where the two products are
-not). `x*0` is kept: it is NaN for infinite x.
+Only rewrites that are exact in floating point, the sign of a zero included (or change rounding
+by less than one float32 operation would) are applied: x*1, x+(-0), x-(+0), x/1, --x, (-0)-x ->
+-x, dropout(x, 0) -> x, and scale folding (x*c1)*c2 -> x*(c1*c2) where c1*c2 is a normal
+float32 number (a product that overflows or underflows in float32 would make x*(c1*c2) NaN, inf
+or 0 where the two products are not; where x*c1 alone overflows, the fold is the finite one).
+`x*0` is kept: it is NaN for infinite x; and so are x+(+0) and (+0)-x, which are +0 where x is
+-0 (+0).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -47,13 +51,13 @@ def _simplify_node(node: Node) -> Node:
         node = Node(op, (args[1], args[0]), None, node.loc)
         args = node.args
     c = _const(args[1]) if len(args) == 2 else None
-    if op in ("add", "sub") and c == 0.0:
+    if c == 0.0 and (op, math.copysign(1.0, c)) in (("add", -1.0), ("sub", 1.0)):
         return args[0]
     if op in ("mul", "div") and c == 1.0:
         return args[0]
     if op == "mul" and c == -1.0:
         return _simplify_node(Node("neg", (args[0],), None, node.loc))
-    if op == "sub" and _const(args[0]) == 0.0:
+    if op == "sub" and _const(args[0]) == 0.0 and math.copysign(1.0, args[0].arg) < 0:
         return _simplify_node(Node("neg", (args[1],), None, node.loc))
     if op == "neg" and args[0].op == "neg":
         return args[0].args[0]
