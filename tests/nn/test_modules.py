@@ -293,6 +293,43 @@ def test_fused_mlp_from_torch_refuses_a_bias_in_one_layer_only():
         FusedMLP.from_torch(mlp, "gelu")
 
 
+class ForwardReluMLP(nn.Module):   # the activation called in forward(), no module of its own
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class ForwardGeGLU(TorchSwiGLU):   # a GeGLU whose GELU is called in forward()
+    def forward(self, x, residual=None):
+        return self.down_proj(F.gelu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def test_from_torch_probes_the_whole_module():
+    """Only children were checked: an activation called in forward() converted into the default
+    one (0.097 off at outputs of 0.52, a GeGLU into SwiGLU 0.075 off): silently (audit's find)."""
+    with pytest.raises(coda.CodaError, match="ForwardReluMLP does not compute fc2\\(activation"):
+        FusedMLP.from_torch(ForwardReluMLP(16, 24))
+    mlp = randomize(ForwardReluMLP(16, 24))
+    x = torch.randn(6, 16, dtype=F64)
+    torch.testing.assert_close(FusedMLP.from_torch(mlp, "relu")(x), mlp(x))
+    with pytest.raises(coda.CodaError, match="ForwardGeGLU does not compute down_proj\\(silu"):
+        SwiGLUMLP.from_torch(ForwardGeGLU(16, 24))
+
+
+@pytest.mark.parametrize("convert, module, match", [
+    (Linear.from_torch, nn.Conv1d(4, 4, 1), "Linear.from_torch takes an nn.Linear, got Conv1d"),
+    (FusedMLP.from_torch, nn.Sequential(nn.Linear(4, 8), nn.GELU()),
+     "Sequential has no nn.Linear children named fc1, fc2 \\(it has: 0, 1\\)"),
+    (SwiGLUMLP.from_torch, nn.Linear(4, 8), "Linear has no nn.Linear children named gate_proj, up_proj"),
+])
+def test_from_torch_of_another_kind_of_module_is_a_coda_error(convert, module, match):
+    with pytest.raises(coda.CodaError, match=match):
+        convert(module)
+
+
 def test_dropout_only_in_training():
     torch.manual_seed(0)
     layer = Linear(16, 32, dropout=0.5).double()

@@ -76,6 +76,8 @@ class Linear(nn.Linear):
 
     @classmethod
     def from_torch(cls, linear: nn.Linear, activation: str | None = None, dropout: float = 0.0) -> Linear:
+        if not isinstance(linear, nn.Linear):
+            raise CodaError(f"Linear.from_torch takes an nn.Linear, got {type(linear).__name__}")
         new = cls(linear.in_features, linear.out_features, linear.bias is not None, activation, dropout,
                   device=linear.weight.device, dtype=linear.weight.dtype)
         new.load_state_dict(linear.state_dict())
@@ -107,10 +109,12 @@ class FusedMLP(nn.Module):
         CLIPMLP), both biased or neither (FusedMLP has one `bias` flag for the two), fc2 mapping
         fc1's width back. `activation` must be what the module applies between them: its other
         children are checked (the activation module, run on a probe; timm's `norm` and dropouts
-        must be no-ops), so that a module computing something else is a CodaError, not a
-        silently different function."""
+        must be no-ops), and then the whole module on a probe against fc2(activation(fc1(x))) (an
+        activation its forward() calls has no child to check), so that a module computing something
+        else is a CodaError, not a silently different function."""
         check_options(activation, dropout)
-        fc1, fc2, kind = module.fc1, module.fc2, type(module).__name__
+        fc1, fc2 = _children(module, ("fc1", "fc2"), "FusedMLP.from_torch")
+        kind = type(module).__name__
         if (fc1.bias is None) != (fc2.bias is None):
             raise CodaError(f"FusedMLP.from_torch: {kind} has a bias in only one of fc1 and "
                             f"fc2; FusedMLP has both or neither")
@@ -133,6 +137,11 @@ class FusedMLP(nn.Module):
                                 f"no other layer between them (a norm there cannot be folded). If it "
                                 f"is the activation, pass the one it computes ('gelu' is the tanh form, "
                                 f"nn.GELU(approximate='tanh'); 'gelu_erf' is nn.GELU())")
+        up, down = _as_float64(fc1, fc2)
+        if not _computes(module, lambda x: down(activation_reference(activation, up(x))), fc1.in_features):
+            raise CodaError(f"FusedMLP.from_torch: {kind} does not compute fc2(activation(fc1(x))) with "
+                            f"activation={activation!r} on a probe: its forward() does something its "
+                            f"children do not show (an activation called there, a scale, a residual)")
         new = cls(fc1.in_features, fc1.out_features, activation, fc1.bias is not None, dropout,
                   device=fc1.weight.device, dtype=fc1.weight.dtype)
         new.load_state_dict({f"{name}.{key}": t for name, fc in (("fc1", fc1), ("fc2", fc2))
@@ -164,10 +173,13 @@ class SwiGLUMLP(nn.Module):
     @classmethod
     def from_torch(cls, module: nn.Module) -> SwiGLUMLP:
         """From any module with bias-free `gate_proj`, `up_proj`, `down_proj` (e.g. HF's LlamaMLP)
-        and, if it has an `act_fn`, a SiLU one. Biases or another activation (HF's `mlp_bias=True`,
-        a GeGLU's GELU) raise CodaError: this module has neither, and would drop them silently."""
+        and, if it has an `act_fn`, a SiLU one; the whole module is then run on a probe against
+        down_proj(silu(gate_proj(x)) * up_proj(x)). Biases or another activation (HF's
+        `mlp_bias=True`, a GeGLU's GELU) raise CodaError: this module has neither, and would drop
+        them silently."""
         names = ("gate_proj", "up_proj", "down_proj")
-        biased = [name for name in names if getattr(getattr(module, name), "bias", None) is not None]
+        projections = _children(module, names, "SwiGLUMLP.from_torch")
+        biased = [name for name, fc in zip(names, projections, strict=True) if fc.bias is not None]
         if biased:
             raise CodaError(f"SwiGLUMLP.from_torch: {type(module).__name__}'s {', '.join(biased)} carry a "
                             f"bias; SwiGLUMLP (swiglu_mlp) has none")
@@ -175,6 +187,12 @@ class SwiGLUMLP(nn.Module):
         if act is not None and not _computes(act, F.silu, module.gate_proj.weight.shape[0]):
             raise CodaError(f"SwiGLUMLP.from_torch: {type(module).__name__}.act_fn is {act!r}, not SiLU; "
                             f"SwiGLUMLP computes silu(gate) * up")
+        gate, up, down = _as_float64(*projections)
+        if not _computes(module, lambda x: down(F.silu(gate(x)) * up(x)), gate.in_features):
+            raise CodaError(f"SwiGLUMLP.from_torch: {type(module).__name__} does not compute "
+                            f"down_proj(silu(gate_proj(x)) * up_proj(x)) on a probe: its forward() "
+                            f"does something its children do not show (another activation called "
+                            f"there, a GeGLU's GELU, a scale)")
         w = module.gate_proj.weight
         new = cls(w.shape[1], w.shape[0], device=w.device, dtype=w.dtype)
         new.load_state_dict({f"{name}.weight": getattr(module, name).weight for name in names})
@@ -244,6 +262,21 @@ class LayerNormLinear(nn.Module):
 def rms_eps(norm: nn.RMSNorm, x: torch.Tensor) -> float:
     """An nn.RMSNorm's eps for input x: its own, or (None) x's dtype's epsilon, as nn.RMSNorm's."""
     return torch.finfo(x.dtype).eps if norm.eps is None else norm.eps
+
+
+def _children(module: nn.Module, names: tuple[str, ...], what: str) -> list[nn.Linear]:
+    """The nn.Linear children `names` of `module`, or a CodaError naming what is missing."""
+    found = [getattr(module, name, None) for name in names]
+    if not all(isinstance(fc, nn.Linear) for fc in found):
+        children = ", ".join(name for name, _ in module.named_children()) or "none"
+        raise CodaError(f"{what}: {type(module).__name__} has no nn.Linear children named "
+                        f"{', '.join(names)} (it has: {children})")
+    return found
+
+
+def _as_float64(*linears: nn.Linear) -> list[nn.Linear]:
+    """Float64 CPU copies of `linears`: the formula a whole module is probed against."""
+    return [copy.deepcopy(fc).to(device="cpu", dtype=torch.float64) for fc in linears]
 
 
 def _computes(module: nn.Module, fn, width: int, rtol: float = 1e-5, atol: float = 1e-8) -> bool:
