@@ -305,8 +305,9 @@ def test_ops_follow_autocast():
 
 
 def test_follows_autocast_casts_what_it_should():
-    """float32 to the region's dtype, but the kept names; 16-bit, float64 and integer tensors and
-    numbers as they are; the op itself runs with autocast off."""
+    """float32 and the other 16-bit dtype to the region's dtype (torch's F.linear of a float16 x
+    in a bfloat16 region is bfloat16: CODA refused the mix), but the kept names; float64 and
+    integer tensors and numbers as they are; the op itself runs with autocast off."""
     seen = {}
 
     @common.follows_autocast("stats")
@@ -319,8 +320,10 @@ def test_follows_autocast_casts_what_it_should():
                  wide=torch.ones(2, dtype=torch.float64))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         op(*args, **extra)
-    assert seen == dict(x=torch.bfloat16, w=torch.float16, stats=torch.float32, ids=torch.int64,
+    assert seen == dict(x=torch.bfloat16, w=torch.bfloat16, stats=torch.float32, ids=torch.int64,
                         wide=torch.float64, p=0.5, autocast=False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.nn.functional.linear(args[1], torch.ones(3, 2)).dtype == torch.bfloat16   # torch's
     op(*args, **extra)
     assert seen["x"] == torch.float32 and seen["autocast"] is False
     with torch.autocast("cpu", dtype=torch.bfloat16):   # tensors passed by keyword only
@@ -484,6 +487,37 @@ def test_rms_rstd_checks_its_arguments():
             ops.rms_rstd(*args)
     ss = (h * h).sum(1)
     torch.testing.assert_close(ops.rms_rstd(h, ss, 1e-6), torch.rsqrt(ss / 8 + 1e-6))
+
+
+def test_sparse_arguments_are_refused_by_name():
+    """A sparse x crashed in a reshape ("reshape is not implemented for sparse tensors") before
+    any launch's check, and a sparse w without a bias ran through torch.matmul (audit's find)."""
+    from coda import nn as cnn
+    from coda import ops
+
+    x, w, g = torch.randn(8, 16), torch.randn(12, 16), torch.ones(16)
+    calls = {"x": [lambda: ops.linear(x.to_sparse(), w), lambda: ops.dropout(x.to_sparse(), 0.5, seed=0),
+                   lambda: ops.swiglu_mlp(x.to_sparse(), torch.randn(24, 16), torch.randn(16, 12)),
+                   lambda: cnn.layer_norm(x.to_sparse(), g, g),
+                   lambda: ops.linear_cross_entropy(x.to_sparse(), w, torch.zeros(8, dtype=torch.long))],
+             "rms_norm_linear: x": [lambda: ops.rms_norm_linear(x.to_sparse(), g, w)],
+             "w": [lambda: ops.linear(x, w.to_sparse()),
+                   lambda: ops.linear(x, w.to_sparse(), torch.zeros(12)),
+                   lambda: ops.embedding(torch.tensor([1, 2]), w.to_sparse())]}
+    for name, launches in calls.items():
+        for launch in launches:
+            with pytest.raises(coda.LaunchError, match=f"^{name} has layout torch.sparse_coo; .*to_dense"):
+                launch()
+
+
+def test_messages_name_the_argument_and_what_it_was():
+    from coda import nn as cnn
+    from coda import ops
+
+    with pytest.raises(coda.LaunchError, match=r"interleave: w_gate has dtype torch\.int64"):
+        ops.interleave(torch.ones(4, 3, dtype=torch.long), torch.ones(4, 3, dtype=torch.long), torch.ones(3))
+    with pytest.raises(coda.LaunchError, match=r"g must be a tensor of shape \[16\] on cpu, got .* \[3\]"):
+        cnn.layer_norm(torch.randn(2, 16), torch.ones(3), torch.zeros(16))
 
 
 def test_a_device_constant_made_in_a_graph_capture_is_not_kept(monkeypatch):

@@ -140,7 +140,7 @@ def test_reference_backend_joins():
     (lambda: coda.Concat([torch.randn(3)], 1), "2-D"),
     (lambda: coda.Concat([torch.randn(3, 4)], 2), "dim must be 0 or 1"),
     (lambda: PROG(coda.Concat([torch.randn(3, 4)] * 2, 1), torch.randn(7, 2), bias=torch.randn(2)),
-     "K differ"),
+     r"A is \[M, K\] = \[3, 8\] .* K differ \(8 vs 7\)"),   # the joined A's shape, not a piece's
 ])
 def test_concat_errors(make, message):
     with pytest.raises(coda.LaunchError, match=message):

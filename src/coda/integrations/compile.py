@@ -69,7 +69,7 @@ from .. import ops
 from ..nn.layer_norm import NormFunction
 from ..nn.layer_norm import layer_norm as _nn_layer_norm
 from ..nn.layer_norm import rms_norm as _nn_rms_norm
-from ..ops.common import STATS
+from ..ops.common import STATS, as_rows
 from ..ops.cross_entropy import LinearCrossEntropyFunction
 from ..ops.dropout import DropoutFunction, resolve_seed
 from ..ops.gated_mlp import GatedMLPFunction, InterleaveGain, row_scale
@@ -642,7 +642,7 @@ def _linear_cross_entropy_backward(grad: Tensor, x: Tensor, w: Tensor, bias: Ten
                                    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(dx, dw, dbias, dnorm_weight): LinearCrossEntropyFunction.backward; empty where `needs`
     (x, w, bias, norm_weight) is False."""
-    h, lead = ops.as_rows(x)
+    h, lead = as_rows(x)
     norm = norm_weight is not None
     ctx = _Ctx((h, a if norm else h, w, bias, norm_weight, target_f, lse, rstd if norm else None,
                 weight), (needs[0], needs[1], False, needs[2], needs[3]),

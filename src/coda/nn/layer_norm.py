@@ -190,13 +190,14 @@ def _check(op: str, x: object, params: dict[str, object], sums: dict[str, object
     are floating-point tensors [n] on its device and the given `sums` floating-point tensors of
     its leading shape there (an integer gain would pass one kernel and fail another)."""
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or not x.is_floating_point():
-        raise LaunchError(f"{op}: x must be a floating-point tensor [..., n]")
+        raise LaunchError(f"{op}: x must be a floating-point tensor [..., n], got {checks.describe(x)}")
     n = x.shape[-1]
     if n == 0:
         raise LaunchError(f"{op}: x has no features to normalize (its last dimension is 0)")
     for name, t in params.items():
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != (n,) or t.device != x.device:
-            raise LaunchError(f"{op}: {name} must be a tensor of shape [{n}] on {x.device}")
+            raise LaunchError(f"{op}: {name} must be a tensor of shape [{n}] on {x.device}, got "
+                              f"{checks.describe(t)}")
         checks.float_tensor(op, name, t)
     checks.flag("passthrough", passthrough)
     for name, t in sums.items():

@@ -1,9 +1,10 @@
 """Transformer operators as GEMM + epilogue programs, forward and backward.
 
-Each op is a `torch.autograd.Function` whose passes are CODA programs (see docs/ops.md).
+Each op is a `torch.autograd.Function` whose passes are CODA programs (see docs/ops.md). The
+plain GEMMs and reshapes the ops share (`matmul`, `weight_grad`, `as_rows`) are in
+`coda.ops.common`: building blocks that check nothing, not ops.
 """
 
-from .common import as_rows, matmul, weight_grad
 from .cross_entropy import linear_cross_entropy
 from .dropout import dropout
 from .embedding import embedding, tied_embedding
@@ -12,7 +13,7 @@ from .linear import linear, mlp
 from .norms import layer_norm_linear, out_proj_residual, rms_norm_linear, rms_rstd
 from .rope import permute_for_interleaved_rope, qkv_rope, rope
 
-__all__ = ["as_rows", "deinterleave", "dropout", "embedding", "geglu_mlp", "interleave", "layer_norm_linear",
-           "linear", "linear_cross_entropy", "matmul", "mlp", "out_proj_residual",
+__all__ = ["deinterleave", "dropout", "embedding", "geglu_mlp", "interleave", "layer_norm_linear",
+           "linear", "linear_cross_entropy", "mlp", "out_proj_residual",
            "permute_for_interleaved_rope", "qkv_rope", "rms_norm_linear", "rms_rstd", "rope",
-           "swiglu_mlp", "tied_embedding", "weight_grad"]
+           "swiglu_mlp", "tied_embedding"]

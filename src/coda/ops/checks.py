@@ -7,6 +7,7 @@ import numbers
 import torch
 
 from ..errors import LaunchError
+from ..runtime.binding import check_strided
 from ..runtime.binding import describe as describe  # the runtime's, for the ops' messages
 
 
@@ -16,6 +17,7 @@ def weight(name: str, w: object, x: torch.Tensor, in_features: int,
     in_features what `source` holds; returns out_features."""
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         raise LaunchError(f"{name} must be a 2-D tensor [out_features, in_features], got {describe(w)}")
+    check_strided(name, w)
     if in_features == 0:
         raise LaunchError(f"{name}: in_features is 0 ({source}): a layer needs at least one input "
                           f"feature")
@@ -67,6 +69,7 @@ def float_tensor(op: str, name: str, t: object, x: torch.Tensor | None = None) -
     """`t` is a floating-point tensor (on x's device, when x is given)."""
     if not isinstance(t, torch.Tensor):
         raise LaunchError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    check_strided(f"{op}: {name}", t)
     if not t.is_floating_point():
         raise LaunchError(f"{op}: {name} has dtype {t.dtype}; expected float16, bfloat16, float32 "
                           f"or float64")

@@ -20,7 +20,7 @@ import torch
 
 from .. import compile as compile_program
 from ..errors import CodaError, LaunchError
-from ..runtime.binding import Concat
+from ..runtime.binding import Concat, check_strided
 
 PLAIN = compile_program("EPILOGUE plain() { output = input; }")
 ACCUMULATE = compile_program("EPILOGUE accumulate() { output += input; }")
@@ -91,9 +91,10 @@ def _own(out: object, inputs: tuple) -> object:
 
 def follows_autocast(*keep: str, widest: bool = False) -> Callable[[Callable], Callable]:
     """An op's entry point that runs, inside a `torch.autocast` region, as the region would run
-    it: a GEMM's float32 tensor arguments (all but `keep`, float32 statistics such as a
-    producer's row sums) are cast to the region's dtype; with `widest` (a norm, which autocast
-    runs in float32) its 16-bit ones to float32. The op then runs with autocast off, its kernels
+    it: a GEMM's floating tensor arguments (all but `keep`, float32 statistics such as a
+    producer's row sums, and float64 ones, which autocast leaves too) are cast to the region's
+    dtype (float16 ones to a bfloat16 region's too); with `widest` (a norm, which autocast runs in
+    float32) its 16-bit ones to float32. The op then runs with autocast off, its kernels
     computing in their inputs' dtype. The casts are autograd's: float32 parameters receive
     float32 gradients. Outside autocast the op is called as it is.
 
@@ -109,8 +110,9 @@ def follows_autocast(*keep: str, widest: bool = False) -> Callable[[Callable], C
                           None)
             if device not in ("cuda", "cpu") or not torch.is_autocast_enabled(device):
                 return op(*args, **kwargs)
-            source, target = (((torch.bfloat16, torch.float16), torch.float32) if widest
-                              else ((torch.float32,), torch.get_autocast_dtype(device)))
+            # as autocast casts: every floating dtype but float64 that is not the target's
+            target = torch.float32 if widest else torch.get_autocast_dtype(device)
+            source = {torch.float32, torch.float16, torch.bfloat16} - {target}
 
             def cast(name: str, value: object) -> object:
                 if name not in keep and isinstance(value, torch.Tensor) and value.dtype in source:
@@ -229,8 +231,9 @@ def joined_grad(grads: Sequence[torch.Tensor | None], widths: tuple[int, ...] | 
                         for g, w in zip(grads, widths, strict=True)), 1)
 
 
-def as_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Size]:
+def as_rows(x: torch.Tensor, name: str = "x") -> tuple[torch.Tensor, torch.Size]:
     """`x` as [rows, features] (a view when possible) and its leading shape, to restore later."""
+    check_strided(name, x)
     return x.reshape(math.prod(x.shape[:-1]), x.shape[-1]), x.shape[:-1]   # -1: ambiguous when empty
 
 

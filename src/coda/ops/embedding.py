@@ -115,6 +115,8 @@ def _embedding(ids: torch.Tensor, w: torch.Tensor, padding_idx: int | None, tied
         raise LaunchError(f"w must be a floating-point tensor [V, H], got {checks.describe(w)}")
     if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int32, torch.int64):
         raise LaunchError(f"ids must be an int32 or int64 tensor, got {checks.describe(ids)}")
+    checks.check_strided("w", w)
+    checks.check_strided("ids", ids)
     if ids.device != w.device:
         raise LaunchError(f"ids are on {ids.device} but w is on {w.device}")
     if padding_idx is not None and not checks.integer(padding_idx):

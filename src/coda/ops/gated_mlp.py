@@ -168,6 +168,7 @@ def interleave(w_gate: torch.Tensor, w_up: torch.Tensor, gain: torch.Tensor | No
         return torch.stack((w_gate, w_up), dim=1).flatten(0, 1)
     if w_gate.dim() != 2:
         raise LaunchError(f"interleave with a gain takes weights [F, H], got {checks.describe(w_gate)}")
+    checks.float_tensor("interleave", "w_gate", w_gate)
     checks.optional_tensor("gain", gain, (w_gate.shape[1],), w_gate)
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::interleave_gain, no graph break

@@ -158,15 +158,15 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
             _check_matrix("A", a)
         _check_matrix("B", b)
         (m, k), (k2, n) = a.shape, b.shape
+        if k != k2:
+            raise LaunchError(f"A is [M, K] = {list(a.shape)} and B is [K, N] = {list(b.shape)}: "
+                              f"their K differ ({k} vs {k2})")
         a = concat.pieces[0] if concat else a
         if b.device != a.device:
             raise LaunchError(f"B is on {b.device} but A is on {a.device}")
         if b.dtype != a.dtype:   # on both backends: code tried on the CPU runs the same on a GPU
             raise LaunchError(f"A is {a.dtype} but B is {b.dtype}: a GEMM takes one input dtype; "
                               f"cast one of them")
-        if k != k2:
-            raise LaunchError(f"A is [M, K] = {list(a.shape)} and B is [K, N] = {list(b.shape)}: "
-                              f"their K differ ({k} vs {k2})")
     epi = program.ir
     if program.has_unpack and n % 2:
         raise LaunchError(f"the program unpacks column pairs, so N must be even; got N = {n}")
@@ -353,7 +353,7 @@ def check_strided(name: str, x: torch.Tensor) -> None:
     has none."""
     if x.layout != torch.strided:
         raise LaunchError(f"{name} has layout {x.layout}; CODA needs a dense (strided) tensor: "
-                          f"pass x.to_dense()")
+                          f"pass it as .to_dense()")
 
 
 def _operand_values(epi, operands: dict, device: torch.device) -> dict[str, object]:
