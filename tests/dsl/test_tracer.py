@@ -376,6 +376,23 @@ def test_bad_annotations_and_defaults():
     assert info.value.loc == Loc(bad_default.__code__.co_firstlineno, 1, __file__)
 
 
+def test_positional_only_operands_are_refused_and_a_positional_only_result_is_fine():
+    def scaled(acc, p, /):
+        return acc * p
+
+    def accumulate(acc, output, /):
+        return acc + output
+
+    def fine(acc, /, p):
+        return acc * p
+
+    for fn, name in ((scaled, "p"), (accumulate, "output")):
+        with pytest.raises(coda.DslError, match=f"parameter '{name}' is positional-only"):
+            coda.epilogue(fn)
+    a, b = torch.randn(3, 2), torch.randn(2, 4)
+    torch.testing.assert_close(coda.epilogue(fine).reference(a, b, p=2.0)["output"], (a @ b) * 2)
+
+
 @pytest.mark.parametrize(("operand", "words"), [
     ("input", "'input' is the GEMM result"), ("acc", "'acc' is the GEMM result"),
     ("gelu", "'gelu' is reserved"), ("save", "'save' is reserved")])

@@ -241,6 +241,10 @@ def _operands(fn: Callable, name: str, parameters: list[inspect.Parameter]) -> d
     params: dict[str, Param] = {}
     definition = _user_line(fn, None)[0]   # where a later check of an operand points
     for p in parameters:
+        if p.kind == p.POSITIONAL_ONLY:
+            raise DslError(f"{name}: parameter {p.name!r} is positional-only (before `/`), but operands "
+                           f"(and `output`) are bound by name: remove the `/` or move it after the "
+                           f"first parameter")
         if p.name == "output":
             continue
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from ..errors import DslError, Loc
 from ..ir import A_COL_SUMS, KERNEL_NAME_SUFFIXES, LAUNCH_OPTIONS, Epilogue, Node, toposort
+from ..primitives import PRIMITIVES
 from .widths import widths
 
 
@@ -47,12 +48,12 @@ def check(epi: Epilogue) -> Epilogue:
             for table in node.args[1:]:
                 require(table, "head", "a rope table")
         elif node.op == "dropout":
-            for leaf in toposort([node.args[1]]):
-                if leaf.op == "operand":
-                    require(leaf, "scalar", "a dropout probability")
-                elif leaf.op in ("input", "prior", "unpack"):
+            for part in toposort([node.args[1]]):
+                if part.op == "operand":
+                    require(part, "scalar", "a dropout probability")
+                elif part.op != "const" and getattr(PRIMITIVES.get(part.op), "form", None) != "elementwise":
                     raise DslError("dropout's probability must be a scalar (a number or a "
-                                   "scalar operand)", node.loc)
+                                   "scalar operand, and arithmetic on them)", node.loc)
             p = node.args[1]
             if p.op == "const" and not 0.0 <= p.arg <= 1.0:
                 raise DslError(f"dropout probability {p.arg} is outside [0, 1]", p.loc or node.loc)
