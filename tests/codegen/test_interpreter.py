@@ -411,6 +411,18 @@ def test_a_col_sums_from_the_k_loop(shape, dtype):
     assert torch.equal(out["output"], plain["output"]) and torch.equal(out["db"], plain["db"])
 
 
+def test_a_col_sums_of_a_gemm_with_no_columns():
+    """With N = 0 no column tile runs, and A's column sums came back as the partial buffers'
+    garbage (an audit's find): they are A's sums, finished or as one part."""
+    a, b = torch.randn(40, 24), torch.randn(24, 0)
+    prog = coda.compile("output = input;")
+    for options in ({}, {"unfinished": ["a_col_sums"]}, {"m_limit": torch.tensor([9])}):
+        sums = prog(a, b, backend="triton", a_col_sums=True, **options)["a_col_sums"]
+        sums = sums.total() if isinstance(sums, coda.Partials) else sums
+        rows = int(options["m_limit"]) if "m_limit" in options else 40
+        torch.testing.assert_close(sums, a[:rows].sum(0))
+
+
 @pytest.mark.parametrize("dim", [0, 1])
 def test_a_col_sums_of_a_concat_and_a_transposed_a(dim):
     """Pieces along K (each piece's columns in their place) and along M (every piece's rows),

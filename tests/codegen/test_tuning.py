@@ -22,7 +22,18 @@ def test_store_round_trip_and_persistence(tmp_path):
     assert TuningStore(tmp_path / "tuning.json").get("key") == config   # a second process
 
 
-@pytest.mark.parametrize("garbage", ["{not json", "[1, 2]", '{"key": {"block_m": "x", "bogus": 1}}'])
+@pytest.mark.parametrize("garbage", [
+    "{not json", "[1, 2]", '{"key": {"block_m": "x", "bogus": 1}}', '{"key": 5}', "null",
+    # valid JSON whose entry is no configuration that could run: Config(block_m="128") reached
+    # Plan's arithmetic (a TypeError), block_m 0 a ZeroDivisionError, and a pingpong of "no" is
+    # truthy (an audit's find)
+    '{"key": {"block_m": "128", "block_n": 128, "block_k": 64}}',
+    '{"key": {"block_m": 0, "block_n": 128, "block_k": 64}}',
+    '{"key": {"block_m": 128, "block_n": 128, "block_k": 64, "num_warps": 3}}',
+    '{"key": {"block_m": 128, "block_n": 128, "block_k": 64, "pingpong": "no"}}',
+    '{"key": {"block_m": 128, "block_n": 128, "block_k": true}}',
+    '{"key": {"block_m": 128, "block_n": 128}}',
+])
 def test_corrupt_cache_file_is_survived(tmp_path, garbage):
     path = tmp_path / "tuning.json"
     path.write_text(garbage)
@@ -34,14 +45,16 @@ def test_corrupt_cache_file_is_survived(tmp_path, garbage):
 
 def test_store_is_safe_under_threads(tmp_path):
     store = TuningStore(tmp_path / "tuning.json")
-    threads = [threading.Thread(target=lambda i=i: store.put(f"k{i}", Config(16 * (i + 1), 64, 32)))
-               for i in range(16)]
+    def config(i: int) -> Config:   # 16 distinct ones
+        return Config(16 << i % 4, 16 << i // 4, 32)
+
+    threads = [threading.Thread(target=lambda i=i: store.put(f"k{i}", config(i))) for i in range(16)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     fresh = TuningStore(tmp_path / "tuning.json")
-    assert all(fresh.get(f"k{i}") == Config(16 * (i + 1), 64, 32) for i in range(16))
+    assert all(fresh.get(f"k{i}") == config(i) for i in range(16))
 
 
 def _put_one(path: str, key: str, ready) -> None:   # a process of its own

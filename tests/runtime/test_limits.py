@@ -13,7 +13,9 @@ import coda
 PROGRAM = coda.compile("EPILOGUE limited(b: col, r: row) { h = input * r + b; output = h;"
                        " s = row_sum(h); c = col_sum(h); lse = row_logsumexp(h); }")
 M, N, K = 70, 48, 40
-LIMITS = [0, 1, 31, 32, 64, 69, 70, 500]   # none, within a tile, tile edges, all, past M
+#: none, within a tile, tile edges, all, past M, and int64 values int32 cannot hold (2**63 - 1, a
+#: "no limit" to keep in a CUDA graph's tensor, wrapped to -1 in the kernels: no row was computed)
+LIMITS = [0, 1, 31, 32, 64, 69, 70, 500, 2**32 + 3, 2**63 - 1, -2**40]
 
 
 def operands(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -39,9 +41,9 @@ def check(got: dict, want: dict, rows: int, poison: torch.Tensor) -> None:
 def test_m_limit_gemm_and_map(backend, limit, monkeypatch):
     if backend == "triton":
         monkeypatch.setenv("TRITON_INTERPRET", "1")
-    a, b, bias, r = operands(limit)
-    rows = min(limit, M)
-    count = torch.tensor([limit], dtype=torch.int32)
+    a, b, bias, r = operands(limit % 1000)
+    rows = min(max(limit, 0), M)
+    count = torch.tensor([limit], dtype=torch.int32 if abs(limit) < 2**31 else torch.int64)
     want = expected((a[:rows].double() @ b.double()) * r[:rows, None].double() + bias.double())
     poison = torch.full((M, N), float("nan"))
     got = PROGRAM(a, b, b=bias, r=r, out=poison.clone(), m_limit=count, backend=backend)
@@ -52,11 +54,11 @@ def test_m_limit_gemm_and_map(backend, limit, monkeypatch):
 
 
 @pytest.mark.parametrize("backend", ["triton", "reference"])
-@pytest.mark.parametrize("limit", [0, 1, 17, 32, 40, 99])
+@pytest.mark.parametrize("limit", [0, 1, 17, 32, 40, 99, 2**32 + 3, 2**63 - 1])
 def test_k_limit_gemm(backend, limit, monkeypatch):
     if backend == "triton":
         monkeypatch.setenv("TRITON_INTERPRET", "1")
-    a, b, bias, r = operands(100 + limit)
+    a, b, bias, r = operands(100 + limit % 1000)
     depth = min(limit, K)
     got = PROGRAM(a, b, b=bias, r=r, k_limit=torch.tensor([limit]), backend=backend)
     want = expected((a[:, :depth].double() @ b[:depth].double()) * r[:, None].double() + bias.double())

@@ -84,7 +84,7 @@ def generate_finish(program: Program, sig: Signature) -> str:
                                                          "LIMIT_M", "TILE_M"))])
     # under a limit on M (`m_limit=`) the kernel ran as if M were the limit: its rows and its
     # tiles of TILE_M rows past it have no partials
-    limit = ["if LIMIT_M:", "    M = tl.minimum(M, tl.load(M_LIMIT).to(tl.int32))",
+    limit = ["if LIMIT_M:", "    M = cm.limited(M, M_LIMIT)",
              "    col_parts = tl.cdiv(M, TILE_M)"]
     body = "\n".join("    " + line for line in limit + lines)
     return f"\n@triton.jit\ndef finish({params}):\n    pid = tl.program_id(0)\n{body}\n"

@@ -111,9 +111,9 @@ def limited(M, K, M_LIMIT, K_LIMIT, LIMIT_M: tl.constexpr, LIMIT_K: tl.constexpr
     # M and K lowered to the limits read from the device (`m_limit=`, `k_limit=`): the tile
     # count, the TMA descriptors' extents (zero past them) and the epilogue's masks follow
     if LIMIT_M:
-        M = tl.minimum(M, tl.load(M_LIMIT).to(tl.int32))
+        M = cm.limited(M, M_LIMIT)
     if LIMIT_K:
-        K = tl.minimum(K, tl.load(K_LIMIT).to(tl.int32))
+        K = cm.limited(K, K_LIMIT)
     return M, K
 
 
@@ -731,7 +731,7 @@ def {KERNEL}(X, M, N, stride_xm, stride_xn, X1, X2, X3, CUT1, CUT2, CUT3, M_LIMI
     pid_m = tl.program_id(0) // col_blocks
     pid_n = tl.program_id(0) % col_blocks
     if LIMIT_M:   # rows from M_LIMIT on are not computed
-        M = tl.minimum(M, tl.load(M_LIMIT).to(tl.int32))
+        M = cm.limited(M, M_LIMIT)
         if pid_m * BLOCK_M >= M:
             return
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)

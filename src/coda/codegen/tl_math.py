@@ -36,6 +36,13 @@ def max_keeping_nan(x, axis: tl.constexpr):
 
 
 @triton.jit
+def limited(n, LIMIT):
+    """min(n, the limit read at LIMIT, `m_limit=` or `k_limit=`), and not below 0: compared in
+    the limit's own width, since an int64 limit from 2**31 on wraps when cast to int32 first."""
+    return tl.maximum(tl.minimum(tl.load(LIMIT), n), 0).to(n.dtype)
+
+
+@triton.jit
 def tanh(x):
     if FAST_MATH:
         return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x],

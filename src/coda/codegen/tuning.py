@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 
@@ -76,6 +76,27 @@ class Config:
     @property
     def epilogue_block_n(self) -> int:
         return self.block_n // self.split_epilogue
+
+    @classmethod
+    def from_entry(cls, entry: object) -> Config | None:
+        """The configuration a tuning file's entry stores, or None where it stores none that could
+        run (a field missing, unknown or of another type, a size that is no positive power of two:
+        an edited or damaged file), so that the launch tunes again."""
+        kinds = {field.name: field.type for field in fields(cls)}
+        if not isinstance(entry, dict) or not set(entry) <= set(kinds):
+            return None
+        for name, value in entry.items():
+            if kinds[name] == "bool":
+                valid = isinstance(value, bool)
+            else:
+                valid = isinstance(value, int) and not isinstance(value, bool) and value > 0 and (
+                    name in ("num_stages", "group_m") or value & (value - 1) == 0)
+            if not valid:
+                return None
+        try:
+            return cls(**entry)
+        except TypeError:   # a field without a default missing
+            return None
 
 
 CANDIDATES = {
@@ -236,10 +257,7 @@ class TuningStore:
             if path != self._read_from or key not in self._entries:
                 self._entries, self._read_from = self._read(path), path
             entry = self._entries.get(key)
-        try:
-            return Config(**entry) if isinstance(entry, dict) else None
-        except TypeError:
-            return None
+        return Config.from_entry(entry)
 
     def put(self, key: str, config: Config) -> None:
         with self._lock:

@@ -237,7 +237,9 @@ class Program:
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
                       outputs=outputs, dtypes=dtypes, m_limit=limits[0], k_limit=limits[1],
                       a_col_sums=a_col_sums, unfinished=unfinished)
-        if self._pick_backend(backend, launch.a) == "reference":
+        # A's column sums come from the column tiles, and with N = 0 there are none: the
+        # reference backend sums them (and launches no kernel the others would need)
+        if self._pick_backend(backend, launch.a) == "reference" or (a_col_sums and launch.n == 0):
             return run_reference(launch)
         plan, outputs = self.triton.start(launch)
         # a plan made while a CUDA graph is captured may run an untuned configuration (kernels
