@@ -676,3 +676,17 @@ def opcheck_cases():
 def test_opcheck(name):
     op, args = opcheck_cases()[name]
     torch.library.opcheck(op, args)
+
+
+def test_vmap_over_the_custom_ops_is_refused():
+    """Under vmap a batched tensor reads requires_grad=False, so the custom op's forward kept
+    nothing for the backward, which failed inside CODA ("operand 'slope' ... got shape [0]"):
+    the ops refuse vmap, as their autograd.Functions do (an audit's find)."""
+    w = torch.randn(6, 8, dtype=F64)
+    x = torch.randn(3, 4, 8, dtype=F64, requires_grad=True)
+    with pytest.raises(coda.CodaError, match=r"coda::linear does not run under torch\.func\.vmap"):
+        torch.func.vmap(lambda rows: cc.linear(rows, w, activation="gelu"))(x)
+    compiled = torch.compile(torch.func.vmap(lambda rows: ops.linear(rows, w, activation="gelu")),
+                             backend="aot_eager", fullgraph=True)
+    with pytest.raises(RuntimeError, match=r"does not run under torch\.func\.vmap"):   # Dynamo's wrapper
+        compiled(x)

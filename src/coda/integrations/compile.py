@@ -66,6 +66,7 @@ import torch
 from torch import Tensor
 
 from .. import ops
+from ..errors import CodaError
 from ..nn.layer_norm import NormFunction
 from ..nn.layer_norm import layer_norm as _nn_layer_norm
 from ..nn.layer_norm import rms_norm as _nn_rms_norm
@@ -118,8 +119,19 @@ def _custom_op(name: str) -> Callable:
         def without_grad(*args, **kwargs):
             with torch.no_grad():
                 return kernel(*args, **kwargs)
-        return define(without_grad)
+        op = define(without_grad)
+        op.register_vmap(functools.partial(_refuse_vmap, name))
+        return op
     return register
+
+
+def _refuse_vmap(name: str, *_) -> None:
+    """The ops' rule under `torch.func.vmap`: a refusal, as their autograd.Functions refuse it
+    (docs/ops.md, "Not for torch.func"). Without one vmap ran the op per batch, but a batched
+    tensor reads `requires_grad=False` there, so the forward kept nothing for the backward, which
+    then failed inside CODA."""
+    raise CodaError(f"{name} does not run under torch.func.vmap (nor do CODA's other ops): call it "
+                    f"on the whole batch, whose leading dimensions it takes as rows")
 
 
 def _register_fake(op) -> Callable:
