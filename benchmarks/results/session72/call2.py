@@ -17,7 +17,8 @@ for m, n, k, dtype in ((2048, 1024, 512, torch.bfloat16), (300, 200, 96, torch.f
     for label, config in configs.items():
         for limit in (0, 100, 2**31 - 1, 2**32 + 3, 2**63 - 1):
             for which in ("m_limit", "k_limit"):
-                lim = torch.tensor([limit], device="cuda", dtype=torch.int32 if limit < 2**31 else torch.int64)
+                width = torch.int32 if limit < 2**31 else torch.int64
+                lim = torch.tensor([limit], device="cuda", dtype=width)
                 kwargs = {which: lim}
                 try:
                     if config is None:
@@ -26,18 +27,21 @@ for m, n, k, dtype in ((2048, 1024, 512, torch.bfloat16), (300, 200, 96, torch.f
                         triton_prog = prog.triton
                         launch = prog.bind(a, w.T, b=bias, **kwargs)
                         plan = triton_prog.plan(launch, config)
-                        got = plan.run(a, w.T, launch.values, None, launch.seed, (launch.m_limit, launch.k_limit))
+                        limits = (launch.m_limit, launch.k_limit)
+                        got = plan.run(a, w.T, launch.values, None, launch.seed, limits)
                     want = prog.reference(a.float(), w.T.float(), b=bias.float(), **kwargs)
                     rows = min(limit, m) if which == "m_limit" else m
-                    err = (got["output"][:rows].float() - want["output"][:rows].float()).abs().max().item() if rows else 0.0
+                    diff = got["output"][:rows].float() - want["output"][:rows].float()
+                    err = diff.abs().max().item() if rows else 0.0
                     serr = (got["s"][:rows] - want["s"][:rows]).abs().max().item() if rows else 0.0
                     scale = want["output"].float().abs().max().item() + 1
                     ok = err < 0.02 * scale and serr < 0.02 * (want["s"].abs().max().item() + 1)
-                except Exception as e:   # noqa: BLE001
+                except Exception as e:
                     ok, err, serr = False, repr(e)[:200], ""
                 failures += not ok
                 if not ok or limit in (100, 2**63 - 1):
-                    print(f"{m}x{n}x{k} {dtype} {label:9s} {which}={limit}: {'ok' if ok else 'FAIL'} {err} {serr}")
+                    verdict = "ok" if ok else "FAIL"
+                    print(f"{m}x{n}x{k} {dtype} {label:9s} {which}={limit}: {verdict} {err} {serr}")
 z = torch.tensor([[0.0, -0.0, 2.0, -3.0]], device="cuda")
 for expr in ("1.0 / -z", "1.0 / (0.0 - z)", "1.0 / (z + 0.0)", "1.0 / (z - -0.0)", "1.0 / (-0.0 - z)"):
     p = coda.compile(f"EPILOGUE (z: tile) {{ output = {expr}; }}")
