@@ -1053,6 +1053,30 @@ def test_a_hooked_submodule_runs_hfs_forward(build):
     assert any(m is layer_mlp(model) for m in seen)   # HF's forward called the layer's submodule
 
 
+@pytest.mark.parametrize("build", [tiny_gpt2, tiny_llama], ids=["gpt2", "llama"])
+def test_output_recorders_leave_the_layers_fused(build, monkeypatch):
+    """transformers 5 leaves its output recorders (forward hooks) on every attention module from
+    the first call with `output_hidden_states` or `output_attentions` on; counted as a user's
+    hooks, they handed that call and every later one to HF's forward (an audit's find). The
+    hidden states come from the fused layers as HF's; attention maps from HF's, for that call."""
+    from coda.integrations import hf
+
+    ref = build(torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    fused, call = [], hf.ops.out_proj_residual
+    monkeypatch.setattr(hf.ops, "out_proj_residual", lambda *a, **k: fused.append(1) or call(*a, **k))
+    ids, labels = batch()
+    layers = ref.config.num_hidden_layers
+    for options, runs in (({}, layers), ({"output_hidden_states": True}, layers),
+                          ({"output_attentions": True}, 0), ({"labels": labels}, layers)):
+        fused.clear()
+        got, want = model(input_ids=ids, **options), ref(input_ids=ids, **options)
+        assert len(fused) == runs, options
+        for name in ("hidden_states", "attentions"):
+            for got_one, want_one in zip(got.get(name) or (), want.get(name) or (), strict=True):
+                torch.testing.assert_close(got_one, want_one, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("build", [tiny_gpt2, tiny_bert], ids=["gpt2", "bert"])
 def test_dropout_modules_in_eval_mode_apply_none(build):
     """In a model in training mode, an nn.Dropout put in eval mode applies no dropout, as

@@ -43,10 +43,12 @@ def rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
-@pytest.mark.parametrize("t", [16, 11])   # the whole context, and fewer positions
-def test_fused_matches_eager_float64(t):
+@pytest.mark.parametrize("t, ids", [(16, torch.int64), (11, torch.int64), (11, torch.int32)])
+def test_fused_matches_eager_float64(t, ids):
+    """The whole context and fewer positions; int32 tokens too (the eager twin's F.cross_entropy
+    refused int32 targets, which the model's check and the fused head take)."""
     m = model()
-    idx, targets = tokens((2, t)), tokens((2, t), seed=2)
+    idx, targets = tokens((2, t)).to(ids), tokens((2, t), seed=2).to(ids)
     loss, grads = loss_and_grads(m, idx, targets)
     m.fused = False
     loss_ref, grads_ref = loss_and_grads(m, idx, targets)

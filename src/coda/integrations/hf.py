@@ -295,7 +295,7 @@ def _guarded(method: Callable, original: Callable, watched) -> Callable:
     def forward(self, *args, **kwargs):
         reached = _reached(self, watched)
         if not recording_attentions() and not _global_hooks() and all(
-                type(m) is kind and _held(m) == held and not (m._forward_hooks or m._forward_pre_hooks)
+                type(m) is kind and _held(m) == held and not _hooked(m)
                 for m, (_, kind, held) in zip(reached, watched, strict=True)) and not declines(self):
             return method(self, *args, **kwargs)
         sharded = [".".join(path) for m, (path, *_) in zip(reached, watched, strict=True) if _fsdp_sharded(m)]
@@ -307,6 +307,20 @@ def _guarded(method: Callable, original: Callable, watched) -> Callable:
         return original(self, *args, **kwargs)
 
     return forward
+
+
+#: Where transformers 5's output recorders come from: hooks it leaves on every attention module
+#: from the first call with `output_hidden_states` or `output_attentions` on, which read only
+#: while a call collects (the attention maps' case is `_attention_recorder`'s). Counted as hooks,
+#: they handed every later call of the layers to HF's forward, for good.
+OUTPUT_RECORDERS = "transformers.utils.output_capturing"
+
+
+def _hooked(module: nn.Module | None) -> bool:
+    """Whether `module` has a forward hook or pre-hook other than transformers' output recorders."""
+    return module is not None and any(
+        getattr(hook, "__module__", "") != OUTPUT_RECORDERS
+        for hooks in (module._forward_hooks, module._forward_pre_hooks) for hook in hooks.values())
 
 
 def _fsdp_sharded(module: nn.Module | None) -> bool:

@@ -141,7 +141,7 @@ class GPT(nn.Module):
         logits = F.linear(F.layer_norm(x, (x.shape[-1],), *ln_f, self.ln_f.eps), head)
         if targets is None:
             return logits
-        return F.cross_entropy(logits.flatten(0, 1).to(loss_dtype), targets.flatten())
+        return F.cross_entropy(logits.flatten(0, 1).to(loss_dtype), targets.flatten().long())
 
     def _check_tokens(self, idx: object) -> None:
         """A LaunchError naming idx unless it is an int64 or int32 tensor [B, T] (what nn.Embedding
