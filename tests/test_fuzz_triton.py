@@ -297,8 +297,14 @@ class _Evaluator:
         c, s = cos[:, idx], sin[:, idx]
         value, bound = np.empty_like(x), np.empty_like(x)
         value[:, 0::2], value[:, 1::2] = first * c - second * s, second * c + first * s
-        carried = err[:, 0::2] * np.abs(c) + err[:, 1::2] * np.abs(s)
-        bound[:, 0::2] = bound[:, 1::2] = carried + U32 * (np.abs(first * c) + np.abs(second * s))
+        # each of the pair's outputs carries its own mix of the two inputs' errors: the second
+        # takes the second input's times |c| (one bound for both understated it where the two
+        # inputs' errors differ, as a clamp's exact constant beside a computed value's)
+        err_first, err_second = err[:, 0::2], err[:, 1::2]
+        bound[:, 0::2] = err_first * np.abs(c) + err_second * np.abs(s) + U32 * (
+            np.abs(first * c) + np.abs(second * s))
+        bound[:, 1::2] = err_second * np.abs(c) + err_first * np.abs(s) + U32 * (
+            np.abs(second * c) + np.abs(first * s))
         return value, bound + U32 * np.abs(value)
 
     def exact(self, tree) -> bool:
