@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import side_by_side  # benchmarks/, beside this script
 from kernel_configs import agrees, config_label, graph_us
 
 import coda
@@ -64,6 +65,7 @@ def main() -> None:
     parser.add_argument("--configs", default="", help="besides the heuristic's: " + ", ".join(CONFIGS))
     parser.add_argument("--json", default="benchmarks/results/ablation_stages.json")
     args = parser.parse_args()
+    side_by_side.require_gpu("benchmarks/ablation.py")
     torch.manual_seed(0)
     rows = []
     for shape in args.shapes.split(","):

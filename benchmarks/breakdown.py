@@ -7,6 +7,8 @@ benchmarks/results/ show after a training run.
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 
 def main() -> None:
@@ -15,7 +17,11 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25, help="kernels listed per profiled row")
     args = parser.parse_args()
     for path in args.files:
-        for row in json.load(open(path))["rows"]:
+        try:
+            rows = json.loads(Path(path).read_text())["rows"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            sys.exit(f"breakdown.py: {path}: not a train.py JSON with rows ({err})")
+        for row in rows:
             classes = row.get("breakdown") or {}
             print(row["model"], row["mode"], round(row.get("tokens_per_s") or 0), row.get("step_ms"),
                   {k: round(v) for k, v in classes.items() if k not in ("top", "idle_after")})

@@ -38,6 +38,8 @@ import triton.testing
 from triton.runtime.errors import OutOfResources
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import side_by_side  # benchmarks/, beside this script
+
 import coda
 
 SHAPES = [(16384, 3072, 768), (16384, 768, 3072), (8192, 11008, 4096), (8192, 4096, 11008),
@@ -180,6 +182,7 @@ def main() -> None:
                         help="back-to-back timings of each case's fastest CODA kernel and the plain one "
                              "(0: none)")
     args = parser.parse_args()
+    side_by_side.require_gpu("benchmarks/gemm.py")
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     cases = args.cases.split(",")
     programs = {c: coda.compile(CASES[c]["coda"]) for c in cases}

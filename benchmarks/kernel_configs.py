@@ -37,6 +37,8 @@ if "--smoke" in sys.argv and "sm90" not in sys.argv:   # sm90 compiles: no inter
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import side_by_side  # benchmarks/, beside this script
+
 import coda
 from coda.codegen.kernel import Plan
 from coda.codegen.tuning import Config
@@ -347,6 +349,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--cases", help="llama / gpt2 / sm90: only these launches (comma-separated names)")
     parser.add_argument("--configs", help="llama / gpt2 / sm90: only configurations whose label has this")
     args = parser.parse_args(argv)
+    if not args.smoke:
+        side_by_side.require_gpu("benchmarks/kernel_configs.py without --smoke")
     setup = Setup(args.smoke, bf16=args.suite == "sm90", cases=args.cases, configs=args.configs)
     torch.manual_seed(0)
     rows = {"maps": maps, "llama": llama, "gpt2": gpt2, "sm90": sm90}[args.suite](setup)

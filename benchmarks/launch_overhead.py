@@ -7,11 +7,13 @@ Each line: microseconds of host time per call, 30 calls back to back without syn
 (median of 5 rounds), so that the host is measured, not the GPU (unless the launch itself waits).
 """
 
+import argparse
 import statistics
 import sys
 import time
 from pathlib import Path
 
+import side_by_side  # benchmarks/, beside this script
 import torch
 import torch.nn.functional as F
 
@@ -46,6 +48,8 @@ def gpu_us(fn) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()   # --help
+    side_by_side.require_gpu("benchmarks/launch_overhead.py")
     for label, (t, h, f) in {"gpt2 fc1": (16384, 768, 3072), "tiny": (128, 128, 128)}.items():
         x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(f, h, device="cuda", dtype=torch.bfloat16) / h**0.5

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+import side_by_side  # benchmarks/, beside this script
 from ablation import VARIANTS
 
 import coda
@@ -57,6 +58,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--json", default="benchmarks/results/power_probe.json")
     args = parser.parse_args()
+    side_by_side.require_gpu("benchmarks/power_probe.py")
     m, n, k = map(int, args.shape.split("x"))
     torch.manual_seed(0)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

@@ -84,7 +84,16 @@ def stalls(path: str, label: str) -> str:
 
 
 if __name__ == "__main__":
+    command = sys.argv[1:]
+    if command[:1] in (["-h"], ["--help"]):
+        sys.exit(print(__doc__))
+    if not ((command[:1] == ["run"] and len(command) == 3)
+            or (command[:1] == ["stalls"] and len(command) >= 3 and len(command) % 2)):
+        sys.exit(f"usage:\n{__doc__}")   # status 1: the message on stderr
     if sys.argv[1] == "run":
+        import side_by_side  # benchmarks/, beside this script
+
+        side_by_side.require_gpu("benchmarks/profile_kernel.py run")
         run(sys.argv[2], sys.argv[3])
     else:
         pairs = sys.argv[2:]

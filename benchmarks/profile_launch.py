@@ -8,6 +8,7 @@ import argparse
 import cProfile
 import pstats
 
+import side_by_side  # benchmarks/, beside this script
 import torch
 from launch_overhead import host_us
 from micro import OPS, SIZES, fwd_bwd
@@ -19,6 +20,7 @@ def main() -> None:
     parser.add_argument("--size", default="gpt2")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
+    side_by_side.require_gpu("benchmarks/profile_launch.py")
     for op in args.ops.split(","):
         case = OPS[op](SIZES[args.size], False)
         for impl in ("eager", "coda"):

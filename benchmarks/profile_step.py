@@ -3,7 +3,8 @@
     python benchmarks/profile_step.py [--model gpt2] [--out benchmarks/results/host_profile_gpt2.txt]
 
 The model and batch are benchmarks/train.py's (a tiny model in float32 on a machine without a
-GPU). Writes the step time without the profiler, then pstats sorted by own time and by
+GPU, whose profile goes to a temporary file unless --out names one: the committed profile is a
+GPU's). Writes the step time without the profiler, then pstats sorted by own time and by
 cumulative time. cProfile slows Python down: read shares and call counts, not absolute times.
 """
 
@@ -11,6 +12,7 @@ import argparse
 import cProfile
 import io
 import pstats
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,7 +23,8 @@ import train
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gpt2", choices=train.MODELS)
-    parser.add_argument("--out", default=None, help="default benchmarks/results/host_profile_MODEL.txt")
+    parser.add_argument("--out", default=None, help="default benchmarks/results/host_profile_MODEL.txt "
+                                                    "(on a CPU, in the temporary directory)")
     args = parser.parse_args()
     tiny = not torch.cuda.is_available()
     device = torch.device("cpu" if tiny else "cuda")
@@ -54,7 +57,8 @@ def main() -> None:
     stats = pstats.Stats(profiler, stream=text)
     stats.sort_stats("tottime").print_stats(70)
     stats.sort_stats("cumulative").print_stats(120)
-    out = Path(args.out or f"benchmarks/results/host_profile_{args.model}.txt")
+    folder = Path(tempfile.gettempdir()) if tiny else Path("benchmarks/results")   # a GPU's is committed
+    out = Path(args.out) if args.out else folder / f"host_profile_{args.model}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text.getvalue())
     print(f"{args.model} coda: {step_s * 1e3:.1f} ms a step; profile in {out}")

@@ -52,6 +52,9 @@ else train_models=gpt2,llama,bert train_limit=420; fi
 for group in $groups; do
     [[ $group == ops || $group == train ]] || { echo "run_all.sh: unknown group '$group' (ops, train)" >&2; exit 2; }
 done
+# without a GPU every stage would fail and overwrite the committed logs with its message
+(( gpu_gib > 0 )) || { echo "run_all.sh needs a CUDA GPU; results/ left as it is" >&2; exit 2; }
+failed=0
 mkdir -p benchmarks/results
 echo "== $(date -u +%FT%TZ) run_all.sh $groups" >> benchmarks/results/status.txt
 # The GPU's clocks, power and temperature once a second while the stages run, with the time of
@@ -64,8 +67,10 @@ fi
 stage() {  # stage NAME SECONDS COMMAND...
     local name=$1 limit=$2 began=$SECONDS; shift 2
     timeout "$limit" "$@" 2>&1 | tee "benchmarks/results/$name.log"
-    echo "$name: rc=${PIPESTATUS[0]} in $((SECONDS - began)) s (limit $limit), ended $(date -u +%T)" |
+    local rc=${PIPESTATUS[0]}
+    echo "$name: rc=$rc in $((SECONDS - began)) s (limit $limit), ended $(date -u +%T)" |
         tee -a benchmarks/results/status.txt
+    (( rc == 0 )) || failed=1
 }
 for group in $groups; do
     case $group in
@@ -80,3 +85,4 @@ for group in $groups; do
     esac
 done
 stage report 10 python benchmarks/report.py
+exit $failed   # nonzero where a stage failed or ran out of its time (status.txt says which)

@@ -75,7 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mode", choices=("ddp", "fsdp"), required=True)
     parser.add_argument("--model", choices=("coda", "eager", "compile"), required=True)
     parser.add_argument("--arch", choices=("gpt", "llama"), default="gpt")
-    parser.add_argument("--preset", choices=(*PRESETS, *LLAMA_PRESETS), default=None,
+    parser.add_argument("--preset", choices=tuple(dict.fromkeys((*PRESETS, *LLAMA_PRESETS))), default=None,
                         help="gpt: tiny|small|gpt2 (default small); llama: llama|tiny (default llama)")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=16, help="sequences per GPU per step")
@@ -135,6 +135,9 @@ def build(args: argparse.Namespace, device: torch.device, dtype: torch.dtype) ->
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        sys.exit("benchmarks/train_distributed.py runs under torchrun (RANK and WORLD_SIZE are not set): "
+                 "torchrun --nproc-per-node N benchmarks/train_distributed.py ...")
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if args.device == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))

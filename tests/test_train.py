@@ -157,7 +157,11 @@ def test_a_batch_that_does_not_fit_is_an_error_not_a_traceback(tmp_path, capsys,
     from inside the run is not mistaken for one."""
     failures = [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 52.00 GiB"),
                 RuntimeError("[enforce fail] DefaultCPUAllocator: can't allocate memory: 52000000000 bytes"),
-                MemoryError()]
+                MemoryError(),
+                # sizes past int64 (--batch-size 2**63 - 1, 10**20: tracebacks, an audit's find)
+                RuntimeError("Storage size calculation overflowed with sizes=[9223372036854775807, 1]"),
+                TypeError("randint(): argument 'size' failed to unpack the object at pos 1 with error "
+                          "\"Overflow when unpacking long long\"")]
     for failure in failures:
         def run_out(*args, failure=failure, **kwargs):
             raise failure

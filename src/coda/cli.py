@@ -93,6 +93,8 @@ def load_program(path: str | Path) -> Program:
     from . import compile as coda_compile
 
     try:
+        if str(path) == "-" and sys.stdin is None:   # started with standard input closed
+            raise CodaError("standard input is closed; give the program's file instead")
         raw = sys.stdin.buffer.read() if str(path) == "-" else Path(path).read_bytes()
         source = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -373,6 +375,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     time the launch against `torch.matmul`'s plain GEMM of the same operands (cuBLAS)."""
     prog = load_program(args.file)
     dtype = DTYPES[args.dtype]
+    reason = skip_reason(args.backend, dtype)
+    if reason is not None:
+        raise CodaError(f"--backend {args.backend} --dtype {args.dtype}: {reason}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     a, b, operands, out = make_inputs(prog, args.shape, dtype, args.seed, device)
     m, n, k = args.shape

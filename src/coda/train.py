@@ -330,12 +330,13 @@ THROUGHPUT_NOTE = {
 @contextlib.contextmanager
 def memory_of(device: torch.device, what: str) -> Iterator[None]:
     """A CodaError naming `what` for an allocation that fails inside the block (torch raises
-    OutOfMemoryError on a GPU, a RuntimeError from its CPU allocator, or MemoryError)."""
+    OutOfMemoryError on a GPU, a RuntimeError from its CPU allocator, or MemoryError; a size past
+    int64's range, a RuntimeError or TypeError about an overflow)."""
     try:
         yield
-    except (RuntimeError, MemoryError) as err:
+    except (RuntimeError, MemoryError, TypeError) as err:
         message = str(err)
-        if not (isinstance(err, (MemoryError, torch.OutOfMemoryError))
+        if not (isinstance(err, (MemoryError, torch.OutOfMemoryError)) or "overflow" in message.lower()
                 or "can't allocate memory" in message or "out of memory" in message):
             raise
         first = (message.strip().splitlines() or [type(err).__name__])[0]

@@ -156,9 +156,27 @@ def test_a_child_that_does_not_wait_runs_to_its_end():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without a GPU gets")
-@pytest.mark.parametrize("script", ["micro.py", "cross_entropy_memory.py", "launch_counts.py"])
-def test_the_gpu_benchmarks_say_they_need_a_gpu(script):
-    done = subprocess.run([sys.executable, str(BENCHMARKS / script)],
+@pytest.mark.parametrize("command", [
+    "micro.py", "cross_entropy_memory.py", "launch_counts.py",
+    # these raised "Torch not compiled with CUDA enabled" (an audit's find)
+    "gemm.py", "ablation.py", "power_probe.py", "profile_launch.py", "launch_overhead.py",
+    "kernel_configs.py gpt2", "profile_kernel.py run bias_gelu Config(64,64,32)"])
+def test_the_gpu_benchmarks_say_they_need_a_gpu(command):
+    script, *args = command.split()
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script), *args],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2
-    assert done.stderr.strip() == f"benchmarks/{script} needs a CUDA GPU"
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().startswith(f"benchmarks/{script}") and done.stderr.strip().endswith(
+        "needs a CUDA GPU"), done.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a machine without a GPU gets")
+def test_run_all_without_a_gpu_leaves_the_results_alone():
+    """Each stage failed with that message, overwrote the committed logs with it, and the script
+    exited 0 (an audit's find): it now stops first, with status 2."""
+    results = BENCHMARKS / "results"
+    before = {p: p.stat().st_mtime_ns for p in results.iterdir() if p.is_file()}
+    done = subprocess.run(["bash", str(BENCHMARKS / "run_all.sh")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr, done.stderr
+    assert {p: p.stat().st_mtime_ns for p in results.iterdir() if p.is_file()} == before
