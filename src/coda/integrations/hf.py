@@ -317,10 +317,12 @@ OUTPUT_RECORDERS = "transformers.utils.output_capturing"
 
 
 def _hooked(module: nn.Module | None) -> bool:
-    """Whether `module` has a forward hook or pre-hook other than transformers' output recorders."""
-    return module is not None and any(
-        getattr(hook, "__module__", "") != OUTPUT_RECORDERS
-        for hooks in (module._forward_hooks, module._forward_pre_hooks) for hook in hooks.values())
+    """Whether `module` has a forward hook or pre-hook other than transformers' output recorders
+    (read on every forward of a patched layer: no hooks at all is the common case, and cheap)."""
+    if module is None or not (module._forward_hooks or module._forward_pre_hooks):
+        return False
+    return any(getattr(hook, "__module__", "") != OUTPUT_RECORDERS
+               for hooks in (module._forward_hooks, module._forward_pre_hooks) for hook in hooks.values())
 
 
 def _fsdp_sharded(module: nn.Module | None) -> bool:

@@ -65,6 +65,8 @@ class Node:
     def __eq__(self, other: object) -> bool:
         """Structural equality, walked with a stack: two equal chains of thousands of statements
         built apart (a traced loop run twice) compare without recursing down them."""
+        if self is other:
+            return True
         if not isinstance(other, Node):
             return False
         pairs, compared = [(self, other)], set()
