@@ -181,7 +181,9 @@ def test_paired_ratios_use_the_peer_fastest_by_median(bench):
 
 def test_a_tree_runs_each_coda_mode_with_its_coda(tmp_path):
     """--tree NAME=PATH: every CODA mode once more, as mode@NAME, importing coda from PATH (here a
-    copy of src/coda), timed beside the others; its losses are main's, as the code is."""
+    copy of src/coda), timed beside the others; its losses are main's, as the code is, up to the
+    last digits: on a loaded CI machine two processes of the same code once read losses a few
+    units in the last place apart (a CPU BLAS may split a GEMM by the threads it finds free)."""
     import shutil
 
     tree = tmp_path / "tree"
@@ -193,7 +195,7 @@ def test_a_tree_runs_each_coda_mode_with_its_coda(tmp_path):
     assert all(r["error"] is None for r in rows), rows
     assert Path(by_mode["coda@copy"]["coda_from"]) == tree / "coda"
     assert Path(by_mode["coda"]["coda_from"]) == SCRIPT.parents[1] / "src" / "coda"
-    assert by_mode["coda@copy"]["losses"] == by_mode["coda"]["losses"]
+    assert_close(by_mode["coda@copy"]["losses"], by_mode["coda"]["losses"])
 
 
 @pytest.mark.parametrize("tree", ["nopath", "a@b=src", "x=/nonexistent"])

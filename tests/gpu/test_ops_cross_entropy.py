@@ -105,10 +105,12 @@ def test_skip_ignored_bf16(tokens, hidden, vocab, bias, norm, counted, options):
         assert_within_eager(f"cross_entropy skip_ignored {tokens}x{hidden}x{vocab} {name}", a, e, r)
 
 
-def test_exponential_path_past_its_headroom_bf16():
+@pytest.mark.parametrize("hot_ignored", [False, True])
+def test_exponential_path_past_its_headroom_bf16(hot_ignored):
     """GPT-2's head where some rows' logits reach ~150 above their reference (the log-sum-exp of
     the first 256 columns): exp would overflow, so the block's forward runs again from c = lse
-    (the ping-pong and persistent kernels' m_limit read on the device). Within twice eager's
+    (the ping-pong and persistent kernels' m_limit read on the device), also where those rows
+    are ignored (their zero gradient share must not become 0 * inf). Within twice eager's
     error; the rows far from the reference are a quarter of the batch."""
     torch.manual_seed(9)
     tokens, hidden, vocab = 4096, 768, 50257
@@ -119,6 +121,8 @@ def test_exponential_path_past_its_headroom_bf16():
     hot = torch.arange(0, tokens, 4, device="cuda")   # row i's target logit about 150
     w[target[hot]] += 150 * x[hot].float() / x[hot].float().square().sum(1, keepdim=True)
     w = w.to(BF16)
+    if hot_ignored:
+        target[hot] = -100
     upstream = torch.randn((), device="cuda")
     ours = run(coda_fn, [x, w, None, None], target, upstream, exponential=True)
     eager = run(formula, [x, w, None, None], target, upstream)

@@ -968,6 +968,28 @@ def tiny_gemma(dtype: torch.dtype) -> torch.nn.Module:
     return tiny_llama(dtype, "Gemma", head_dim=16)
 
 
+@pytest.mark.parametrize("build", [tiny_llama, tiny_mistral, tiny_qwen2, tiny_phi3, tiny_gemma],
+                         ids=["llama", "mistral", "qwen2", "phi3", "gemma"])
+def test_the_kv_cache_holds_hfs_keys(build):
+    """The patched layers rotate q and k in a per-head permuted order (qkv_rope's interleaved
+    pairs); the keys they cache are in HF's order, so a step HF's layer forward runs on that
+    cache (here output_attentions=True) or the unpatched model continuing it reads HF's keys."""
+    ref = build(torch.float64)
+    model = coda.patch(copy.deepcopy(ref))
+    ids = batch()[0]
+    prefix, last = ids[:, :-1], ids[:, -1:]
+    with torch.no_grad():
+        caches = [m(input_ids=prefix, use_cache=True).past_key_values for m in (model, ref)]
+        for got_layer, want_layer in zip(caches[0].layers, caches[1].layers, strict=True):
+            torch.testing.assert_close(got_layer.keys, want_layer.keys, rtol=1e-10, atol=1e-10)
+        hf_step = model(input_ids=last, past_key_values=caches[0], output_attentions=True).logits[:, -1]
+        want = ref(input_ids=last, past_key_values=caches[1]).logits[:, -1]
+        cache = model(input_ids=prefix, use_cache=True).past_key_values
+        unpatched_step = ref(input_ids=last, past_key_values=cache).logits[:, -1]
+    torch.testing.assert_close(hf_step, want, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(unpatched_step, want, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("build, norm", [(tiny_gemma3, "layers.0.post_attention_layernorm"),
                                          (tiny_gemma, "norm")], ids=["gemma3", "gemma-final"])
 def test_gemma_norms_keep_the_input_dtype_under_autocast(build, norm):

@@ -565,6 +565,23 @@ def test_exponential_path_forms_the_block_again_past_the_headroom(monkeypatch):
     assert_close(got, want, TOL32)
 
 
+def test_an_ignored_row_past_the_headroom_leaves_the_gradients_finite(monkeypatch):
+    """An ignored row whose logits exceed its reference by 150 forms the block again too: its
+    gradient share is zero, but an E that overflowed would make it 0 * inf = NaN in dx and in
+    the dw rows of the overflowing columns."""
+    from coda.ops import cross_entropy
+    monkeypatch.setattr(cross_entropy, "REFERENCE_COLUMNS", 4)
+    x, w, target, _, _ = make((12,), 16, 30, bias=False, norm=False, dtype=torch.float32, seed=7)
+    with torch.no_grad():
+        w[:4] *= 0.01
+        w[17] = x[5] / x[5].norm() * 150 / x[5].norm()   # row 5's logit 17: 150, the first four ~0
+    target[5] = -100
+    got = loss_and_grads(linear_cross_entropy, x, w, target, None, None, exponential=True)
+    want = loss_and_grads(reference, *upcast(x, w), target, None, None)
+    assert all(torch.isfinite(t).all() for t in got)
+    assert_close(got, want, TOL32)
+
+
 def test_skip_ignored_float64_reference_backend():
     x, w, target, b, nw = make((9,), 5, 7, bias=True, norm=True, ignored=(0, 2, 3, 7))
     assert_close(loss_and_grads(linear_cross_entropy, x, w, target, b, nw, skip_ignored=True, chunk_size=28),

@@ -476,6 +476,7 @@ def rope_reference(t, cos, sin, head_dim, n_rot):
     ((2, 5), 24, 4, 16, torch.float64, 1e-12),    # q and k rotated, v not (reference backend)
     ((2, 13), 48, 8, 48, torch.float32, TOL32),   # every column (Triton interpreter)
     ((31,), 30, 10, 20, torch.float32, TOL32),    # odd M, head_dim 10
+    ((7,), 23, 10, 20, torch.float32, TOL32),     # an odd width: its last three columns copied
 ])
 def test_rope_map_and_its_gradient(lead, n, head_dim, n_rot, dtype, tol):
     torch.manual_seed(n + n_rot)

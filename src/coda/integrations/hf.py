@@ -444,15 +444,23 @@ def _patchers() -> dict[str, Callable[[nn.Module], Callable]]:
 
 
 def _attend(hf, attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attention_mask,
-            dropout: float, cache, kwargs: dict) -> torch.Tensor:
+            dropout: float, cache, kwargs: dict, interleaved: bool = False) -> torch.Tensor:
     """HF's attention of the layer (its KV cache updated first), [B, heads, T, d] -> [B, T, heads, d].
     The cache comes under either name transformers has given it: `cache`, and `past_key_values`
     in the 5.1x releases; of an EncoderDecoderCache (a decoder with cross-attention, as BERT can
-    be) the self-attention part is this layer's, as in HF's own attention."""
+    be) the self-attention part is this layer's, as in HF's own attention. `interleaved`: q and k
+    come with each head's values in the LLaMA layer's interleaved-RoPE order. The cache gets
+    HF's keys, as the unpatched layer's, which may read them on a later step (or have written
+    the earlier ones); where it holds no other keys (a training step's cache) attention takes q
+    and k as they came, else q in HF's order too."""
     cache = cache if cache is not None else kwargs.pop("past_key_values", None)
     cache = getattr(cache, "self_attention_cache", cache)
     if cache is not None:
-        k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
+        keys, values = cache.update(_rotate_half_order(k) if interleaved else k, v, attn.layer_idx,
+                                    kwargs=kwargs)
+        if not interleaved or keys.shape[-2] != k.shape[-2]:
+            q = _rotate_half_order(q) if interleaved else q
+            k, v = keys, values
     attention = hf.ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation,
                                                          hf.eager_attention_forward)
     # Mistral's and Qwen2's sliding window, as their attention passes it (the mask has it too)
@@ -461,6 +469,12 @@ def _attend(hf, attn: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         kwargs = kwargs | {"sliding_window": window}
     out, _ = attention(attn, q, k, v, attention_mask, scaling=attn.scaling, dropout=dropout, **kwargs)
     return out
+
+
+def _rotate_half_order(t: torch.Tensor) -> torch.Tensor:
+    """t [..., d] from interleaved pairs (2i, 2i + 1) back to rotate_half's (i, i + d/2): the
+    inverse of `ops.permute_for_interleaved_rope` on each head's values."""
+    return t.unflatten(-1, (-1, 2)).transpose(-1, -2).flatten(-2)
 
 
 def _refuse(module: nn.Module, option: str, value: object, supported: str) -> None:
@@ -581,8 +595,8 @@ def _llama_layer(layer: nn.Module) -> Callable:
             *qkv, hidden_states = ops.qkv_rope(hidden_states, w_qkv, cos, sin, *heads, d, bias=b_qkv,
                                                norm_weight=g1, eps=eps1, sumsq=ss, passthrough=True)
             q, k, v = (t.transpose(1, 2) for t in qkv)
-        out = _attend(hf, attn, q, k, v, attention_mask,
-                      attn.attention_dropout if attn.training else 0.0, cache, kwargs)
+        out = _attend(hf, attn, q, k, v, attention_mask, attn.attention_dropout if attn.training else 0.0,
+                      cache, kwargs, interleaved=not qk_norm)
         h, ss = ops.out_proj_residual(out.reshape(*lead, -1), attn.o_proj.weight, hidden_states,
                                       bias=attn.o_proj.bias, stats="rms")
         w_gate, w_up = ((mlp.gate_proj.weight, mlp.up_proj.weight) if hasattr(mlp, "gate_proj")

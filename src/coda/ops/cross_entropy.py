@@ -523,7 +523,7 @@ class Blocks:
         exp_forward = exp_forward_program(self.rounding)
         outs = exp_forward(a, w.T, out=out, outputs=["output", "se", "t"], m_limit=limit, c=reference,
                            **place)
-        lse, redo = exp_headroom(reference, outs["se"], alpha, limit)
+        lse, redo = exp_headroom(reference, outs["se"], limit)
         # the block again from c = lse (the general forward's) if a row's lse left the headroom
         # (m_limit = redo: no rows when none did)
         again = forward_program(*self.variant)(a, w.T, outputs=["lse"], m_limit=redo, **place)["lse"]
@@ -636,18 +636,22 @@ class Blocks:
         return dx, dw, db, dg
 
 
-def exp_headroom(reference: torch.Tensor, se: torch.Tensor, alpha: torch.Tensor,
-                 limit: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def exp_headroom(reference: torch.Tensor, se: torch.Tensor, limit: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(lse, redo) of an exponential-path block: lse = c + log ΣE per row, and the m_limit of
-    the block's second forward, redo [1] int32: its rows (`limit` if given) when a row that
-    counts (α > 0) has lse - c > EXP_HEADROOM, else 0. One Triton kernel where CODA's programs
-    run Triton (ops/cross_entropy_rows.py); these PyTorch operators elsewhere."""
+    the block's second forward, redo [1] int32: its rows (`limit` if given) when a row the
+    block computed (one below `limit`) has lse - c > EXP_HEADROOM, else 0. An ignored row
+    counts too: its E, left to overflow, would turn its zero share of the GEMMs that read E
+    into 0 * inf = NaN. One Triton kernel where CODA's programs run Triton
+    (ops/cross_entropy_rows.py); these PyTorch operators elsewhere."""
     if default_backend(reference) == "triton":
         from . import cross_entropy_rows
-        return cross_entropy_rows.headroom(reference, se, alpha, limit, EXP_HEADROOM)
+        return cross_entropy_rows.headroom(reference, se, limit, EXP_HEADROOM)
+    rows = reference.shape[0] if limit is None else limit
     lse = reference + torch.log(se)
-    again = ((lse - reference > EXP_HEADROOM) & (alpha > 0)).any()
-    return lse, again.to(torch.int32).reshape(1) * (reference.shape[0] if limit is None else limit)
+    computed = torch.arange(reference.shape[0], device=reference.device) < rows
+    again = ((lse - reference > EXP_HEADROOM) & computed).any()
+    return lse, again.to(torch.int32).reshape(1) * rows
 
 
 def exp_patch(reference: torch.Tensor, lse: torch.Tensor, lse_again: torch.Tensor, redo: torch.Tensor,

@@ -4,8 +4,8 @@ has two blocks; each small kernel costs its launch and the gap before the next, 
 the H200). Imported on first use: importing `coda` does not import Triton.
 
     headroom  lse = c + log ΣE per row, and `redo`: the block's rows (its `limit` if it has one)
-              when a counted row's lse exceeds c by more than the headroom, else 0 (one program:
-              the decision is the block's).
+              when the lse of a row it computed (one below the limit, ignored or not) exceeds c
+              by more than the headroom, else 0 (one program: the decision is the block's).
     patch     after the launches that `redo` bounds: lse and c (the general forward's lse for
               both when the block ran again), the target's element of E set to
               exp(t - c) - exp(lse - c) (none for a target outside [0, V)), and the row scale
@@ -27,8 +27,9 @@ BLOCK = 1024
 
 
 @triton.jit
-def headroom_kernel(REF, SE, ALPHA, LSE, REDO, LIMIT, rows, headroom,
+def headroom_kernel(REF, SE, LSE, REDO, LIMIT, rows, headroom,
                     HAS_LIMIT: tl.constexpr, BLOCK: tl.constexpr):
+    computed_rows = tl.load(LIMIT) if HAS_LIMIT else rows
     over = tl.zeros([BLOCK], dtype=tl.int32)
     for r0 in range(0, rows, BLOCK):
         r = r0 + tl.arange(0, BLOCK)
@@ -36,10 +37,8 @@ def headroom_kernel(REF, SE, ALPHA, LSE, REDO, LIMIT, rows, headroom,
         c = tl.load(REF + r, mask=inside, other=0.0)
         lse = c + tl.log(tl.load(SE + r, mask=inside, other=1.0))
         tl.store(LSE + r, lse, mask=inside)
-        counts = tl.load(ALPHA + r, mask=inside, other=0.0) > 0
-        over = over | ((lse - c > headroom) & counts).to(tl.int32)
-    redo_rows = tl.load(LIMIT) if HAS_LIMIT else rows
-    tl.store(REDO, tl.max(over, axis=0) * redo_rows)
+        over = over | ((lse - c > headroom) & (r < computed_rows)).to(tl.int32)
+    tl.store(REDO, tl.max(over, axis=0) * computed_rows)
 
 
 @triton.jit
@@ -61,13 +60,13 @@ def patch_kernel(REF, LSE, LSE_AGAIN, REDO, T, TARGET, ALPHA, E, SCALE, rows, vo
     tl.store(SCALE + r, tl.where(alpha != 0, alpha * tl.exp(c - lse), 0.0), mask=inside)
 
 
-def headroom(reference: torch.Tensor, se: torch.Tensor, alpha: torch.Tensor, limit: torch.Tensor | None,
-             headroom: float) -> tuple[torch.Tensor, torch.Tensor]:
+def headroom(reference: torch.Tensor, se: torch.Tensor, limit: torch.Tensor | None, headroom: float
+             ) -> tuple[torch.Tensor, torch.Tensor]:
     """(lse, redo): lse [rows] float32 and redo [1] int32, the m_limit of the block's second
     forward (module docstring)."""
     lse = torch.empty_like(reference)
     redo = torch.empty(1, dtype=torch.int32, device=reference.device)
-    headroom_kernel[(1,)](reference, se, alpha, lse, redo, redo if limit is None else limit,
+    headroom_kernel[(1,)](reference, se, lse, redo, redo if limit is None else limit,
                           reference.shape[0], headroom, HAS_LIMIT=limit is not None, BLOCK=BLOCK,
                           num_warps=8)
     return lse, redo

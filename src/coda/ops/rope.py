@@ -290,6 +290,8 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int,
     if not checks.integer(n_rot) or not 0 < n_rot <= n or n_rot % head_dim:
         raise LaunchError(f"n_rot must be a multiple of head_dim = {head_dim} in (0, {n}] (whole "
                           f"heads of x's {n} columns), got {n_rot!r}")
+    if n % 2:   # the kernels pair every column (2j, 2j + 1): an odd width's copied rest apart
+        return torch.cat((rope(x[..., :n_rot], cos, sin, head_dim), x[..., n_rot:]), dim=-1)
     tables = [_table(name, t, x.shape[:-1], head_dim, x) for name, t in (("cos", cos), ("sin", sin))]
     from ..integrations import compile as custom  # here: that module imports this one
     if custom.routed():   # inside torch.compile: the custom op coda::rope, no graph break
