@@ -124,7 +124,8 @@ PRIMITIVES: dict[str, Primitive] = _rows(
     # activations and their derivatives (d act / d x, evaluated at the pre-activation x)
     _e("tanh", 1, torch.tanh, "cm.tanh({0})", grad="tanh_grad"),
     _e("sigmoid", 1, torch.sigmoid, "cm.sigmoid({0})", grad="sigmoid_grad"),
-    _e("relu", 1, torch.relu, f"tl.maximum({{0}}, 0.0, {_NAN})", grad="relu_grad"),
+    # as torch's relu: -0.0 and NaN kept (tl.maximum gives +0.0 for -0.0)
+    _e("relu", 1, torch.relu, "tl.where({0} < 0, 0.0, {0})", grad="relu_grad"),
     _e("gelu", 1, lambda x: F.gelu(x, approximate="tanh"), "cm.gelu({0})", grad="gelu_grad",
        doc="GELU, tanh approximation"),
     _e("gelu_erf", 1, F.gelu, "cm.gelu_erf({0})", grad="gelu_erf_grad", doc="GELU, exact (erf)"),

@@ -90,16 +90,43 @@ def test_rounding_matches_torch_bit_for_bit(name, dtype):
 
 @pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")   # numpy's, 1 / ±0
 @pytest.mark.parametrize("expr", ["1.0 / -z", "1.0 / (0.0 - z)", "1.0 / (z + 0.0)", "1.0 / (z - -0.0)",
-                                  "1.0 / (-0.0 - z)", "1.0 / (z * -1.0)", "rsqrt(0.0 - z)"])
+                                  "1.0 / (-0.0 - z)", "1.0 / (z * -1.0)", "rsqrt(0.0 - z)",
+                                  "1.0 / max(0.0, z)", "1.0 / min(-0.0, z)", "1.0 / relu(z)"])
 def test_signs_of_zeros_as_eager_float32(expr):
     """Triton's unary minus is 0 - x and its tl.full makes -0.0 +0; the simplifier took x + 0 and
-    0 - x for x and -x: each flipped 1/±0 between +inf and -inf (an audit's find)."""
+    0 - x for x and -x, and max(0.0, x) for max(x, 0.0) (torch's max of two zeros follows the
+    order), and relu was tl.maximum's (+0 at -0, torch's is -0): each flipped 1/±0 between +inf
+    and -inf (audits' finds)."""
     prog = coda.compile(f"EPILOGUE (z: tile) {{ output = {expr}; }}")
     z = torch.tensor([[0.0, -0.0, 2.0, -3.0]])
-    want = eval(expr, {"z": z, "rsqrt": torch.rsqrt})
-    for backend in ("triton", "reference"):
+    want = eval(expr, {"z": z, "rsqrt": torch.rsqrt, "relu": torch.relu,
+                       "max": lambda a, b: torch.maximum(torch.as_tensor(a), torch.as_tensor(b)),
+                       "min": lambda a, b: torch.minimum(torch.as_tensor(a), torch.as_tensor(b))})
+    # min and max of two zeros of opposite signs are the hardware's (or numpy's) on Triton
+    for backend in ("reference",) if "max" in expr or "min" in expr else ("triton", "reference"):
         got = prog.map(torch.ones(1, 4), z=z, backend=backend)["output"]
         torch.testing.assert_close(got, want, rtol=1e-5, atol=0, equal_nan=True, msg=backend)
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")   # numpy's, 1 / ±0
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_scalar_tensor_operand_is_float32_and_keeps_its_sign(dtype):
+    """A scalar operand was broadcast as 0.0 + s (a -0.0 became +0: 1 / s gave +inf) and a
+    float64 0-d tensor was computed with in float64 (s == 0.1 true where float32's is not,
+    round_bf16 a Triton error): both as the reference backend now. (A Python float -0.0 is a
+    constant to Triton's interpreter, which makes it +0; compiled kernels take it as an
+    argument: tests/gpu/test_triton_gpu.py.)"""
+    prog = coda.compile("EPILOGUE (s: scalar, t: scalar) { output = input / s; save prod = input * s;"
+                        " save same = where(t == 0.1, 1.0, 2.0) + round_bf16(input * t); }")
+    x = torch.tensor([[1.0, -2.0, 0.0, 3.0]])
+    args = dict(s=torch.tensor(-0.0, dtype=dtype), t=torch.tensor(0.1, dtype=dtype))
+    want = prog.map(x, backend="reference", **args)
+    got = prog.map(x, backend="triton", **args)
+    # 0.1 in float32 is not float64's 0.1: where(...) gives 1
+    assert want["same"][0, 0] == 1.0 + torch.tensor(0.1).bfloat16().item()
+    for name in ("output", "prod", "same"):
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=0, equal_nan=True, msg=name)
+        assert torch.equal(got[name].signbit(), want[name].signbit()), name
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")   # numpy's, at 1e19

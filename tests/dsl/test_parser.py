@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 import coda
 from coda.dsl import parser as ast
@@ -226,6 +227,17 @@ def test_nesting_deeper_than_the_limit_is_located(opening, closing):
     assert coda.compile(nested(MAX_NESTING)).ir.outputs
     column = 10 + len(opening) * (MAX_NESTING + 1)   # the term past the limit
     assert_located(dsl_error(nested(MAX_NESTING + 1)), 2, column, f"more than {MAX_NESTING} levels")
+
+
+@pytest.mark.parametrize("operator", ["+", "*", "-"])
+def test_a_long_chain_of_operators_compiles(operator):
+    """`input + input + ...` without parentheses is a tree as deep as it is long; it was lowered
+    by recursion, so from about 400 terms it failed with the too-deep error and no location."""
+    terms = 2000
+    prog = coda.compile(f"output = input{f' {operator} input' * terms};")
+    x = torch.tensor([[1.0, -1.0, 0.5]], dtype=torch.float64)
+    want = {"+": x * (terms + 1), "*": x ** (terms + 1), "-": x * (1 - terms)}[operator]
+    torch.testing.assert_close(prog.map(x, backend="reference")["output"], want)
 
 
 def test_unknown_kind_lists_the_kinds():

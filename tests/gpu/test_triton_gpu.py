@@ -529,3 +529,17 @@ def test_maps_take_the_tile_of_what_they_write(src, spec, outputs, tile):
         assert torch.equal(value, again[key]), f"{key}: two runs differ"
         err, err_eager = rel(value, exact[key]), rel(eager[key], exact[key])
         assert err <= 2 * err_eager + 1e-6, f"{key}: error {err:.3e} vs eager {err_eager:.3e}"
+
+
+@pytest.mark.parametrize("s", [-0.0, "tensor"], ids=["float", "tensor"])
+def test_a_scalar_operand_keeps_the_sign_of_zero_on_the_gpu(s):
+    """A scalar operand was broadcast as 0.0 + s, which made -0.0 +0 (1 / s: +inf for -inf);
+    now 1.0 * s. A Python float is a kernel argument here (the interpreter takes it as a
+    constant, which Triton makes +0: tests/codegen/test_interpreter.py checks the tensor)."""
+    s = torch.tensor(-0.0, device="cuda") if s == "tensor" else s
+    prog = coda.compile("EPILOGUE (s: scalar) { output = input / s; save prod = input * s; }")
+    x = torch.tensor([[1.0, -2.0, 0.0, 3.0]], device="cuda")
+    got, want = prog.map(x, s=s), prog.map(x, s=s, backend="reference")
+    for name in ("output", "prod"):
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=0, equal_nan=True, msg=name)
+        assert torch.equal(got[name].signbit(), want[name].signbit()), name

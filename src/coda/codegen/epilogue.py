@@ -418,8 +418,9 @@ class _Emitter:
     def load_operand(self, name: str, width: str, v: str) -> str:
         kind, base, d = self.kinds[name], f"op_{name}", _DOMAIN[width]
         if kind == "scalar":
-            value = f"tl.load({base}_ptr)" if name in self.sig.scalar_tensors else base
-            return f"{self.full('0.0', width)} + {value}"
+            # times one, not plus zero: a -0.0 keeps its sign (+0.0 + -0.0 is +0.0)
+            value = f"tl.load({base}_ptr).to(tl.float32)" if name in self.sig.scalar_tensors else base
+            return f"{self.full('1.0', width)} * {value}"
         if kind in ("row", "col"):
             index, mask, axis = (d.rows, d.mask_rows, "[:, None]") if kind == "row" else (
                 d.cols, d.mask_cols, "[None, :]")

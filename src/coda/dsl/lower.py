@@ -135,11 +135,27 @@ class _Lowering:
 
     # expressions ------------------------------------------------------------------------------
     def expr(self, e) -> Node:
-        if isinstance(e, ast.Num):
-            return Node("const", (), e.value, e.loc)
-        if isinstance(e, ast.Name):
-            return self.read(e)
-        return self.call(e)
+        """The IR of an expression, built from a stack rather than by recursion: a chain `a + b +
+        c + ...` is a tree as deep as it is long. Calls are checked before their arguments are
+        read, and arguments read left to right, as a recursive walk would."""
+        built: list[Node] = []
+        todo: list[tuple[object, bool]] = [(e, False)]
+        while todo:
+            e, args_built = todo.pop()
+            if isinstance(e, ast.Num):
+                built.append(Node("const", (), e.value, e.loc))
+            elif isinstance(e, ast.Name):
+                built.append(self.read(e))
+            elif not args_built:
+                self.check_call(e)
+                todo.append((e, True))
+                todo.extend((a, False) for a in reversed(e.args))
+            else:
+                first = len(built) - len(e.args)
+                args = tuple(built[first:])
+                del built[first:]
+                built.append(self.call(e, args))
+        return built[0]
 
     def read(self, e: ast.Name) -> Node:
         name = e.name
@@ -170,7 +186,9 @@ class _Lowering:
             self.params[name] = Param(name, None, e.loc, declared=False)
         return Node("operand", (), name, e.loc)
 
-    def call(self, e: ast.Call) -> Node:
+    def check_call(self, e: ast.Call) -> None:
+        """What a call must be before its arguments are looked at: a known element-wise function
+        with its number of arguments."""
         prim = PRIMITIVES.get(e.func)
         if prim is None:
             raise DslError(f"unknown function {e.func!r}{unknown_function_hint(e.func)}", e.loc)
@@ -181,8 +199,10 @@ class _Lowering:
             raise DslError("unpack(...) must be the whole right-hand side of "
                            "`gate, up = unpack(...);`", e.loc)
         self.arity_ok(e)
-        args = tuple(self.expr(a) for a in e.args)
-        if prim.form == "rope":
+
+    def call(self, e: ast.Call, args: tuple[Node, ...]) -> Node:
+        """The call's node from its arguments' (`check_call` passed)."""
+        if PRIMITIVES[e.func].form == "rope":
             for table, node in zip(e.args[1:], args[1:], strict=True):
                 if node.op != "operand":
                     raise DslError("rope's cos and sin must be operands (kind `head`)",

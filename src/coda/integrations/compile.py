@@ -134,6 +134,20 @@ def _refuse_vmap(name: str, *_) -> None:
                     f"on the whole batch, whose leading dimensions it takes as rows")
 
 
+def _first_order(grad: Callable) -> Callable:
+    """An op's autograd formula that refuses to build a graph for a second derivative, as the
+    ops' autograd.Functions do (`coda.ops.common.op_function`): its backward op has no formula of
+    its own, so PyTorch would fail only at the second backward, with its own error."""
+    @functools.wraps(grad)
+    def first_order(ctx, *grads):
+        if torch.is_grad_enabled():
+            raise CodaError(f"{grad.__name__.strip('_').removesuffix('_grad')}: CODA's ops are "
+                            f"differentiable once; a second derivative (a backward with "
+                            f"create_graph=True) is not supported")
+        return grad(ctx, *grads)
+    return first_order
+
+
 def _register_fake(op) -> Callable:
     """`op.register_fake`, the fake kernel first giving Inductor its fallbacks (below)."""
     def register(fake: Callable) -> Callable:
@@ -287,7 +301,7 @@ def _linear_grad(ctx, dy, _):
     return *_wanted(grads, needs), None, None, None, None
 
 
-_linear.register_autograd(_linear_grad, setup_context=_linear_setup)
+_linear.register_autograd(_first_order(_linear_grad), setup_context=_linear_setup)
 
 
 @_custom_op("coda::linear_backward")
@@ -355,7 +369,7 @@ def _mlp_grad(ctx, dy, _slope, _h, _ss, _s):
     return *_wanted(grads, needs), None, None, None, dresidual, None, None, None
 
 
-_mlp.register_autograd(_mlp_grad, setup_context=_mlp_setup)
+_mlp.register_autograd(_first_order(_mlp_grad), setup_context=_mlp_setup)
 
 
 @_custom_op("coda::mlp_backward")
@@ -409,7 +423,7 @@ def _dropout_grad(ctx, dy):
     return torch.ops.coda.dropout(dy, ctx.p, ctx.seed), None, None
 
 
-_dropout.register_autograd(_dropout_grad, setup_context=_dropout_setup)
+_dropout.register_autograd(_first_order(_dropout_grad), setup_context=_dropout_setup)
 
 
 def dropout_op(x: Tensor, p: float, seed: int | None) -> Tensor:
@@ -466,7 +480,7 @@ def _gated_mlp_grad(ctx, dy, dss, _gate, _up, _h):
     return dx, dw_gate_up, dw_down, dresidual, drstd, None, None, None, None, None, None
 
 
-_gated_mlp.register_autograd(_gated_mlp_grad, setup_context=_gated_mlp_setup)
+_gated_mlp.register_autograd(_first_order(_gated_mlp_grad), setup_context=_gated_mlp_setup)
 
 
 @_custom_op("coda::gated_mlp_backward")
@@ -533,7 +547,7 @@ def _qkv_rope_grad(ctx, dout):
     return *_wanted(grads, needs), None, None, None, None, None
 
 
-_qkv_rope.register_autograd(_qkv_rope_grad, setup_context=_qkv_rope_setup)
+_qkv_rope.register_autograd(_first_order(_qkv_rope_grad), setup_context=_qkv_rope_setup)
 
 
 @_custom_op("coda::qkv_rope_backward")
@@ -588,7 +602,7 @@ def _rope_grad(ctx, dy):
     return torch.ops.coda.rope(dy, cos, -sin, ctx.n_rot), None, None, None
 
 
-_rope.register_autograd(_rope_grad, setup_context=_rope_setup)
+_rope.register_autograd(_first_order(_rope_grad), setup_context=_rope_setup)
 
 
 def rope_op(x: Tensor, cos: Tensor, sin: Tensor, n_rot: int) -> Tensor:
@@ -641,7 +655,7 @@ def _linear_cross_entropy_grad(ctx, grad, *_):
     return dx, dw, None, db, dg, None, None, None, None, None, None, None
 
 
-_linear_cross_entropy.register_autograd(_linear_cross_entropy_grad,
+_linear_cross_entropy.register_autograd(_first_order(_linear_cross_entropy_grad),
                                         setup_context=_linear_cross_entropy_setup)
 
 
@@ -725,7 +739,7 @@ def _linear_cross_entropy_with_grads_grad(ctx, grad, *_):
     return dx, dw, None, db, dg, None, None, None, None, None, None, None, None, None
 
 
-_linear_cross_entropy_with_grads.register_autograd(_linear_cross_entropy_with_grads_grad,
+_linear_cross_entropy_with_grads.register_autograd(_first_order(_linear_cross_entropy_with_grads_grad),
                                                    setup_context=_linear_cross_entropy_with_grads_setup)
 
 
@@ -778,7 +792,7 @@ def _rms_norm_linear_grad(ctx, dy, _ss):
     return *_wanted(grads, needs), None, None
 
 
-_rms_norm_linear.register_autograd(_rms_norm_linear_grad, setup_context=_rms_norm_linear_setup)
+_rms_norm_linear.register_autograd(_first_order(_rms_norm_linear_grad), setup_context=_rms_norm_linear_setup)
 
 
 @_custom_op("coda::rms_norm_linear_backward")
@@ -843,7 +857,8 @@ def _layer_norm_linear_grad(ctx, dy, _s, _ss):
     return *_wanted(grads, needs), None, None, None
 
 
-_layer_norm_linear.register_autograd(_layer_norm_linear_grad, setup_context=_layer_norm_linear_setup)
+_layer_norm_linear.register_autograd(_first_order(_layer_norm_linear_grad),
+                                     setup_context=_layer_norm_linear_setup)
 
 
 @_custom_op("coda::layer_norm_linear_backward")
@@ -906,7 +921,8 @@ def _out_proj_residual_grad(ctx, dy, _ss, _s):
     return dx, dw, dresidual, db, None, None, None
 
 
-_out_proj_residual.register_autograd(_out_proj_residual_grad, setup_context=_out_proj_residual_setup)
+_out_proj_residual.register_autograd(_first_order(_out_proj_residual_grad),
+                                     setup_context=_out_proj_residual_setup)
 
 
 @_custom_op("coda::out_proj_residual_backward")
@@ -958,7 +974,7 @@ def _interleave_gain_grad(ctx, d):
     return torch.ops.coda.interleave_gain_backward(d, *ctx.saved_tensors)
 
 
-_interleave_gain.register_autograd(_interleave_gain_grad, setup_context=_interleave_gain_setup)
+_interleave_gain.register_autograd(_first_order(_interleave_gain_grad), setup_context=_interleave_gain_setup)
 
 
 @_custom_op("coda::interleave_gain_backward")
@@ -1002,7 +1018,7 @@ def _rms_rstd_grad(ctx, drstd):
     return dh, None, None
 
 
-_rms_rstd.register_autograd(_rms_rstd_grad, setup_context=_rms_rstd_setup)
+_rms_rstd.register_autograd(_first_order(_rms_rstd_grad), setup_context=_rms_rstd_setup)
 
 
 @_custom_op("coda::rms_rstd_backward")
@@ -1062,7 +1078,7 @@ def _layer_norm_grad(ctx, dy, _s, _ss):
     return *_wanted(grads, needs), None, None, None
 
 
-_layer_norm.register_autograd(_layer_norm_grad, setup_context=_layer_norm_setup)
+_layer_norm.register_autograd(_first_order(_layer_norm_grad), setup_context=_layer_norm_setup)
 
 
 @_custom_op("coda::layer_norm_backward")
@@ -1118,7 +1134,7 @@ def _rms_norm_grad(ctx, dy, _ss):
     return *_wanted(grads, needs), None, None
 
 
-_rms_norm.register_autograd(_rms_norm_grad, setup_context=_rms_norm_setup)
+_rms_norm.register_autograd(_first_order(_rms_norm_grad), setup_context=_rms_norm_setup)
 
 
 @_custom_op("coda::rms_norm_backward")

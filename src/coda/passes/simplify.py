@@ -18,7 +18,9 @@ import torch
 from ..ir import Epilogue, Node, rewrite
 from ..primitives import PRIMITIVES
 
-_COMMUTATIVE = ("add", "mul", "min", "max", "eq", "ne")
+#: operations whose constant argument moves second; not min and max, whose result at a tie of
+#: zeros follows the order (torch's max(0.0, -0.0) is 0.0, max(-0.0, 0.0) is -0.0)
+_COMMUTATIVE = ("add", "mul", "eq", "ne")
 #: the scales a fold may make: normal float32 numbers
 FLOAT32_NORMAL, FLOAT32_MAX = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
 
