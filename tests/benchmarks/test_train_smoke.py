@@ -167,6 +167,19 @@ def test_rounds_time_each_run_again_and_pair_the_ratios(tmp_path):
     assert paired["min"] <= paired["median"] <= paired["max"]
 
 
+@pytest.mark.parametrize("runs", [1, 2, 3])
+def test_each_run_takes_each_place_in_a_round_equally_often(bench, runs):
+    """With the rounds a multiple of the runs, every run is first, second, ... as often as the
+    others; the last round (taken in the group's order) closes the cycle."""
+    names = list("abc"[:runs])
+    rounds = 2 * runs
+    orders = [*bench.first_rounds(names, rounds), names]
+    assert len(orders) == rounds and all(sorted(order) == names for order in orders)
+    for place in range(runs):
+        assert sorted(order[place] for order in orders) == sorted(names * 2)
+    assert bench.first_rounds(names, 1) == []
+
+
 def test_paired_ratios_use_the_peer_fastest_by_median(bench):
     def row(mode, *rates):
         rounds = [dict(tokens_per_s=rate) for rate in rates]
