@@ -143,6 +143,37 @@ def test_kept_partial_buffers_are_each_host_threads_own():
     assert plan._partials(cpu) is mine and theirs[0] is theirs[1] and theirs[0] is not mine
 
 
+def test_two_host_threads_launch_at_once_under_the_interpreter():
+    """The interpreter keeps a launch's grid in globals: two threads launching together failed
+    inside it (raw InterpreterErrors, 5 of 8 launches) or read each other's grid. Launches take
+    turns on the CPU now; each thread's results are its own."""
+    import threading
+
+    prog = coda.compile("EPILOGUE threads(bias: col) { output = input + bias; s = row_sum(output); }")
+    errors, results = [], {}
+
+    def work(seed: int, m: int, n: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        try:
+            for i in range(3):
+                a, b = torch.randn(m, 16, generator=g), torch.randn(16, n, generator=g)
+                bias = torch.randn(n, generator=g)
+                results[seed, i] = prog(a, b, bias=bias, backend="triton"), a @ b + bias
+        except Exception as err:   # whatever a thread met, reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=args) for args in ((1, 64, 96), (2, 33, 40))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert len(results) == 6
+    for got, want in results.values():
+        torch.testing.assert_close(got["output"], want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got["s"], want.sum(1), rtol=1e-5, atol=1e-4)
+
+
 def test_reductions_stored_in_another_dtype_are_the_float32_result_rounded_once():
     """dtypes= on the Triton kernels (interpreter): the finishing kernel sums in float32 and
     rounds once to the stored dtype, as `.to()` of the float32 result would; the plans of the

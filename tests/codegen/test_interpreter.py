@@ -503,3 +503,29 @@ def test_a_program_on_ever_new_shapes_keeps_a_bounded_number_of_plans(monkeypatc
         got = prog(a, b, backend="triton")["s"]
         torch.testing.assert_close(got.double(), (a.double() @ b.double()).sum(1), rtol=1e-5, atol=1e-4)
         assert len(prog._plans) <= 3
+
+
+def test_a_launch_past_32_bit_offsets_is_refused(monkeypatch):
+    """The kernels' offsets are 32-bit: a tensor reaching past 2**31 - 1 elements (an output of
+    65536 x 32768, a column slice of a very wide matrix) was read or written at wrapped offsets
+    (under the interpreter, a segmentation fault). Such a launch is refused by name; the limit
+    is lowered here so that small tensors reach it."""
+    from coda.codegen import kernel
+
+    prog = coda.compile("EPILOGUE (r: tile) { output = input + r; }")
+    a, b = torch.randn(8, 4), torch.randn(4, 16)
+    wide = torch.randn(8, 40)
+    monkeypatch.setattr(kernel, "OFFSET_LIMIT", 200)
+    cases = [(dict(r=torch.randn(8, 16)), "output spans 128"),   # fits
+             (dict(r=wide[:, :16]), "operand 'r' spans 296 elements"),    # 7 * 40 + 16
+             (dict(r=torch.randn(8, 16), out=torch.empty(8, 30)[:, :16]), "out= spans 226 elements")]
+    for kwargs, message in cases:
+        if "128" in message:
+            torch.testing.assert_close(prog(a, b, backend="triton", **kwargs)["output"],
+                                       a @ b + kwargs["r"], rtol=1e-5, atol=1e-5)
+            continue
+        with pytest.raises(coda.LaunchError, match=f"{message}, past the 200 .* split the launch"):
+            prog(a, b, backend="triton", **kwargs)
+    monkeypatch.setattr(kernel, "OFFSET_LIMIT", 100)   # a new shape: the checks run per plan
+    with pytest.raises(coda.LaunchError, match="output 'output' spans 144 elements"):
+        coda.compile("output = input;")(torch.randn(9, 4), b, backend="triton")

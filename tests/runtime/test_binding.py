@@ -50,9 +50,12 @@ def test_int_matrices_are_refused(which):
 
 
 def test_a_b_must_be_2d_tensors():
+    """B = None (an unloaded weight) ran the epilogue on A as a map, without a GEMM."""
     prog = coda.compile("output = input;")
     a, b = _ab()
     assert "A must be a torch.Tensor, got list" in _launch_error(prog, a.tolist(), b)
+    assert "B must be a torch.Tensor, got None (to run the epilogue" in _launch_error(prog, a, None)
+    assert "B must be a torch.Tensor, got None" in _launch_error(prog, a[None].expand(2, 4, 3), None)
     assert "B must be 2-D" in _launch_error(prog, a, b[None])
     assert "A must be 2-D" in _launch_error(prog, a[0], b)
 
@@ -292,6 +295,26 @@ def test_out_may_be_a_tile_operand_itself_but_overlap_no_other_operand():
         assert f"out= shares memory with operand {name}" in text
 
 
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_out_may_not_be_a_head_table_or_partials_even_of_its_own_layout(backend):
+    """Only a tile operand is read at the output's own elements: a `head` table of out='s shape
+    is read at column j mod H, a Partials' [P, M] parts down whole columns, so either as out=
+    would be read by other tiles after their stores (the check let through any operand of out='s
+    exact layout). Refused on the first launch and on a cached plan's."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    a, b = (t.float().to(device) for t in _ab(6, 8, 3))
+    rope = coda.compile("EPILOGUE (cos: head, sin: head) { output = rope(input, cos, sin); }")
+    cos, sin = torch.randn(6, 8, device=device), torch.randn(6, 8, device=device)
+    rope(a, b, cos=cos, sin=sin, out=torch.empty(6, 8, device=device), backend=backend)   # a plan
+    with pytest.raises(coda.LaunchError, match="out= shares memory with operand 'cos'"):
+        rope(a, b, cos=cos, sin=sin, out=cos, backend=backend)
+    scale = coda.compile("EPILOGUE (s: row) { output = input * s; }")
+    a, b = (t.float().to(device) for t in _ab(8, 8, 3))
+    parts = torch.randn(8, 8, device=device)   # [P, M], out='s layout
+    with pytest.raises(coda.LaunchError, match="out= shares memory with operand 's'"):
+        scale(a, b, s=coda.Partials(parts), out=parts, backend=backend)
+
+
 def test_expanded_out_is_refused():
     prog = coda.compile("output += input;")
     a, b = _ab()
@@ -435,6 +458,9 @@ def test_bad_out_dtype(dtype):
     prog = coda.compile("output = input;")
     a, b = _ab()
     assert "out_dtype must be a floating-point torch.dtype" in _launch_error(prog, a, b, out_dtype=dtype)
+    # an integer out= names out=, not the out_dtype the caller did not give
+    text = _launch_error(prog, a, b, out=torch.zeros(4, 6, dtype=torch.int32))
+    assert "out= has dtype torch.int32; the output is floating point" in text
 
 
 def test_dropout_without_seed_and_bad_seeds():

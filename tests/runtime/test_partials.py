@@ -189,3 +189,18 @@ def test_bad_partials_are_refused(call, message):
     a, b, bias = inputs()
     with pytest.raises(coda.LaunchError, match=message.replace("[", r"\[").replace("]", r"\]")):
         call(a, b, bias)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_parts_are_added_in_float32_on_the_reference_backend(dtype):
+    """The kernels add a Partials operand's parts in float32; the reference added them in the
+    parts' dtype (bfloat16: 2.0 off at 64 parts). Both now as float32's sum in index order."""
+    g = torch.Generator().manual_seed(4)
+    parts = (torch.randn(64, 12, generator=g) * 30).to(dtype)
+    want = torch.zeros(12)
+    for part in parts:
+        want += part.float()
+    assert torch.equal(coda.Partials(parts).total(), want)
+    prog = coda.compile("EPILOGUE (s: row) { output = input * 0.0 + s; }")
+    got = prog.map(torch.zeros(12, 3), s=coda.Partials(parts), backend="reference")["output"]
+    assert torch.equal(got[:, 0], want)

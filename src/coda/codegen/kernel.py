@@ -10,6 +10,7 @@ and, with reduction outputs, one direct launch of the small kernel that finishes
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
@@ -29,7 +30,7 @@ from triton.runtime.errors import OutOfResources
 from ..errors import LaunchError
 from ..ir import as_float, format_epilogue
 from ..passes.widths import DOUBLE
-from ..runtime.binding import A_COL_SUMS, MAX_PIECES, Concat, Launch
+from ..runtime.binding import A_COL_SUMS, MAX_PIECES, Concat, Launch, tile_operands
 from ..runtime.partials import Partials
 from ..runtime.program import Program, tf32_matmuls
 from . import tuning
@@ -92,6 +93,7 @@ class TritonProgram:
         K = 768 fits either way, 220.6 and 241.9 us on an H100 against 337.8 in the first
         candidate, the Triton kernel's 128x256 tiles; benchmarks/results/session56)."""
         _check_dtypes(launch)
+        _check_offsets(launch)
         kernel = self.kernel(launch)
         chosen = config or self.config(launch, kernel)
         shares = _has_tiles(launch)
@@ -264,6 +266,7 @@ class Plan:
         self.kernel, self.config = kernel, config
         defaults = {p.name: p.default for p in launch.program.ir.params.values()}
         self.operands = [(name, kind, defaults[name]) for name, kind in launch.kinds.items()]
+        self.tile_operands = tile_operands(launch.kinds)   # the ones out= may be (binding.py)
         # `a_col_sums=True`: the K loop's partial sums of A's columns go in their own argument
         self.outputs = tuple(spec for spec in launch.outputs if spec.name != A_COL_SUMS)
         self.a_col_sums = next((spec for spec in launch.outputs if spec.name == A_COL_SUMS), None)
@@ -495,11 +498,23 @@ class _Finisher:
             _, self.launcher = first_launch(self.fn, self.grid, [*self.sizes, *buffers], self.meta, device)
 
 
+#: Triton's interpreter keeps a launch's state (its grid) in globals: two host threads launching
+#: at once failed inside it, so on the CPU launches take turns
+_INTERPRETER_TURN = threading.Lock()
+
+
+def one_at_a_time(device: torch.device):
+    """The context a launch on `device` runs in: the interpreter's turn on the CPU, none on a
+    GPU."""
+    return _INTERPRETER_TURN if device.type != "cuda" else contextlib.nullcontext()
+
+
 def first_launch(fn, grid: tuple[int], args: list, meta: dict, device: torch.device):
     """Launch `fn` through Triton's JIT (which compiles or finds the binary): (its compiled
     kernel, a direct launcher of it for the later launches), or (None, None) where there is no
     compiled CUDA kernel (the interpreter)."""
-    compiled = fn[grid](*args, **meta)
+    with one_at_a_time(device):
+        compiled = fn[grid](*args, **meta)
     if device.type == "cuda" and hasattr(compiled, "packed_metadata"):
         return compiled, direct_launcher(compiled, grid, device)
     return None, None
@@ -675,6 +690,36 @@ def _check_dtypes(launch: Launch) -> None:
     if any(s.dtype == torch.float64 and s.reduction is None for s in launch.outputs):
         raise LaunchError("float64 tile outputs (out_dtype or dtypes=) are not supported by the Triton "
                           "backend; reductions may be float64")
+
+
+#: the elements a kernel's 32-bit offsets reach (row index times row stride, and the like)
+OFFSET_LIMIT = 2**31 - 1
+
+
+def _check_offsets(launch: Launch) -> None:
+    """The kernels compute addresses as 32-bit offsets from a tensor's start (Triton passes
+    strides below 2**31 as int32): a tensor whose last element lies past 2**31 - 1 elements
+    (an output of 65536 x 32768, a column slice of a very wide matrix) would be read or written
+    at wrapped offsets. Such a launch is refused rather than run wrong."""
+    tensors = [(f"A piece {i}" if launch.concat else ("A" if launch.b is not None else "X"), x)
+               for i, x in enumerate(launch.a_pieces)]
+    tensors += [("B", launch.b), ("out=", launch.out)]
+    for name, value in launch.values.items():
+        tensors.append((f"operand {name!r}", value.parts if isinstance(value, Partials) else value))
+    reach = [(name, _reach(x)) for name, x in tensors if isinstance(x, torch.Tensor)]
+    reach += [(f"output {spec.name!r}", math.prod(spec.shape)) for spec in launch.outputs]
+    for name, elements in reach:
+        if elements > OFFSET_LIMIT:
+            raise LaunchError(f"{name} spans {elements} elements, past the {OFFSET_LIMIT} that the "
+                              f"Triton kernels' 32-bit offsets reach: split the launch along M (its "
+                              f"rows), or run it with backend='reference'")
+
+
+def _reach(x: torch.Tensor) -> int:
+    """The elements from x's first to its last, inclusive (0 for an empty tensor)."""
+    if x.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * abs(stride) for size, stride in zip(x.shape, x.stride(), strict=True))
 
 
 def _layout(launch: Launch) -> str:

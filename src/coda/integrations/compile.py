@@ -717,7 +717,8 @@ def _linear_cross_entropy_with_grads_fake(x, w, target, bias, norm_weight, ignor
     stat = _stat_dtype(x)
     shapes = (x.shape, w.shape, w.shape[:1], x.shape[-1:])
     dtypes = (x.dtype, stat, stat, stat)
-    return (x.new_empty((), dtype=stat), *(x.new_empty(shape if need else 0, dtype=dtype)
+    # a gradient not asked for: x's empty placeholder, as the real kernel's (`_gradients`)
+    return (x.new_empty((), dtype=stat), *(x.new_empty(shape, dtype=dtype) if need else x.new_empty(0)
                                            for shape, dtype, need in zip(shapes, dtypes, needs, strict=True)))
 
 

@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..codegen.kernel import one_at_a_time
+
 #: rows a program takes per step
 BLOCK = 1024
 
@@ -66,9 +68,10 @@ def headroom(reference: torch.Tensor, se: torch.Tensor, limit: torch.Tensor | No
     forward (module docstring)."""
     lse = torch.empty_like(reference)
     redo = torch.empty(1, dtype=torch.int32, device=reference.device)
-    headroom_kernel[(1,)](reference, se, lse, redo, redo if limit is None else limit,
-                          reference.shape[0], headroom, HAS_LIMIT=limit is not None, BLOCK=BLOCK,
-                          num_warps=8)
+    with one_at_a_time(reference.device):
+        headroom_kernel[(1,)](reference, se, lse, redo, redo if limit is None else limit,
+                              reference.shape[0], headroom, HAS_LIMIT=limit is not None, BLOCK=BLOCK,
+                              num_warps=8)
     return lse, redo
 
 
@@ -79,7 +82,9 @@ def patch(reference: torch.Tensor, lse: torch.Tensor, lse_again: torch.Tensor, r
     patched in place (module docstring); `lse` is overwritten."""
     rows = reference.shape[0]
     scale = torch.empty_like(reference)
-    patch_kernel[(triton.cdiv(rows, BLOCK),)](reference, lse, lse_again, redo, t, target, alpha, e, scale,
-                                              rows, e.shape[1], e.stride(0), BLOCK=BLOCK, num_warps=4)
+    with one_at_a_time(e.device):
+        patch_kernel[(triton.cdiv(rows, BLOCK),)](reference, lse, lse_again, redo, t, target, alpha, e,
+                                                  scale, rows, e.shape[1], e.stride(0), BLOCK=BLOCK,
+                                                  num_warps=4)
     return lse, scale
 

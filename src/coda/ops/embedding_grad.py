@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..codegen.kernel import one_at_a_time
+
 
 @triton.jit
 def embedding_grad(DY, ORDER, KEYS, ENDS, DW, H, stride_dy, stride_dw, PADDING_IDX,
@@ -66,7 +68,8 @@ def kernel(dy: torch.Tensor, keys: torch.Tensor, order: torch.Tensor, ends: torc
     n, h = dy.shape
     block_h = min(block_h, triton.next_power_of_2(h))
     grid = (n, triton.cdiv(h, block_h))
-    embedding_grad[grid](dy, order, keys, ends, dw, h, dy.stride(0), dw.stride(0),
-                         -1 if padding_idx is None else padding_idx, TOKENS=tokens, BLOCK_H=block_h,
-                         HAS_PADDING=padding_idx is not None, ACCUMULATE=accumulate, STAGES=stages,
-                         num_warps=warps)
+    with one_at_a_time(dy.device):
+        embedding_grad[grid](dy, order, keys, ends, dw, h, dy.stride(0), dw.stride(0),
+                             -1 if padding_idx is None else padding_idx, TOKENS=tokens, BLOCK_H=block_h,
+                             HAS_PADDING=padding_idx is not None, ACCUMULATE=accumulate, STAGES=stages,
+                             num_warps=warps)

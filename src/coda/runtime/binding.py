@@ -182,6 +182,9 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
                               f"{list(values[cos].shape)} and {list(values[sin].shape)}")
     check_per_call(program.probabilities, values, seed)
     if out_dtype is None:
+        if isinstance(out, torch.Tensor) and not out.is_floating_point():
+            raise LaunchError(f"out= has dtype {out.dtype}; the output is floating point (float16, "
+                              f"bfloat16, float32 or float64)")
         out_dtype = out.dtype if isinstance(out, torch.Tensor) else a.dtype
     if not isinstance(a_col_sums, bool):
         raise LaunchError(f"a_col_sums= must be True or False, got {a_col_sums!r}")
@@ -199,7 +202,7 @@ def bind(program: Program, a, b, operands: dict, *, out=None, out_dtype=None, se
     specs = _stored_as(specs, dtypes)
     if out is not None:
         _check_out(out, specs[0], a.device)
-        check_out_per_call(concat or a, b, out, values)
+        check_out_per_call(concat or a, b, out, values, tile_operands(kinds))
     elif epi.accumulates:
         raise LaunchError("the program accumulates into `output` (it reads the prior output, as "
                           "`output += ...` does): pass the tensor to accumulate into as out=")
@@ -444,19 +447,26 @@ def _check_out_writable(out: torch.Tensor) -> None:
                           "launch inside torch.inference_mode(), or pass a clone")
 
 
-def check_out_per_call(a, b, out: torch.Tensor, operands: dict) -> None:
+def tile_operands(kinds: dict[str, str]) -> frozenset[str]:
+    """The operands read element for element where the output is stored (kind `tile`), the only
+    ones that may be `out=` itself."""
+    return frozenset(name for name, kind in kinds.items() if kind == "tile")
+
+
+def check_out_per_call(a, b, out: torch.Tensor, operands: dict, tiles: frozenset[str]) -> None:
     """What `out=` must satisfy on every launch, cached ones too (a plan's key holds its layout,
     not its memory or mode): writable here, and apart from what the tiles still read."""
     _check_out_writable(out)
-    _check_out_overlap(a, b, out, operands)
+    _check_out_overlap(a, b, out, operands, tiles)
 
 
-def _check_out_overlap(a, b, out: torch.Tensor, operands: dict) -> None:
+def _check_out_overlap(a, b, out: torch.Tensor, operands: dict, tiles: frozenset[str]) -> None:
     """`out=` may not share memory with a GEMM's A or B: other tiles still read them after this
     one's output is stored. Only what a tile reads at its own elements before it stores may be
     `out=` itself, element for element: a map's input (an in-place map) or a tile operand (an
-    in-place residual add); no other operand may overlap it. Meta tensors hold no memory (each
-    one's data_ptr is 0): nothing to share."""
+    in-place residual add, `tiles`); no other operand may overlap it (a `head` table is read at
+    column j mod H, a Partials' parts down a whole column: other tiles' values). Meta tensors
+    hold no memory (each one's data_ptr is 0): nothing to share."""
     o0, o1 = _byte_range(out)
     if o0 == o1 or out.device.type == "meta":
         return
@@ -469,7 +479,8 @@ def _check_out_overlap(a, b, out: torch.Tensor, operands: dict) -> None:
         raise _shared_with("B", False)
     for name, value in operands.items():
         x = value.parts if isinstance(value, Partials) else value
-        if isinstance(x, torch.Tensor) and _overlaps(x, o0, o1) and not _same(x, out):
+        in_place = name in tiles and not isinstance(value, Partials) and _same(x, out)
+        if isinstance(x, torch.Tensor) and _overlaps(x, o0, o1) and not in_place:
             raise _shared_with(f"operand {name!r}", True)
 
 

@@ -50,9 +50,11 @@ class Partials:
         return Partials(self.parts[:, :count])
 
     def total(self) -> torch.Tensor:
-        """The [M] sums, added in index order as the kernels add them (PyTorch ops: for the
-        reference backend, and where a tensor is needed)."""
-        total = self.parts[0].clone()
+        """The [M] sums, added in index order and in float32 (float64 parts in float64) as the
+        kernels add them (PyTorch ops: for the reference backend, and where a tensor is
+        needed). Half-precision parts were added in their own dtype: 2.0 off the kernels' sum
+        of 64 bfloat16 parts."""
+        total = self.parts[0].to(torch.promote_types(self.parts.dtype, torch.float32), copy=True)
         for part in self.parts[1:]:
             total += part
         return total

@@ -184,6 +184,9 @@ class Program:
         `unfinished` names row sums (or "a_col_sums") to return as `coda.Partials` (their
         tiles' partials, no finishing kernel), for a program that takes them as a row or column
         operand and adds them as it reads them (a norm's statistics)."""
+        if b is None:   # a map's launch inside; here an unloaded weight would run as a map
+            raise LaunchError("B must be a torch.Tensor, got None (to run the epilogue on a "
+                              "tensor without a GEMM, use .map(x))")
         return self._launch(a, b, backend, out, out_dtype, seed, outputs, dtypes, operands,
                             (m_limit, k_limit), a_col_sums, unfinished)
 
@@ -232,7 +235,7 @@ class Program:
                 if seed is not None or self.probabilities:
                     check_per_call(self.probabilities, operands, seed)
                 if out is not None:
-                    check_out_per_call(a, b, out, operands)
+                    check_out_per_call(a, b, out, operands, plan.tile_operands)
                 return plan.run(a, b, operands, out, seed_word(seed), limits)
         launch = bind(self, a, b, operands, out=out, out_dtype=out_dtype, seed=seed,
                       outputs=outputs, dtypes=dtypes, m_limit=limits[0], k_limit=limits[1],
