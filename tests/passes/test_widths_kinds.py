@@ -141,6 +141,18 @@ def test_ambiguous_vector_needs_a_declaration(m, n, source, shape):
         _kinds(source, m, n, v=torch.ones(shape))
     text = str(info.value)
     assert "'v'" in text and "fits kinds row and col" in text and "declare its kind" in text
+    assert "`v: row` in an EPILOGUE header, or `v: coda.row` as a Python annotation" in text
+
+
+def test_a_one_element_tensor_for_a_scalar_says_what_to_pass():
+    """A [1] tensor (an nn.Parameter(torch.zeros(1)), ReZero's alpha) for a scalar operand: the
+    message said "expected shape a number or 0-d tensor"; it now says how to pass it."""
+    with pytest.raises(coda.LaunchError) as info:
+        _kinds("EPILOGUE (alpha: scalar) { output = input * alpha; }", 4, 6, alpha=torch.ones(1))
+    assert str(info.value) == ("operand 'alpha' (kind scalar): expected a number or 0-d tensor, got "
+                               "tensor of shape [1] (a one-element tensor: pass t.reshape(()) or t[0])")
+    with pytest.raises(coda.LaunchError, match=r"or a scalar: a number or 0-d tensor\)"):
+        _kinds("output = input * v;", 4, 6, v=torch.ones(1))
 
 
 def test_rope_and_dropout_usage_decides_kinds():

@@ -132,7 +132,10 @@ def _merge(program: Program, axis: str, outs: list, size: str | None = None) -> 
                          f"propagate_nan=tl.PropagateNan.ALL)")
     for o in outs:
         name = o.name
-        value = (f"tl.where({name}_total == 0.0, float('-inf'), {name}_top + tl.log({name}_total))"
+        # log of 1, not 0, where the sum is empty (rows past M): no divide-by-zero in numpy's
+        # log under the interpreter; the -inf such a row stores is the where's
+        value = (f"tl.where({name}_total == 0.0, float('-inf'), "
+                 f"{name}_top + tl.log(tl.where({name}_total == 0.0, 1.0, {name}_total)))"
                  if o.reduction == "row_logsumexp" else f"{name}_top")
         lines.append(f"    tl.store(fin_{name}_ptr + {axis}s, ({value}).to(fin_{name}_ptr.dtype.element_ty), "
                      f"mask={axis}s < {sizes[name]})")

@@ -108,7 +108,8 @@ class Reduced:
                        f"return it in the result dict instead of computing with it")
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
-    __truediv__ = __rtruediv__ = __neg__ = __pos__ = __bool__ = _refuse
+    __truediv__ = __rtruediv__ = __neg__ = __pos__ = __bool__ = __abs__ = _refuse
+    __pow__ = __rpow__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _refuse
     __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _refuse
     __hash__ = None
 
@@ -311,6 +312,9 @@ def _annotation_kind(fn: Callable, annotation):
 
 
 def _collect_outputs(name: str, result) -> tuple[Output, ...]:
+    if isinstance(result, (tuple, list)):
+        raise DslError(f"{name}: the function returned a {type(result).__name__}; return the output "
+                       f"alone, or a dict of outputs: {{'output': ..., 'h': ...}}")
     if not isinstance(result, dict):
         result = {"output": result}
     if "output" not in result:

@@ -42,8 +42,11 @@ def infer_kinds(epi: Epilogue, domains: Widths, m: int, n: int, values: dict) ->
                            f"[M, N/2] values from unpack", param.loc, epi.source)
         if not _fits(kind, value, m, n, width):
             got = _describe(value)
-            raise LaunchError(f"operand {name!r} (kind {kind}): expected shape "
-                              f"{expected_shape(kind, m, n, width)}, got {got}")
+            expected = expected_shape(kind, m, n, width)
+            expected = expected if kind == "scalar" else f"shape {expected}"
+            hint = (" (a one-element tensor: pass t.reshape(()) or t[0])"
+                    if kind == "scalar" and isinstance(value, torch.Tensor) and value.numel() == 1 else "")
+            raise LaunchError(f"operand {name!r} (kind {kind}): expected {expected}, got {got}{hint}")
         kinds[name] = kind
     return kinds
 
@@ -78,7 +81,8 @@ def _kind_from_shape(name: str, value, m: int, n: int, width: str) -> str:
         raise LaunchError(f"operand {name!r}: a {_describe(value)} fits no operand kind for an "
                           f"output of {expected_shape('tile', m, n, width)} (tile "
                           f"{expected_shape('tile', m, n, width)}, row [{m}], col "
-                          f"{expected_shape('col', m, n, width)}, or a scalar)")
+                          f"{expected_shape('col', m, n, width)}, or a scalar: a number or 0-d "
+                          f"tensor)")
     raise LaunchError(f"operand {name!r}: shape {list(value.shape)} fits kinds "
-                      f"{' and '.join(fitting)}; declare its kind (`{name}: row` in the header or "
-                      f"an annotation)")
+                      f"{' and '.join(fitting)}; declare its kind (`{name}: {fitting[0]}` in an EPILOGUE "
+                      f"header, or `{name}: coda.{fitting[0]}` as a Python annotation)")
