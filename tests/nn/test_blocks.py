@@ -83,6 +83,24 @@ def test_llama_block_takes_eps_from_its_norms(eps):
         assert not torch.allclose(block(x), before, rtol=1e-3, atol=0)
 
 
+def test_an_rms_norm_without_eps_takes_its_compute_types_epsilon():
+    """nn.RMSNorm(eps=None) on bfloat16 (or float16) rows takes float32's epsilon, the dtype
+    PyTorch computes in, not bfloat16's 2**-7, which the fused modules took: at rows of scale
+    0.05 (mean of squares 2.5e-3) that changed the output by about a third."""
+    from coda.nn import RMSNormLinear
+
+    torch.manual_seed(3)
+    norm, linear = nn.RMSNorm(64), nn.Linear(64, 32, bias=False)
+    x = torch.randn(8, 64) * 0.05
+    fused = RMSNormLinear.from_torch(norm, linear)
+    assert fused.norm.eps is None
+    exact = linear.double()(norm.double()(x.double()))
+    for dtype in (torch.bfloat16, torch.float16):
+        got = fused.to(dtype)(x.to(dtype)).double()
+        eager = linear.to(dtype)(norm.to(dtype)(x.to(dtype))).double()
+        assert (got - exact).norm() <= 2 * (eager - exact).norm() + 1e-3 * exact.norm(), dtype
+
+
 def test_llama_stats_and_names():
     block = randomize(LlamaBlock(16, 2, 1, 24))
     x = torch.randn(1, 3, 16, dtype=F64)

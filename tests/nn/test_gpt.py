@@ -165,3 +165,14 @@ def test_generate_refuses_what_it_cannot_sample(option, words):
     negative count of new tokens returned the prompt, a fractional one was range()'s TypeError."""
     with pytest.raises(coda.CodaError, match=words):
         model().generate(tokens((1, 4)), **{"new_tokens": 2, **option})
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_an_empty_batch_runs(fused):
+    """B = 0 passes the token checks; the attention's view inferred a -1 head size from no
+    elements and raised PyTorch's error. Logits [0, T, V] and, with targets, the mean of no
+    losses (NaN, as torch's cross_entropy of an empty batch), fused and in the eager twin."""
+    m = model(fused=fused)
+    idx = torch.zeros(0, 5, dtype=torch.long)
+    assert m(idx).shape == (0, 5, CONFIG.vocab_size)
+    assert m(idx, idx).isnan()

@@ -351,3 +351,32 @@ def test_bad_options_are_refused_when_built(make, words):
     fine and failed when training began."""
     with pytest.raises(coda.CodaError, match=words):
         make()
+
+
+class ScaledLinear(nn.Linear):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 2.0 * super().forward(x)
+
+
+class ShiftedLayerNorm(nn.LayerNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) + 1.0
+
+
+@pytest.mark.parametrize(("convert", "match"), [
+    (lambda: Linear.from_torch(ScaledLinear(8, 6)), "ScaledLinear has a forward of its own"),
+    (lambda: Linear.from_torch(Linear(8, 6, activation="relu", dropout=0.2)),
+     "coda.nn.modules.Linear has a forward of its own"),
+    (lambda: LayerNormLinear.from_torch(nn.LayerNorm(8), ScaledLinear(8, 6)), "ScaledLinear has a forward"),
+    (lambda: LayerNormLinear.from_torch(ShiftedLayerNorm(8), nn.Linear(8, 6)), "ShiftedLayerNorm has a"),
+    (lambda: LayerNormLinear.from_torch(nn.LayerNorm(8), nn.Conv1d(8, 6, 1)), "an nn.Linear, got Conv1d"),
+    (lambda: RMSNormLinear.from_torch(nn.RMSNorm(8), nn.Identity()), "takes an nn.Linear, got Identity"),
+    (lambda: FusedMLP.from_torch(FusedMLP(8, 16).to("meta")), "FusedMLP is on the meta device"),
+    (lambda: SwiGLUMLP.from_torch(SwiGLUMLP(8, 16).to("meta")), "SwiGLUMLP is on the meta device"),
+])
+def test_from_torch_refuses_what_would_compute_otherwise_or_cannot_be_probed(convert, match):
+    """A subclass whose forward adds to its layer's formula converted silently (outputs 0.7-1.3
+    off: a coda.nn.Linear's activation and dropout dropped, a scale lost); a non-Linear `linear`
+    and a meta module to be probed raised AttributeError / NotImplementedError."""
+    with pytest.raises(coda.CodaError, match=match):
+        convert()

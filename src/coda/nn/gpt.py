@@ -74,9 +74,9 @@ class Block(nn.Module):
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Causal multi-head attention of the [B, T, C] projections -> [B, T, C]."""
-        b, t, _ = q.shape
-        q, k, v = (x.view(b, t, self.n_head, -1).transpose(1, 2) for x in (q, k, v))
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, -1)
+        b, t, c = q.shape   # sizes spelled out: a view cannot infer a -1 from an empty batch
+        q, k, v = (x.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for x in (q, k, v))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, c)
 
     def forward(self, x: torch.Tensor, fused: bool) -> torch.Tensor:
         ln_1, qkv, attn_out, ln_2, fc1, fc2 = (_cast(layer, x.dtype) for layer in (

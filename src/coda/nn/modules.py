@@ -21,6 +21,7 @@ counter-based masks (same p as torch, not torch's RNG stream).
 from __future__ import annotations
 
 import copy
+import itertools
 
 import torch
 import torch.nn.functional as F
@@ -76,8 +77,7 @@ class Linear(nn.Linear):
 
     @classmethod
     def from_torch(cls, linear: nn.Linear, activation: str | None = None, dropout: float = 0.0) -> Linear:
-        if not isinstance(linear, nn.Linear):
-            raise CodaError(f"Linear.from_torch takes an nn.Linear, got {type(linear).__name__}")
+        _plain(linear, nn.Linear, "Linear.from_torch")
         new = cls(linear.in_features, linear.out_features, linear.bias is not None, activation, dropout,
                   device=linear.weight.device, dtype=linear.weight.dtype)
         new.load_state_dict(linear.state_dict())
@@ -113,6 +113,7 @@ class FusedMLP(nn.Module):
         activation its forward() calls has no child to check), so that a module computing something
         else is a CodaError, not a silently different function."""
         check_options(activation, dropout)
+        _with_values(module, "FusedMLP.from_torch")
         fc1, fc2 = _children(module, ("fc1", "fc2"), "FusedMLP.from_torch")
         kind = type(module).__name__
         if (fc1.bias is None) != (fc2.bias is None):
@@ -178,6 +179,7 @@ class SwiGLUMLP(nn.Module):
         `mlp_bias=True`, a GeGLU's GELU) raise CodaError: this module has neither, and would drop
         them silently."""
         names = ("gate_proj", "up_proj", "down_proj")
+        _with_values(module, "SwiGLUMLP.from_torch")
         projections = _children(module, names, "SwiGLUMLP.from_torch")
         biased = [name for name, fc in zip(names, projections, strict=True) if fc.bias is not None]
         if biased:
@@ -219,6 +221,7 @@ class RMSNormLinear(nn.Module):
     def from_torch(cls, norm: nn.Module, linear: nn.Linear) -> RMSNormLinear:
         """From an nn.RMSNorm, or HF's RMSNorm of LLaMA and its kin (`weight`, `variance_epsilon`),
         and the nn.Linear after it."""
+        _plain(linear, nn.Linear, "RMSNormLinear.from_torch")
         w = linear.weight
         new = cls(linear.in_features, linear.out_features, _rms_norm_eps(norm), linear.bias is not None,
                   device=w.device, dtype=w.dtype)
@@ -251,6 +254,8 @@ class LayerNormLinear(nn.Module):
         if not isinstance(norm, nn.LayerNorm):
             raise CodaError(f"LayerNormLinear.from_torch: {type(norm).__name__} is not an nn.LayerNorm "
                             f"(an RMSNorm folds in with RMSNormLinear.from_torch)")
+        _plain(norm, nn.LayerNorm, "LayerNormLinear.from_torch")
+        _plain(linear, nn.Linear, "LayerNormLinear.from_torch")
         w = linear.weight
         new = cls(linear.in_features, linear.out_features, norm.eps, linear.bias is not None,
                   device=w.device, dtype=w.dtype)
@@ -260,8 +265,32 @@ class LayerNormLinear(nn.Module):
 
 
 def rms_eps(norm: nn.RMSNorm, x: torch.Tensor) -> float:
-    """An nn.RMSNorm's eps for input x: its own, or (None) x's dtype's epsilon, as nn.RMSNorm's."""
-    return torch.finfo(x.dtype).eps if norm.eps is None else norm.eps
+    """An nn.RMSNorm's eps for input x: its own, or (None) the epsilon of the dtype it computes
+    in, as nn.RMSNorm's: float32's for float16 and bfloat16 x (PyTorch's rms_norm takes its
+    compute type's epsilon, 2**-23, not bfloat16's 2**-7, which at activations of 0.05 made the
+    fused block 35x less accurate than its eager twin), float64's for float64 x."""
+    return torch.finfo(torch.promote_types(x.dtype, torch.float32)).eps if norm.eps is None else norm.eps
+
+
+def _plain(module: nn.Module, base: type[nn.Module], what: str) -> None:
+    """Refuse what is not a `base`, or a subclass with a forward of its own: from_torch copies a
+    torch layer's parameters into a fused module that computes `base`'s formula, and what another
+    forward adds (a scale, an activation: a coda.nn.Linear's) would be dropped silently."""
+    if not isinstance(module, base):
+        raise CodaError(f"{what} takes an nn.{base.__name__}, got {type(module).__name__}")
+    if type(module).forward is not base.forward:
+        name = f"{type(module).__module__}.{type(module).__qualname__}"
+        raise CodaError(f"{what}: {name} has a forward of its own; only what an "
+                        f"nn.{base.__name__} computes folds in (what its forward adds would be dropped)")
+
+
+def _with_values(module: nn.Module, what: str) -> None:
+    """Refuse a module on the meta device where from_torch must run it on a probe to check what it
+    computes: a meta tensor has no values to run."""
+    if any(t.is_meta for t in itertools.chain(module.parameters(), module.buffers())):
+        raise CodaError(f"{what}: {type(module).__name__} is on the meta device, and from_torch runs it "
+                        f"on a probe to check what it computes: convert it on a real device first, or "
+                        f"build the CODA module directly")
 
 
 def _children(module: nn.Module, names: tuple[str, ...], what: str) -> list[nn.Linear]:
@@ -299,7 +328,9 @@ def _rms_norm_eps(norm: nn.Module) -> float | None:
     kin), once a probe shows it computes weight * x * rsqrt(mean(x²) + eps): a norm of another
     formula under those names (a (1 + weight) gain, say) would fold in wrong, silently."""
     if isinstance(norm, nn.RMSNorm):
+        _plain(norm, nn.RMSNorm, "RMSNormLinear.from_torch")
         return norm.eps
+    _with_values(norm, "RMSNormLinear.from_torch")
     g, eps = getattr(norm, "weight", None), getattr(norm, "variance_epsilon", None)
     if not isinstance(g, torch.Tensor) or g.dim() != 1 or not isinstance(eps, float):
         raise CodaError(f"RMSNormLinear.from_torch: {type(norm).__name__} is neither an nn.RMSNorm nor an "
