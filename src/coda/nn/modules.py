@@ -207,7 +207,7 @@ class RMSNormLinear(nn.Module):
 
     def __init__(self, dim: int, out: int, eps: float | None = 1e-6, bias: bool = False,
                  device: torch.device | None = None, dtype: torch.dtype | None = None):
-        """eps None: the input dtype's epsilon, as nn.RMSNorm's default."""
+        """eps None: the epsilon of the dtype the norm computes in, as nn.RMSNorm's default (`rms_eps`)."""
         super().__init__()
         self.norm = nn.RMSNorm(dim, eps=eps, device=device, dtype=dtype)
         self.linear = nn.Linear(dim, out, bias, device=device, dtype=dtype)
@@ -323,7 +323,7 @@ def _computes(module: nn.Module, fn, width: int, rtol: float = 1e-5, atol: float
 
 
 def _rms_norm_eps(norm: nn.Module) -> float | None:
-    """The eps of an nn.RMSNorm (None: the input dtype's epsilon, as there), or of a
+    """The eps of an nn.RMSNorm (None: its compute dtype's epsilon, as there), or of a
     module with a gain `weight` [n] and a float `variance_epsilon` (HF's LlamaRMSNorm and its
     kin), once a probe shows it computes weight * x * rsqrt(mean(x²) + eps): a norm of another
     formula under those names (a (1 + weight) gain, say) would fold in wrong, silently."""
