@@ -161,16 +161,21 @@ def test_from_torch():
                                   nn.RMSNorm(16, elementwise_affine=False)],
                          ids=["ln_no_bias", "ln_plain", "rms_plain"])
 def test_from_torch_norms_without_a_gain_or_a_bias(norm):
-    """A norm without its gain or bias folds in too: the missing part is a frozen one or zero,
-    which computes the same, and gets no gradient (it is no parameter of the original)."""
+    """A norm without its gain or bias folds in too: the missing part is a constant one or zero
+    (a buffer, not a parameter: it was a frozen parameter, in the state dict, which the torch
+    pair's did not load strictly and `requires_grad_(True)` made trainable)."""
     x = torch.randn(6, 16, dtype=F64)
     ref = randomize(TorchNormLinear(norm, nn.Linear(16, 8)))
     fused_class = RMSNormLinear if isinstance(norm, nn.RMSNorm) else LayerNormLinear
     fused = fused_class.from_torch(ref.norm, ref.linear)
     torch.testing.assert_close(fused(x), ref(x))
-    trained = {name for name, p in fused.named_parameters() if p.requires_grad}
     theirs = {f"norm.{name}" for name, _ in ref.norm.named_parameters()}
-    assert trained == theirs | {"linear.weight", "linear.bias"}
+    assert {name for name, _ in fused.requires_grad_(True).named_parameters()} == theirs | {
+        "linear.weight", "linear.bias"}
+    assert fused.state_dict().keys() == ref.state_dict().keys()
+    copy.deepcopy(ref).load_state_dict(fused.state_dict())   # strict, both ways
+    fused.load_state_dict(ref.state_dict())
+    torch.testing.assert_close(fused.float()(x.float()), ref.float()(x.float()))
 
 
 class OnePlusGainRMSNorm(nn.Module):   # a gain of (1 + weight), as Gemma's, under LLaMA's names

@@ -348,8 +348,9 @@ def _rms_norm_eps(norm: nn.Module) -> float | None:
 def _copy_norm(norm: nn.Module, into: nn.Module, dim: int) -> None:
     """A torch norm's parameters into the fused module's norm. It must normalize x's last
     dimension, of the linear's in_features (an HF RMSNorm, without `normalized_shape`: its
-    gain's length); a gain or bias it lacks (`elementwise_affine=False`, `bias=False`) stays the
-    constructor's one or zero, frozen, which computes the same."""
+    gain's length); a gain or bias it lacks (`elementwise_affine=False`, `bias=False`) becomes
+    a constant, the constructor's one or zero, as a buffer outside the state dict: the fused
+    module's state dict is the torch pair's, strictly, and nothing can train the constant."""
     shape = tuple(norm.normalized_shape if hasattr(norm, "normalized_shape") else norm.weight.shape)
     if shape != (dim,):
         raise CodaError(f"from_torch: the norm normalizes over {list(shape)}; only a "
@@ -360,6 +361,7 @@ def _copy_norm(norm: nn.Module, into: nn.Module, dim: int) -> None:
             if ours is None:
                 continue
             if theirs is None:
-                ours.requires_grad_(False)
+                delattr(into, name)
+                into.register_buffer(name, ours.detach(), persistent=False)
             else:
                 ours.copy_(theirs)
