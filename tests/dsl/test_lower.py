@@ -124,6 +124,9 @@ def test_compile_needs_text():
     ("h = input;", 1, 11, ("never assigns `output`",)),
     ("outptu = input;", 1, 16, ("never assigns `output` (it assigns 'outptu': did you mean `output`?)",)),
     ("EPILOGUE {\n  save s = input;\n}", 3, 1, ("never assigns `output`",)),
+    ("s = row_sum(input); m = col_max(input);", 1, 40,
+     ("never assigns `output` (to compute only reductions, write `output = input;` and launch with "
+      "outputs=['s', 'm']",)),
     # reduction results read back
     ("s = row_sum(input);\noutput = input / s;", 2, 18, ("'s' is a reduction result (row_sum)",
                                                           "cannot read it")),

@@ -52,6 +52,9 @@ class _Lowering:
         if "output" not in self.env:
             close = difflib.get_close_matches("output", self.env, n=1)
             hint = f" (it assigns {close[0]!r}: did you mean `output`?)" if close else ""
+            if not close and self.reductions:   # a program of reductions alone
+                hint = (" (to compute only reductions, write `output = input;` and launch with "
+                        f"outputs={list(self.reductions)!r}: the tile is then never stored)")
             raise DslError(f"the program never assigns `output`{hint}", self.program.end)
         if self.unread:
             name, loc = next(iter(self.unread.items()))
