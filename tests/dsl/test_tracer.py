@@ -300,6 +300,8 @@ def test_a_number_as_output_and_reflected_operators():
     (lambda acc: {"output": acc, "s": abs(coda.row_sum(acc))}, "row_sum(...) is an output"),
     (lambda acc: {"output": acc, "s": 2 // coda.row_sum(acc)}, "row_sum(...) is an output"),
     (lambda acc: (coda.gelu(acc), acc), "returned a tuple; return the output alone, or a dict"),
+    (lambda acc: {"s": coda.row_sum(acc)}, "no 'output' entry (to compute only reductions, return "
+                                           "'output': acc too and launch with outputs=['s']"),
     (lambda acc: acc if acc > 0 else -acc, "has no truth value"),
     (lambda acc: max(acc, 0.0), "coda.max / coda.min instead of Python's max / min"),
     (lambda acc: acc ** 2, "no power operator: write x * x or coda.square(x)"),

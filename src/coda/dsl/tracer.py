@@ -318,7 +318,11 @@ def _collect_outputs(name: str, result) -> tuple[Output, ...]:
     if not isinstance(result, dict):
         result = {"output": result}
     if "output" not in result:
-        raise DslError(f"{name}: the returned dict has no 'output' entry")
+        hint = ""
+        if result and all(isinstance(v, Reduced) for v in result.values()):
+            hint = (f" (to compute only reductions, return 'output': acc too and launch with "
+                    f"outputs={list(result)!r}: the tile is then never stored)")
+        raise DslError(f"{name}: the returned dict has no 'output' entry{hint}")
     outputs = []
     for key in ["output", *(k for k in result if k != "output")]:
         value = result[key]
