@@ -59,6 +59,8 @@ def test_prior_output_adapts_to_the_new_output():
      "prior `output` is used in another"),
     ("w = pack(input, input);\noutput = w * 2;", 2, 12, "can only be stored as an output"),
     ("s = row_sum(pack(input, 1.0));\noutput = input;", 1, 1, "only be stored as a tile output"),
+    ("output = pack(input * u, input * g);\ndb = col_sum(output);", 2, 1,
+     "launch on an [M, 2N] input and unpack it: a tile operand read there is [M, N]"),
     ("g, u = unpack(input);\noutput = pack(g, input);", 2, 10, "pack's arguments mix"),
     ("output = pack(pack(input, input), input);", 1, 10, "already packed"),
     ("output += pack(input, input);", 1, 1, "can only be stored as an output"),

@@ -94,7 +94,9 @@ def widths(epi: Epilogue) -> Widths:
     for o in epi.outputs:
         if o.reduction is not None and outputs[o.name] == DOUBLE:
             raise DslError(f"{o.reduction} of a pack(...) to [M, 2N]: such a value can only be "
-                           f"stored as a tile output", o.loc)
+                           f"stored as a tile output (for sums over the pairs' columns, launch on an "
+                           f"[M, 2N] input and unpack it: a tile operand read there is [M, N], pack(...) "
+                           f"is then [M, 2N] like the input, and its sums are the interleaved ones)", o.loc)
     for node in order:
         if node.op == "prior" and final[node] != {outputs["output"]}:
             raise DslError("the prior `output` is used in another column domain than the new "
