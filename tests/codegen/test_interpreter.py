@@ -186,6 +186,20 @@ def test_dropout_masks_match_the_reference_exactly(shape):
     np.testing.assert_array_equal(oracle.np64(out["output"]), np.where(keep, 1 / 0.7, 0.0).astype(np.float32))
 
 
+@pytest.mark.parametrize("p", [0.01, 0.1, 1 / 3, 0.9])
+def test_dropout_scales_as_torch_bit_for_bit_on_both_backends(p):
+    """A kept value is x times float32's 1 / (1 - p), rounded once, as torch's dropout and the
+    kernels compute it; the reference divided, x / (1 - p), 1 ulp off in about a third of the
+    kept float32 values."""
+    prog = coda.compile("EPILOGUE(q: scalar) { output = dropout(input, q); }")
+    x = torch.randn(64, 96, generator=torch.Generator().manual_seed(5))
+    got = prog.map(x, q=p, seed=3, backend="triton")["output"]
+    want = prog.map(x, q=p, seed=3, backend="reference")["output"]
+    assert torch.equal(got, want)
+    scale = 1 / (1 - torch.tensor(p, dtype=torch.float32))
+    assert torch.equal(got, torch.where(got != 0, x * scale, 0.0))
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_dropout_masks_in_the_pair_domain_match_the_reference_exactly(shape):
     # after unpack the stream's columns are the pair domain's (0 .. N/2 - 1)

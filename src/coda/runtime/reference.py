@@ -94,7 +94,9 @@ def evaluate(launch: Launch, compute_dtype: torch.dtype | None = None) -> dict[s
             x = tile(node.args[0], domains[node])
             p = args[1].clamp(0, 1).nan_to_num(1.0)   # as tl_math.probability
             keep = rng.dropout_mask(launch.seed, p.float(), m, x.shape[1], x.device)
-            value = torch.where(keep, x / (1 - p), x * 0)   # dropped NaN, inf: NaN, as torch
+            # x times 0 or the scale 1 / (1 - p), rounded once, as the kernels and torch's
+            # dropout (x / (1 - p) rounded differently in float32); a dropped NaN, inf: NaN
+            value = x * torch.where(keep, 1 / (1 - p), 0.0)
         elif op == "row_index":
             value = torch.arange(m, dtype=ct, device=launch.a.device)[:, None]
         elif op == "col_index":
