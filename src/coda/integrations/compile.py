@@ -70,7 +70,7 @@ from ..errors import CodaError
 from ..nn.layer_norm import NormFunction
 from ..nn.layer_norm import layer_norm as _nn_layer_norm
 from ..nn.layer_norm import rms_norm as _nn_rms_norm
-from ..ops.common import STATS, as_rows
+from ..ops.common import STATS, as_rows, differentiable_once
 from ..ops.cross_entropy import LinearCrossEntropyFunction
 from ..ops.dropout import DropoutFunction, resolve_seed
 from ..ops.gated_mlp import GatedMLPFunction, InterleaveGain, row_scale
@@ -135,17 +135,9 @@ def _refuse_vmap(name: str, *_) -> None:
 
 
 def _first_order(grad: Callable) -> Callable:
-    """An op's autograd formula that refuses to build a graph for a second derivative, as the
-    ops' autograd.Functions do (`coda.ops.common.op_function`): its backward op has no formula of
-    its own, so PyTorch would fail only at the second backward, with its own error."""
-    @functools.wraps(grad)
-    def first_order(ctx, *grads):
-        if torch.is_grad_enabled():
-            raise CodaError(f"{grad.__name__.strip('_').removesuffix('_grad')}: CODA's ops are "
-                            f"differentiable once; a second derivative (a backward with "
-                            f"create_graph=True) is not supported")
-        return grad(ctx, *grads)
-    return first_order
+    """An op's autograd formula that refuses a second derivative as its autograd.Function does
+    (named by the op: `_linear_grad` as "linear")."""
+    return differentiable_once(grad.__name__.strip("_").removesuffix("_grad"), grad)
 
 
 def _register_fake(op) -> Callable:

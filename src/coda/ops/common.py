@@ -67,15 +67,22 @@ def op_function(cls: type[torch.autograd.Function]) -> type[torch.autograd.Funct
                                           if any(old is t for t in marked)))
         return outs
 
+    cls.forward, cls.backward = staticmethod(owned), staticmethod(differentiable_once(cls.__name__, backward))
+    return cls
+
+
+def differentiable_once(name: str, backward: Callable) -> Callable:
+    """`backward(ctx, *grads)` refusing to run in grad mode, where autograd would build a graph of
+    it for a second derivative (`create_graph=True`): the op's own autograd.Function's backward,
+    and its custom op's autograd formula (coda.integrations.compile), whose backward op has no
+    formula either."""
     @functools.wraps(backward)
     def first_order(ctx, *grads):
         if torch.is_grad_enabled():
-            raise CodaError(f"{cls.__name__}: CODA's ops are differentiable once; a second "
-                            f"derivative (a backward with create_graph=True) is not supported")
+            raise CodaError(f"{name}: CODA's ops are differentiable once; a second derivative (a "
+                            f"backward with create_graph=True) is not supported")
         return backward(ctx, *grads)
-
-    cls.forward, cls.backward = staticmethod(owned), staticmethod(first_order)
-    return cls
+    return first_order
 
 
 def _own(out: object, inputs: tuple) -> object:
