@@ -17,6 +17,7 @@ import coda
 from coda.nn.layer_norm import layer_norm, rms_norm
 from coda.ops import common, norms
 from coda.ops.common import column_sum, known_column_sums, matmul, note_column_sums, weight_grad
+from coda.ops.gated_mlp import interleave, swiglu_mlp
 from coda.ops.linear import mlp
 from coda.ops.norms import layer_norm_linear, out_proj_residual
 
@@ -584,3 +585,25 @@ def test_numpy_scalars_are_numbers_like_pythons():
     for seed in (np.bool_(True), True, 1.5):
         with pytest.raises(coda.LaunchError, match="seed must be an int or None"):
             ops.linear(x, w, dropout_p=0.5, seed=seed)
+
+
+@pytest.mark.parametrize("producer", ["out_proj_residual", "mlp", "swiglu_mlp"])
+def test_producer_row_sums_are_those_of_the_output_as_stored(producer):
+    """float16 (interpreter): the row sums an op's epilogue hands the next norm (ss, and s for a
+    LayerNorm) are those of its output rounded to float16, which is what that norm normalizes;
+    the float32 values' sums differ from those by Σ 2 y δ (δ the rounding errors), about 1e-4
+    of ss at a mean of 100 (docs/ops.md)."""
+    g = torch.Generator().manual_seed(16)
+    shapes = (37, 40), (36, 40), (36, 36), (37, 36)
+    x, w, w2, residual = (torch.randn(*shape, generator=g) for shape in shapes)
+    x, w, w2, residual = (t.half() for t in (x * 0.5, w / 40**0.5, w2 / 6, residual + 100.0))
+    if producer == "out_proj_residual":
+        y, ss, s = out_proj_residual(x, w, residual, stats="layer")
+    elif producer == "mlp":
+        y, ss, s = mlp(x, w, None, w2, residual=x[:, :36] + 100.0, stats="layer")
+    else:
+        y, ss = swiglu_mlp(x, interleave(w[:18], w[18:]), w2[:, :18], residual=residual, stats=True)
+        s = y.sum(-1, dtype=torch.float32)
+    stored = y.double()
+    torch.testing.assert_close(ss.double(), (stored * stored).sum(-1), rtol=2e-6, atol=0)
+    torch.testing.assert_close(s.double(), stored.sum(-1), rtol=2e-6, atol=0)

@@ -496,6 +496,48 @@ def test_layer_norm_fold_sums_the_weights_as_the_gemm_reads_them():
     assert rel(got, want) <= 2 * rel(eager, want)
 
 
+@pytest.mark.parametrize("norm", ["rms", "layer"])
+def test_chained_norm_float16_error_at_most_twice_eager(norm):
+    """float16 (interpreter), out_proj_residual's statistics into the next norm: RMSNorm rows whose
+    few massive channels (1000x the rest) hold most of Σ y², so that the rounding of those
+    channels moves the sum by a share of 2^-11 that every row's rstd, and so the gain's gradient,
+    carries alike (2.5x eager's error in dg when the sums were of the float32 y); LayerNorm rows
+    of mean 100 (the mean's share of that difference cancels in E[y²] - mean²). The block's
+    output and every gradient are held to twice eager float16's error against float64 of the
+    same inputs."""
+    k, n, out = 48, 64, 40
+    x, w, residual, g, beta, w2 = make((67, k), (n, k), (67, n), (n,), (n,), (out, n), dtype=F32, seed=0)
+    w, w2 = w / k**0.5, w2 / n**0.5
+    if norm == "layer":
+        residual = residual + 100.0
+    else:
+        residual = residual * torch.where(torch.arange(n) < 3, 1000.0, 1.0)
+    inputs = [t.detach().half().requires_grad_() for t in (x, w, residual, g, beta, w2)]
+    if norm == "rms":
+        del inputs[4]   # no beta
+
+    def block(x, w, residual, g, *rest):
+        if norm == "rms":
+            y, ss = out_proj_residual(x, w, residual, stats="rms")
+            return rms_norm_linear(y, g, rest[-1], 1e-6, sumsq=ss)
+        y, ss, s = out_proj_residual(x, w, residual, stats="layer")
+        return layer_norm_linear(y, g, *rest, rowsum=s, sumsq=ss)
+
+    def eager(x, w, residual, g, *rest):
+        y = x @ w.T + residual
+        if norm == "rms":
+            y = torch.nn.functional.rms_norm(y, (n,), g, 1e-6)
+        else:
+            y = torch.nn.functional.layer_norm(y, (n,), g, rest[0], 1e-5)
+        return y @ rest[-1].T
+
+    want = forward_backward(eager, upcast(inputs))
+    got, base = forward_backward(block, inputs), forward_backward(eager, inputs)
+    outputs = zip((got[0], *got[1]), (base[0], *base[1]), (want[0], *want[1]), strict=True)
+    for i, (a, b, e) in enumerate(outputs):
+        assert rel(a, e) <= 2 * rel(b, e), (i, rel(a, e), rel(b, e))
+
+
 # errors -------------------------------------------------------------------------------------------
 def test_errors_name_the_argument():
     x, g, w, b, r = (t.detach() for t in make((4, 8), (8,), (6, 8), (6,), (4, 6), seed=13))

@@ -33,6 +33,16 @@ SCALE_ROWS = compile_program("EPILOGUE scale_rows(c: row) { output = input * c; 
 #: The DSL function that rounds a float32 value as storing it in a 16-bit dtype does (none for
 #: float32 and float64: their stores keep what the epilogue computed).
 ROUNDING: dict[torch.dtype, str] = {torch.bfloat16: "round_bf16", torch.float16: "round_fp16"}
+
+
+def stored_sums(y: str, dtype: torch.dtype) -> str:
+    """The DSL expression `y` rounded as an output of `dtype` stores it, for an epilogue whose
+    row sums feed the next norm: that norm normalizes the stored values, so its statistics must
+    sum those, not the float32 ones (the difference, Σ 2 y δ for rounding errors δ, is not small
+    against the variance where a row's mean or a few channels dominate: docs/ops.md)."""
+    return f"{ROUNDING[dtype]}({y})" if dtype in ROUNDING else y
+
+
 #: stats= of out_proj_residual and mlp -> the row sums of the output their epilogue stores
 STATS: dict[str | None, list[str]] = {None: [], "rms": ["ss"], "layer": ["ss", "s"]}
 

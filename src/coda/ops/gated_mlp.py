@@ -47,7 +47,16 @@ from .. import compile as compile_program
 from ..errors import LaunchError
 from ..runtime.program import Program
 from . import checks
-from .common import PLAIN, as_rows, follows_autocast, matmul, op_function, present, weight_grad
+from .common import (
+    PLAIN,
+    as_rows,
+    follows_autocast,
+    matmul,
+    op_function,
+    present,
+    stored_sums,
+    weight_grad,
+)
 from .norms import FOLD, NORM_DW, RMS_ROW, RMS_ROW_PARAMS
 
 #: activation -> (f, f') by primitive name; the op names follow the activation.
@@ -82,13 +91,15 @@ def up_program(activation: str, norm: str | None, save: bool) -> Program:
 
 
 @functools.cache
-def down_program(residual: bool, stats: bool) -> Program:
+def down_program(residual: bool, stats: torch.dtype | None) -> Program:
     """GEMM h @ w_down.T; epilogue: `output = input + residual; ss = row_sum(output * output);`
-    (either part only when asked)."""
-    if not residual and not stats:
+    (either part only when asked; with `stats`, the output's dtype, the sum is of the output as
+    stored: `stored_sums`)."""
+    if not residual and stats is None:
         return PLAIN
-    body = ["output = input + residual;" if residual else "output = input;",
-            "ss = row_sum(output * output);" * stats]
+    y = "input + residual" if residual else "input"
+    body = [f"output = {y if stats is None else stored_sums(y, stats)};",
+            "ss = row_sum(output * output);" * (stats is not None)]
     return compile_program(f"EPILOGUE gated_down({'residual: tile' * residual}) {{ {' '.join(body)} }}")
 
 
@@ -229,7 +240,8 @@ class GatedMLPFunction(torch.autograd.Function):
         norm, row = _norm(scale, ctx.eps, rows.shape[1])
         up = up_program(activation, norm, grad)(rows, w_gate_up.T, **row)
         res = None if residual is None else as_rows(residual)[0]
-        down = down_program(res is not None, stats)(up["output"], w_down.T, **present(residual=res))
+        down = down_program(res is not None, up["output"].dtype if stats else None)
+        down = down(up["output"], w_down.T, **present(residual=res))
         y = down["output"].reshape(*lead, w_down.shape[0])
         ctx.save_for_backward(x, w_gate_up, w_down, scale, up.get("g"), up.get("u"), up["output"],
                               y if stats else None)

@@ -63,6 +63,7 @@ from .common import (
     op_function,
     present,
     stored,
+    stored_sums,
     weight_grad,
     with_stats,
 )
@@ -82,10 +83,11 @@ ACTIVATIONS: dict[str | None, tuple[str, str | None]] = {
 
 @functools.cache
 def forward_program(activation: str | None, bias: bool, dropout: bool, residual: bool,
-                    save_slope: bool, stats: bool = False) -> Program:
+                    save_slope: bool, stats: torch.dtype | None = None) -> Program:
     """`output = dropout(f(input + bias), p) + residual`, with `save slope = f'(input + bias)` if
-    asked, and with `stats` the row sums a following norm needs, `ss = Σ output²` and
-    `s = Σ output` (launched with outputs= naming those wanted).
+    asked, and with `stats` (the output's dtype) the row sums a following norm needs,
+    `ss = Σ output²` and `s = Σ output` (launched with outputs= naming those wanted) of the
+    output as stored (`stored_sums`).
 
     For example ("gelu", True, True, False, True) is
         EPILOGUE linear_gelu(bias: col, p: scalar) {
@@ -96,12 +98,14 @@ def forward_program(activation: str | None, bias: bool, dropout: bool, residual:
     f = ACTIVATIONS[activation][0].format(h="h")
     y = f"dropout({f}, p)" if dropout else f
     y = f"{y} + residual" if residual else y
+    if stats is not None:
+        y = stored_sums(y, stats)
     params = ["bias: col"] * bias + ["p: scalar"] * dropout + ["residual: tile"] * residual
     body = ["h = input + bias;" if bias else "h = input;"]
     if save_slope:
         body.append(f"save slope = {ACTIVATIONS[activation][1].format(h='h')};")
     body.append(f"output = {y};")
-    if stats:
+    if stats is not None:
         body.append("ss = row_sum(output * output); s = row_sum(output);")
     return compile_program(f"EPILOGUE linear_{activation or 'identity'}({', '.join(params)}) "
                            f"{{ {' '.join(body)} }}")
@@ -203,7 +207,7 @@ class MLPFunction(torch.autograd.Function):
         outs = fc1(rows, w1.T, **present(bias=b1))
         h = outs["output"]
         fc2 = forward_program(None, b2 is not None, p > 0.0, residual is not None, False,
-                              stats is not None)
+                              h.dtype if stats else None)
         res = None if residual is None else as_rows(residual)[0]
         fc2_outs = fc2(h, w2.T, seed=seed, outputs=["output", *STATS[stats]],
                        **present(bias=b2, p=p or None, residual=res))

@@ -413,7 +413,7 @@ class OutProjResidualFunction(torch.autograd.Function):
                 bias: torch.Tensor | None, p: float, seed: int | None, stats: str | None):
         ctx.set_materialize_grads(False)   # no zero tensors for the row sums' gradients
         rows, lead = as_rows(x)
-        prog = forward_program(None, bias is not None, p > 0.0, True, False, stats is not None)
+        prog = forward_program(None, bias is not None, p > 0.0, True, False, x.dtype if stats else None)
         outs = prog(rows, w.T, residual=as_rows(residual)[0], seed=seed, outputs=["output", *STATS[stats]],
                     **present(bias=bias, p=p or None))
         y = outs["output"].reshape(*lead, w.shape[0])
