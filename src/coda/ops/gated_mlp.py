@@ -323,8 +323,8 @@ def swiglu_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor,
     rstd [...] (an RMSNorm's row scale, folded in). `sumsq` ([...] or [M], float32 Σ x² per row,
     as out_proj_residual(stats="rms") emits it) folds RMSNorm(x) instead: rstd = rsqrt(sumsq / H
     + eps) per row in the kernels, differentiated through x (sumsq itself is not), as in
-    rms_norm_linear. Returns y [..., O], or (y, ss) with stats=True, ss = sum(y * y, -1) in
-    float32 (the next RMSNorm's statistics). Differentiable in every tensor argument but sumsq.
+    rms_norm_linear. Returns y [..., O], or (y, ss) with stats=True, ss = sum(y * y, -1) of y
+    as stored, in float32 (the next RMSNorm's statistics). Differentiable in every tensor argument but sumsq.
     """
     return _gated_mlp("silu", x, w_gate_up, w_down, residual, rstd, stats, sumsq, eps)
 

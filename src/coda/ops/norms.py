@@ -539,7 +539,8 @@ def out_proj_residual(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor,
                       stats: str | None = "rms") -> torch.Tensor | tuple[torch.Tensor, ...]:
     """y = residual + dropout(x @ w.T + bias), one GEMM whose epilogue also sums what the next
     norm needs: returns (y, ss) for stats="rms", (y, ss, s) for "layer", y alone for None, with
-    ss = Σ y² and s = Σ y per row (float32, shape x.shape[:-1], not differentiable).
+    ss = Σ y² and s = Σ y per row of y as stored (float32, shape x.shape[:-1], not
+    differentiable).
 
     x: [..., K]; w: [N, K] with x's dtype; residual: [..., N]; bias: [N]. The dropout mask is a
     function of (seed, row, column) (docs/dsl.md#dropout); without `seed` one is drawn from
