@@ -197,3 +197,20 @@ def test_a_direct_launch_through_tritons_own_launcher_sets_the_allocator_of_its_
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
     assert len(allocators) == 1 and allocators[0] is not _allocation._NULL_ALLOCATOR
+
+
+def test_a_program_of_any_name_length_gets_a_kernel_file(monkeypatch, tmp_path):
+    """The source file was named after the whole program name: from about 205 characters the
+    file system refused it (a LaunchError blaming the cache directory, after a warning)."""
+    import warnings
+
+    import coda
+
+    monkeypatch.setenv("CODA_CACHE_DIR", str(tmp_path))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    a, b = torch.randn(8, 4, device=device), torch.randn(4, 8, device=device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)   # no fallback to a temporary directory either
+        out = coda.compile(f"EPILOGUE {'f' * 300}() {{ output = input * 3.0; }}")(a, b, backend="triton")
+    assert torch.allclose(out["output"], 3 * a @ b, atol=1e-5)
+    assert [len(f.name) for f in (tmp_path / "kernels").glob("fff*.py")] == [80 + 1 + 20 + 3]

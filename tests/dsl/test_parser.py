@@ -45,6 +45,8 @@ def test_operators(op):
     ("output = input ^ 2;", 1, 16, "^"),
     ("output = ínput;", 1, 10, "í"),
     ("output = input;\n\n\toutput = 1 ! 2;", 3, 13, "!"),
+    ("output = input * ３;", 1, 18, "３"),     # other scripts' digits are no numbers (were 3.0)
+    ("output = input * 1٠;", 1, 19, "٠"),
 ])
 def test_unexpected_character(source, line, col, char):
     err = dsl_error(source)

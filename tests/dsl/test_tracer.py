@@ -238,6 +238,26 @@ def test_annotations_under_postponed_evaluation():
     assert {k: p.kind for k, p in params.items()} == {"bias": "col", "r": "row", "t": "tile", "s": "scalar"}
 
 
+def test_postponed_annotations_with_coda_imported_inside_a_function():
+    """`coda` imported in the function that defines the epilogue is no global of the module: the
+    postponed annotation "coda.col" is found among the variables the epilogue closes over (it
+    was refused as an unknown kind); where the epilogue does not use `coda`, the error says how
+    to write the kind."""
+    source = ("from __future__ import annotations\n"
+              "def build(use_coda):\n"
+              "    import coda\n"
+              "    def k(acc, bias: coda.col):\n"
+              "        return coda.gelu(acc + bias) if use_coda else acc + bias\n"
+              "    def plain(acc, bias: coda.col):\n"
+              "        return acc + bias\n"
+              "    return k if use_coda else plain\n")
+    namespace = {}
+    exec(compile(source, "<postponed>", "exec"), namespace)
+    assert coda.epilogue(namespace["build"](True)).ir.params["bias"].kind == "col"
+    with pytest.raises(coda.DslError, match="write the kind as a string: 'col'"):
+        coda.epilogue(namespace["build"](False))
+
+
 def test_scalar_default_is_used_when_not_passed():
     def scaled(acc, alpha=2.5):
         return acc * alpha
@@ -518,3 +538,20 @@ def test_errors_in_a_traced_function_name_its_file_line_and_column():
         coda.epilogue(pair)
     assert info.value.loc == Loc(pair.__code__.co_firstlineno, 1, __file__)
     assert "def pair(acc):" in str(info.value)
+
+
+def test_a_value_kept_from_another_traced_function_is_refused():
+    """A value built in one traced function and used by another reads operands (or the prior
+    output) that the second does not have: it raised a bare KeyError in the passes, or, for the
+    prior output, made the program accumulate into an out= the function never named."""
+    kept = {}
+
+    @coda.epilogue
+    def first(acc, x, output):
+        kept["operand"], kept["prior"] = acc + x, output + acc
+        return acc
+
+    with pytest.raises(coda.DslError, match="the result reads operand 'x', which is not a parameter"):
+        coda.epilogue(lambda acc: kept["operand"] * 2.0)
+    with pytest.raises(coda.DslError, match=r"the result reads the prior output \(`output`\), which is not"):
+        coda.epilogue(lambda acc: kept["prior"] * 2.0)

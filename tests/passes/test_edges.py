@@ -37,6 +37,15 @@ def test_zero_past_edge(expression, past_n, past_m):
     assert zero_past_edge(node, "row", KINDS, input_zero=True) == past_m
 
 
+def test_a_long_chain_is_walked_without_recursion():
+    """`row_sum(input + residual + ... )` of 2000 terms: the pass recursed down the chain (three
+    frames a node), so a launch of a program that compiled raised RecursionError."""
+    node = _value("input" + " + residual" * 2000)
+    assert zero_past_edge(node, "col", KINDS, input_zero=True)
+    with_row = _value("input" + " + residual" * 2000 + " + rstd")
+    assert not zero_past_edge(with_row, "col", KINDS, input_zero=True)
+
+
 def test_a_portable_accumulator_is_not_zero_past_the_edge():
     """The portable mainloop wraps rows and columns around: its accumulator holds data there."""
     node = _value("(input + residual) * (input + residual)")

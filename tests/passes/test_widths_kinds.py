@@ -203,6 +203,16 @@ def test_legality_errors(source, fragment):
     assert err.loc is not None and f"line {err.loc.line}, column {err.loc.col}" in str(err)
 
 
+@pytest.mark.parametrize(("source", "line", "col"), [
+    ("output = rope(input, cos, sin);\nsave bad = input * sin;", 2, 18),
+    ("output = rope(input, cos, sin);\nsave t = sin;", 2, 1),
+])
+def test_a_head_tables_misuse_is_located_at_the_misuse(source, line, col):
+    """Equal nodes are one node, located where it first appears: the error pointed at the
+    legitimate rope call on line 1, not at the statement that misuses the table."""
+    assert_located(dsl_error(source), line, col, "is a `head` table")
+
+
 @pytest.mark.parametrize("option", coda.ir.LAUNCH_OPTIONS)
 def test_operands_cannot_take_a_launch_options_name(option):
     """`prog(a, b, seed=2.0)` binds the launch's seed, never an operand `seed`: such a program

@@ -370,6 +370,31 @@ def test_sparse_tensors_are_refused_by_name(backend):
             prog(*args, backend=backend, **kwargs)
 
 
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_lazily_negated_views_are_refused_by_name(backend):
+    """A tensor with PyTorch's negative bit (`.conj().imag`) holds the negatives of its values in
+    memory: the Triton backend read and wrote that memory as it was (A, B, a tile operand or out=
+    came out negated, silently); both backends now refuse it, naming it."""
+    if backend == "triton" and not program.interpreter_enabled():
+        pytest.skip("runs the kernel through the interpreter")
+
+    def negated(t: torch.Tensor) -> torch.Tensor:
+        view = torch.complex(torch.zeros_like(t), -t).conj().imag
+        assert view.is_neg() and torch.equal(view, t)
+        return view
+
+    prog = coda.compile("EPILOGUE(t: tile) { output = input + t; }")
+    a, b = _ab(dtype=torch.float32)
+    t, out = torch.ones(4, 6), torch.zeros(4, 6)
+    cases = {"A": ((negated(a), b), {"t": t}), "B": ((a, negated(b)), {"t": t}),
+             "operand 't'": ((a, b), {"t": negated(t)}), "out=": ((a, b), {"t": t, "out": negated(out)})}
+    for name, (args, kwargs) in cases.items():
+        with pytest.raises(coda.LaunchError, match=f"^{name} is a lazily negated view"):
+            prog(*args, backend=backend, **kwargs)
+    want = a @ b + t
+    torch.testing.assert_close(prog(a, negated(b).resolve_neg(), t=t, backend=backend)["output"], want)
+
+
 def test_out_with_outputs_that_leave_output_out_is_refused():
     """out= was neither written nor returned when outputs= left 'output' out."""
     prog = coda.compile("output = input; s = row_sum(input);")

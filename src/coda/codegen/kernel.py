@@ -210,11 +210,17 @@ class TritonProgram:
                   + generate_epilogue(self.program, sig, gluon, variant in ZERO_PAST_EDGES) + mainloop
                   + generate_finish(self.program, sig))
         digest = hashlib.sha256(source.encode()).hexdigest()[:20]
-        path = _source_file(f"{self.program.name}_{digest}.py", source)
+        stem = re.sub(r"\W", "_", self.program.name)[:MAX_FILE_STEM]
+        path = _source_file(f"{stem}_{digest}.py", source)
         spec = importlib.util.spec_from_file_location(f"coda_generated_{digest}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return Kernel(variant, source, getattr(module, name), getattr(module, "finish", None))
+
+
+#: How much of the kernel's name its source file's name takes: the digest tells files apart, and
+#: file systems refuse names longer than 255 bytes (a program may be named at any length).
+MAX_FILE_STEM = 80
 
 
 def _source_file(filename: str, source: str) -> Path:

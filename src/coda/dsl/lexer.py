@@ -20,7 +20,7 @@ _TOKEN = re.compile(
     rf"""(?P<space>[ \t\f\v]+)
       | (?P<newline>{LINE_END.pattern})
       | (?P<comment>(\#|//)[^\r\n]*)
-      | (?P<num>(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?)
+      | (?P<num>([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?)
       | (?P<name>[A-Za-z_][A-Za-z_0-9]*)
       | (?P<op>\+=|<=|>=|==|!=|[-+*/(){{}},;:=<>])""",
     re.VERBOSE,

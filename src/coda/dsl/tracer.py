@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 
 from ..errors import DslError, Loc
-from ..ir import Epilogue, Node, Output, Param, as_float
+from ..ir import Epilogue, Node, Output, Param, as_float, toposort
 from ..primitives import INFIX, KINDS, PRIMITIVES
 from .lower import check_name
 
@@ -232,7 +232,20 @@ def trace(fn: Callable) -> Epilogue:
         if e.loc is not None:
             raise
         raise e.located(*_user_line(fn, None)) from None
+    _check_own_values(fn, name, names, outputs)
     return Epilogue(name, params, outputs)
+
+
+def _check_own_values(fn: Callable, name: str, names: list[str], outputs) -> None:
+    """The outputs are built from this function's parameters only: a value kept from another
+    traced function (a global, a closure's dict) reads operands this one does not have."""
+    for node in toposort(o.value for o in outputs):
+        own = node.arg in names[1:] if node.op == "operand" else "output" in names[1:]
+        if node.op in ("operand", "prior") and not own:
+            what = f"operand {node.arg!r}" if node.op == "operand" else "the prior output (`output`)"
+            raise DslError(f"{name}: the result reads {what}, which is not a parameter of this "
+                           f"function: a value kept from another traced epilogue? Build every value "
+                           f"from this function's own parameters", *_user_line(fn, None))
 
 
 def _operands(fn: Callable, name: str, parameters: list[inspect.Parameter]) -> dict[str, Param]:
@@ -253,8 +266,13 @@ def _operands(fn: Callable, name: str, parameters: list[inspect.Parameter]) -> d
         check_name(p.name, None, "an operand")
         kind = None if p.annotation is p.empty else _annotation_kind(fn, p.annotation)
         if kind is not None and kind not in KINDS:
+            hint = ""
+            if isinstance(kind, str) and kind.rpartition(".")[2] in KINDS:
+                hint = (f" (a postponed annotation is text, looked up in the function's module and "
+                        f"in the variables it uses: write the kind as a string: "
+                        f"{kind.rpartition('.')[2]!r})")
             raise DslError(f"{name}: parameter {p.name!r} has kind {kind!r}; expected one "
-                           f"of {', '.join(KINDS)}")
+                           f"of {', '.join(KINDS)}{hint}")
         default = None
         if p.default is not p.empty:
             if not isinstance(p.default, numbers.Real) or isinstance(p.default, bool):
@@ -297,12 +315,18 @@ def _user_line(fn: Callable, tb) -> tuple[Loc | None, str | None]:
 def _annotation_kind(fn: Callable, annotation):
     """The kind an annotation names. Under `from __future__ import annotations` the annotation
     `coda.col` arrives as the string "coda.col" (and `"col"` as "'col'"): evaluate it in the
-    function's globals."""
+    function's globals and the enclosing function's variables it uses (`coda` imported inside
+    the function that defines it)."""
+    names = dict(getattr(fn, "__globals__", {}))
+    try:
+        names.update(inspect.getclosurevars(fn).nonlocals)
+    except (TypeError, ValueError):   # not a Python function
+        pass
     for _ in range(2):
         if not isinstance(annotation, str) or annotation in KINDS:
             break
         try:
-            value = eval(annotation, getattr(fn, "__globals__", {}))
+            value = eval(annotation, names)
         except Exception:
             break
         if not isinstance(value, str):

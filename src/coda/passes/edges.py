@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from ..ir import Node
+from ..ir import Node, toposort
 from ..primitives import PRIMITIVES
 
 #: Functions f with f(0) = 0 exactly as the kernels compute them (tl_math's and Triton's).
@@ -32,20 +32,22 @@ def zero_past_edge(node: Node, axis: str, kinds: dict[str, str], input_zero: boo
     past N, "row": the rows past M). `kinds` are the operands' kinds; `input_zero` says the
     mainloop's accumulator is zero there (the TMA mainloops and the map kernel, not the
     portable one, which wraps its rows and columns around)."""
-    return _Edge(axis, kinds, input_zero).zero(node)
+    edge = _Edge(axis, kinds, input_zero)
+    for n in toposort([node]):   # each node after its arguments: no recursion down long chains
+        edge.zeros[n] = edge.zero(n)
+        edge.values[n] = edge.value(n)
+    return edge.zeros[node]
 
 
 class _Edge:
+    """What each node is past the edge, filled in argument-first order by `zero_past_edge`."""
+
     def __init__(self, axis: str, kinds: dict[str, str], input_zero: bool):
         self.axis, self.kinds, self.input_zero = axis, kinds, input_zero
         self.zeros: dict[Node, bool] = {}
+        self.values: dict[Node, float | None] = {}
 
     def zero(self, node: Node) -> bool:
-        if node not in self.zeros:
-            self.zeros[node] = self._zero(node)
-        return self.zeros[node]
-
-    def _zero(self, node: Node) -> bool:
         op, args = node.op, node.args
         if op == "input":
             return self.input_zero
@@ -55,29 +57,29 @@ class _Edge:
             return node.arg == 0
         if op == "mul":
             a, b = args
-            return (self.zero(a) and self.finite(b)) or (self.zero(b) and self.finite(a))
+            return (self.zeros[a] and self.finite(b)) or (self.zeros[b] and self.finite(a))
         if op in ZERO_AT_ZERO:
-            return self.zero(args[0])
+            return self.zeros[args[0]]
         if op in ZERO_OF_ZEROS:
-            return all(self.zero(a) for a in args)
+            return all(self.zeros[a] for a in args)
         if op == "where":
-            return self.zero(args[1]) and self.zero(args[2])
+            return self.zeros[args[1]] and self.zeros[args[2]]
         return False
 
     def finite(self, node: Node) -> bool:
-        value = self.value(node)
+        value = self.values[node]
         return value is not None and math.isfinite(value)
 
     def value(self, node: Node) -> float | None:
         """The float32 value past the edge, where every leaf it depends on is known there."""
-        if self.zero(node):
+        if self.zeros[node]:
             return 0.0
         if node.op == "const":
             return float(node.arg)
         primitive = PRIMITIVES.get(node.op)
         if primitive is None or primitive.form != "elementwise":
             return None
-        values = [self.value(a) for a in node.args]
+        values = [self.values[a] for a in node.args]
         if any(v is None for v in values):
             return None
         return float(primitive.ref(*(torch.tensor(v, dtype=torch.float32) for v in values)))

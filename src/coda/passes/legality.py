@@ -62,11 +62,11 @@ def check(epi: Epilogue) -> Epilogue:
             if arg.op == "operand" and params[arg.arg].kind == "head" and not (
                     node.op == "rope" and position > 0):
                 raise DslError(f"operand {arg.arg!r} is a `head` table ([M, H]); it can only be "
-                               f"rope's cos or sin argument", arg.loc or node.loc)
+                               f"rope's cos or sin argument", node.loc or arg.loc)
     for out in epi.outputs:
         if out.value.op == "operand" and params[out.value.arg].kind == "head":
             raise DslError(f"operand {out.value.arg!r} is a `head` table ([M, H]); it cannot be "
-                           f"the output {out.name!r}", out.value.loc or out.loc)
+                           f"the output {out.name!r}", out.loc or out.value.loc)
     checked = epi.replace(params=params)
     widths(checked)
     return checked

@@ -353,10 +353,14 @@ def _check_matrix(name: str, x) -> None:
 
 def check_strided(name: str, x: torch.Tensor) -> None:
     """Kernels read and write tensors through strides: a sparse (or other non-strided) layout
-    has none."""
+    has none, and a lazily negated view's memory holds the negatives of its values."""
     if x.layout != torch.strided:
         raise LaunchError(f"{name} has layout {x.layout}; CODA needs a dense (strided) tensor: "
                           f"pass it as .to_dense()")
+    if x.is_neg():
+        raise LaunchError(f"{name} is a lazily negated view (PyTorch's negative bit, as `.conj().imag` "
+                          f"makes): its memory holds the negatives of its values, which kernels would "
+                          f"read or write as they are; pass it as .resolve_neg()")
 
 
 def _operand_values(epi, operands: dict, device: torch.device) -> dict[str, object]:
