@@ -513,7 +513,11 @@ def test_sparse_arguments_are_refused_by_name():
              "rms_norm_linear: x": [lambda: ops.rms_norm_linear(x.to_sparse(), g, w)],
              "w": [lambda: ops.linear(x, w.to_sparse()),
                    lambda: ops.linear(x, w.to_sparse(), torch.zeros(12)),
-                   lambda: ops.embedding(torch.tensor([1, 2]), w.to_sparse())]}
+                   lambda: ops.embedding(torch.tensor([1, 2]), w.to_sparse())],
+             # the residual was named x
+             "residual": [lambda: ops.mlp(x, w, None, w.T.contiguous(), residual=x.to_sparse()),
+                          lambda: ops.swiglu_mlp(x, torch.randn(24, 16), torch.randn(16, 12),
+                                                 residual=x.to_sparse())]}
     for name, launches in calls.items():
         for launch in launches:
             with pytest.raises(coda.LaunchError, match=f"^{name} has layout torch.sparse_coo; .*to_dense"):

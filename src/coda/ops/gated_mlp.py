@@ -239,7 +239,7 @@ class GatedMLPFunction(torch.autograd.Function):
         ctx.eps = None if sumsq is None else eps
         norm, row = _norm(scale, ctx.eps, rows.shape[1])
         up = up_program(activation, norm, grad)(rows, w_gate_up.T, **row)
-        res = None if residual is None else as_rows(residual)[0]
+        res = None if residual is None else as_rows(residual, "residual")[0]
         down = down_program(res is not None, up["output"].dtype if stats else None)
         down = down(up["output"], w_down.T, **present(residual=res))
         y = down["output"].reshape(*lead, w_down.shape[0])

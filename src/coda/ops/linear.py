@@ -208,7 +208,7 @@ class MLPFunction(torch.autograd.Function):
         h = outs["output"]
         fc2 = forward_program(None, b2 is not None, p > 0.0, residual is not None, False,
                               h.dtype if stats else None)
-        res = None if residual is None else as_rows(residual)[0]
+        res = None if residual is None else as_rows(residual, "residual")[0]
         fc2_outs = fc2(h, w2.T, seed=seed, outputs=["output", *STATS[stats]],
                        **present(bias=b2, p=p or None, residual=res))
         ctx.save_for_backward(x, w1, w2, outs.get("slope"), h)

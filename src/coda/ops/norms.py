@@ -414,8 +414,8 @@ class OutProjResidualFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)   # no zero tensors for the row sums' gradients
         rows, lead = as_rows(x)
         prog = forward_program(None, bias is not None, p > 0.0, True, False, x.dtype if stats else None)
-        outs = prog(rows, w.T, residual=as_rows(residual)[0], seed=seed, outputs=["output", *STATS[stats]],
-                    **present(bias=bias, p=p or None))
+        outs = prog(rows, w.T, residual=as_rows(residual, "residual")[0], seed=seed,
+                    outputs=["output", *STATS[stats]], **present(bias=bias, p=p or None))
         y = outs["output"].reshape(*lead, w.shape[0])
         ctx.save_for_backward(x, w)
         ctx.p, ctx.seed = p, seed

@@ -357,7 +357,7 @@ def check_strided(name: str, x: torch.Tensor) -> None:
     if x.layout != torch.strided:
         raise LaunchError(f"{name} has layout {x.layout}; CODA needs a dense (strided) tensor: "
                           f"pass it as .to_dense()")
-    if x.is_neg():
+    if not torch.compiler.is_compiling() and x.is_neg():   # Dynamo cannot trace is_neg
         raise LaunchError(f"{name} is a lazily negated view (PyTorch's negative bit, as `.conj().imag` "
                           f"makes): its memory holds the negatives of its values, which kernels would "
                           f"read or write as they are; pass it as .resolve_neg()")
