@@ -110,6 +110,28 @@ def test_unwritable_out_fails_before_training(tmp_path, capsys, monkeypatch):
     assert "Traceback" not in capsys.readouterr().err
 
 
+def test_out_that_only_opening_shows_unwritable_fails_before_training(capsys, monkeypatch):
+    """A folder that exists but takes no new file (/proc): os.access says yes to root, so the run
+    trained and then failed writing the plot; the check now opens the file."""
+    monkeypatch.setattr(train, "train", lambda *args, **kwargs: pytest.fail("trained anyway"))
+    assert cli.main(["train", "--steps", "1", "--out", "/proc/coda_loss.png"]) == 2
+    assert capsys.readouterr().err.startswith("coda: error: --out /proc/coda_loss.png: not writable (")
+
+
+def test_the_sample_is_printable_ascii():
+    """A barely trained model emits bytes past ASCII and control bytes: printed as U+FFFD they
+    crashed the run (after training, before the plot) where stdout's encoding is not UTF-8."""
+    text = train.printable(b"In the\tbeginning\x1b[31m\r\xff\n.")
+    assert text == "In the\\x09beginning\\x1b[31m\\x0d\\xff\n."
+    assert text.isascii() and all(c == "\n" or c.isprintable() for c in text)
+
+
+def test_rates_below_a_thousand_show_their_digits():
+    """The interpreter's few tokens a second were printed as "0.0k tokens/s"."""
+    rates = [train.rate(r) for r in (42.5, 999.4, 12345.0)]
+    assert rates == ["42.5 tokens/s", "999 tokens/s", "12.3k tokens/s"]
+
+
 def test_out_is_written_exactly_where_said(tmp_path, capsys, reference_backend):
     """Whatever its suffix, --out gets the PNG at that very path (matplotlib would append ".png"
     to a bare name and reject an unknown suffix with a traceback)."""
@@ -215,9 +237,9 @@ def test_ctrl_c_is_a_line_and_exit_130(tmp_path, capsys, monkeypatch):
         raise KeyboardInterrupt
     monkeypatch.setattr(train, "train", interrupted)
     argv = ["--steps", "1", "--batch-size", "2", "--sample", "0", "--out", str(tmp_path / "c.png")]
-    for main, args, prefix in ((cli.main, ["train", *argv], "coda"), (train.main, argv, "coda train")):
+    for main, args in ((cli.main, ["train", *argv]), (train.main, argv)):   # python -m coda.train too
         try:
             code = main(args)
         except KeyboardInterrupt:   # (uncaught, it would end the test session)
             pytest.fail("KeyboardInterrupt escaped")
-        assert code == 130 and capsys.readouterr().err == f"{prefix}: interrupted\n"
+        assert code == 130 and capsys.readouterr().err == "coda: interrupted\n"

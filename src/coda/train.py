@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import gzip
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -203,7 +202,14 @@ def sample(model: GPT, text: torch.Tensor, new_tokens: int, seed: int, device: t
     generator = torch.Generator(device).manual_seed(seed)
     out = model.generate(prompt, new_tokens, top_k=40, generator=generator)[0].tolist()
     context, continuation = bytes(out[:prompt.shape[1]]), bytes(out[prompt.shape[1]:])
-    return context.split(b"\n")[-1].decode("ascii", "replace"), continuation.decode("ascii", "replace")
+    return printable(context.split(b"\n")[-1]), printable(continuation)
+
+
+def printable(text: bytes) -> str:
+    """`text` as printable ASCII: newlines kept, every other control byte and every byte past
+    ASCII (a barely trained model emits them) as a \\xNN escape, which any terminal encoding can
+    show and none acts on."""
+    return "".join(c if c == "\n" or " " <= c <= "~" else f"\\x{ord(c):02x}" for c in text.decode("latin-1"))
 
 
 def moving_average(values: Sequence[float], window: int) -> list[float]:
@@ -282,8 +288,18 @@ def check_output(path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise CodaError(f"--out {path}: cannot create its folder ({err.strerror or err})") from None
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise CodaError(f"--out {path}: not writable")
+    existed = path.exists()
+    try:   # opened, not os.access: that says yes to root whatever the file system allows
+        with open(path, "ab"):
+            pass
+    except OSError as err:
+        raise CodaError(f"--out {path}: not writable ({err.strerror or err})") from None
+    if not existed:
+        path.unlink()
+    try:
+        from matplotlib.figure import Figure  # noqa: F401  (what `plot` draws with)
+    except Exception as err:   # not installed, or a bad MPLBACKEND: a ValueError on import
+        raise CodaError(f"--out {path}: matplotlib cannot draw the loss curve ({err})") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -322,6 +338,8 @@ def backend_note(device: torch.device) -> str:
 THROUGHPUT_NOTE = {
     "cpu": " (the reference backend interprets each program in Python: the CPU path is for "
            "correctness, not speed)",
+    "interpreter": " (Triton's interpreter runs each kernel in Python, element by element: the "
+                   "CPU path is for correctness, not speed)",
     "cuda": " (launched from Python: at small sizes the host's launch time bounds CODA's step; its "
             "speed shows with the step captured as a CUDA graph, coda.capture_step, docs/training.md)",
 }
@@ -391,30 +409,30 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     for r in runs:
         print(f"{r.label:>5}: final train loss {r.final_loss:.4f}, held-out loss {r.held_out:.4f}, "
-              f"{r.tokens_per_s / 1000:.1f}k tokens/s")
+              f"{rate(r.tokens_per_s)}")
     if args.compare:
-        print(f"CODA / eager throughput: {runs[0].tokens_per_s / runs[1].tokens_per_s:.2f}x"
-              + THROUGHPUT_NOTE.get(device.type, ""))
+        where = "interpreter" if device.type == "cpu" and interpreter_enabled() else device.type
+        print(f"CODA / eager throughput: {runs[0].tokens_per_s / runs[1].tokens_per_s:.3g}x"
+              + THROUGHPUT_NOTE.get(where, ""))
+    # the plot before the sample: a run's one file is written whatever the sample meets
+    plot(runs, args.out, f"GPT {preset} on the KJV, {str(dtype).removeprefix('torch.')}, {device}")
+    print(f"loss curve: {args.out}")
     if args.sample > 0:
         prompt, continuation = sample(model, held_out, args.sample, args.seed, device)
         print(f"sample (held-out text, then the model's continuation after '|'):\n{prompt}|{continuation}")
-    plot(runs, args.out, f"GPT {preset} on the KJV, {str(dtype).removeprefix('torch.')}, {device}")
-    print(f"loss curve: {args.out}")
     return 0
 
 
+def rate(tokens_per_s: float) -> str:
+    """A throughput as people read it: thousands where there are thousands, else the number."""
+    return f"{tokens_per_s / 1000:.1f}k tokens/s" if tokens_per_s >= 1000 else f"{tokens_per_s:.3g} tokens/s"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coda.train", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return cmd_train(args)
-    except (CodaError, OSError) as err:   # as `coda train` (cli.main): a message, not a traceback
-        print(f"coda train: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("coda train: interrupted", file=sys.stderr)
-        return INTERRUPTED
+    """`python -m coda.train ...` is `coda train ...`: the same parser, messages and exit codes."""
+    from .cli import main as cli_main  # here: cli imports this module
+
+    return cli_main(["train", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
