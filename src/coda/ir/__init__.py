@@ -130,6 +130,16 @@ class Epilogue:
     def replace(self, **changes) -> Epilogue:
         return replace(self, **changes)
 
+    def __reduce__(self):
+        """Pickled and copied as a flat list of its nodes, each naming its arguments by their
+        places in the list: a node's own pickling recurses down its arguments, which a chain of
+        a few hundred statements takes past Python's recursion limit."""
+        nodes = self.nodes()
+        place = {id(n): i for i, n in enumerate(nodes)}
+        flat = tuple((n.op, tuple(place[id(a)] for a in n.args), n.arg, n.loc) for n in nodes)
+        outputs = tuple(replace(o, value=place[id(o.value)]) for o in self.outputs)
+        return _unflatten, (self.name, self.params, flat, outputs, self.source)
+
     @cached_property
     def _order(self) -> tuple[Node, ...]:
         return tuple(toposort(o.value for o in self.outputs))
@@ -147,6 +157,15 @@ class Epilogue:
     @cached_property
     def uses_dropout(self) -> bool:
         return any(n.op == "dropout" for n in self.nodes())
+
+
+def _unflatten(name: str, params: dict[str, Param], flat: tuple, outputs: tuple[Output, ...],
+               source: str | None) -> Epilogue:
+    """The Epilogue of `Epilogue.__reduce__`'s flat list."""
+    nodes: list[Node] = []
+    for op, args, arg, loc in flat:
+        nodes.append(Node(op, tuple(nodes[i] for i in args), arg, loc))
+    return Epilogue(name, params, tuple(replace(o, value=nodes[o.value]) for o in outputs), source)
 
 
 def toposort(roots: Iterable[Node]) -> list[Node]:

@@ -139,7 +139,11 @@ class Program:
     """
 
     def __init__(self, epi: Epilogue):
-        self.ir = optimize(epi)
+        self._derive(optimize(epi))
+
+    def _derive(self, ir: Epilogue) -> None:
+        """Hold the optimized IR and what launches read from it."""
+        self.ir = ir
         self.widths = widths(self.ir)
         nodes = self.ir.nodes()
         self.has_unpack = any(n.op == "unpack" for n in nodes)
@@ -150,10 +154,14 @@ class Program:
         self._plans: dict[tuple, object] = {}
 
     def __getstate__(self) -> dict:
-        """What a copy or a pickle keeps: the program, not its compiled kernels and launch plans
-        (generated modules, locks, device buffers), which the copy builds again at its first
-        launch."""
-        return self.__dict__ | {"_triton": None, "_plans": {}}
+        """What a copy or a pickle keeps: the optimized IR, flat (`Epilogue.__reduce__`: no
+        recursion down a long chain of statements). The rest is derived from it again, and the
+        compiled kernels and launch plans (generated modules, locks, device buffers) are built
+        again at the copy's first launch."""
+        return {"ir": self.ir}
+
+    def __setstate__(self, state: dict) -> None:
+        self._derive(state["ir"])
 
     @property
     def name(self) -> str:
