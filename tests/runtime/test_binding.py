@@ -274,6 +274,12 @@ def test_a_map_may_write_in_place_but_not_shifted():
     assert torch.equal(x, want)
     with pytest.raises(coda.LaunchError, match="shares memory with the input: only a map's input"):
         prog.map(x[:, :4], out=x[:, 1:5], backend="reference")
+    # the input's first bytes seen as another dtype: same pointer, shape and strides, but not the
+    # same elements (it was taken for an in-place map: silently wrong, an audit's find)
+    buffer = torch.randn(64 * 64)
+    halves = buffer.view(torch.float16)[:4096].view(64, 64)
+    with pytest.raises(coda.LaunchError, match="shares memory with the input"):
+        prog.map(buffer.view(64, 64), out=halves, out_dtype=torch.float16, backend="reference")
 
 
 def test_out_may_be_a_tile_operand_itself_but_overlap_no_other_operand():

@@ -116,3 +116,17 @@ def test_options_over_the_flattened_rows():
     out = torch.ones(2, 3, M, N)
     assert coda.compile("EPILOGUE { output += input; }")(a, b, out=out)["output"] is out
     np.testing.assert_allclose(np64(out), 1 + np64(a) @ np64(b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+def test_leading_dimensions_with_an_empty_last_dimension(backend):
+    """A [2, 3, 0] A (K = 0), map input or tile operand (N = 0): the rows were inferred by
+    reshape(-1, 0), which PyTorch cannot do, a RuntimeError on both backends (an audit's find)."""
+    prog = coda.compile("EPILOGUE(t: tile) { output = input + t; s = row_sum(input); }")
+    a, b, t = torch.randn(2, 3, 0), torch.randn(0, 4), torch.randn(2, 3, 4)
+    got = prog(a, b, t=t, backend=backend)
+    assert torch.equal(got["output"], t) and torch.equal(got["s"], torch.zeros(2, 3))
+    x, t0 = torch.randn(2, 3, 0), torch.randn(2, 3, 0)
+    out = torch.empty(2, 3, 0)
+    got = prog.map(x, t=t0, out=out, backend=backend)
+    assert got["output"] is out and got["s"].shape == (2, 3) and torch.equal(got["s"], torch.zeros(2, 3))

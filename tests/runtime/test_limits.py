@@ -98,3 +98,21 @@ def test_m_limit_over_a_concat_along_m(limit, monkeypatch):
     got = sums.map(coda.Concat(pieces, 0), m_limit=count, outputs=["c"])
     want = torch.cat(pieces).double()[:limit].sum(0)
     torch.testing.assert_close(got["c"].double(), want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", ["triton", "reference"])
+def test_m_limit_with_rope_tables(backend, monkeypatch):
+    """`head` tables ([M, H]) are cut to the limit's rows like tiles and rows: the reference
+    backend left them whole and raised a size mismatch (an audit's find)."""
+    if backend == "triton":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    prog = coda.compile("EPILOGUE r(cos: head, sin: head) { output = rope(input, cos, sin); }")
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(40, 16, generator=g), torch.randn(16, 48, generator=g)
+    angle = torch.rand(40, 24, generator=g) * 6
+    cos, sin = angle.cos(), angle.sin()
+    poison = torch.full((40, 48), float("nan"))
+    got = prog(a, b, cos=cos, sin=sin, m_limit=torch.tensor([21]), out=poison.clone(), backend=backend)
+    whole = prog.reference(a, b, cos=cos, sin=sin)["output"]
+    torch.testing.assert_close(got["output"][:21], whole[:21])
+    assert got["output"][21:].isnan().all()

@@ -59,3 +59,53 @@ def test_float32_launches_follow_the_precision_set_through_torchs_newer_api():
         matmul.fp32_precision = before
         torch.set_float32_matmul_precision(legacy)
     assert precisions == ["tf32", "tf32", "tf32x3"]
+
+
+def test_a_negated_view_does_not_find_its_plain_twins_plan():
+    """A lazily negated view has its plain twin's shape, strides and dtype: it took the plan the
+    twin's launch had cached, skipping bind's refusal, and the kernel read (or, as out=, wrote)
+    the negated memory, silently (an audit's find)."""
+    prog = coda.compile("EPILOGUE(t: tile) { output = input + t; }")
+    a, b, _ = _launch_inputs()
+    z = torch.randn(8, 6, dtype=torch.complex64, device=DEVICE)
+    prog(a, b, t=z.imag, backend="triton")
+    prog(a, b, t=z.imag, out=torch.empty(8, 6, device=DEVICE), backend="triton")
+    for bad in (dict(t=z.conj().imag), dict(t=z.imag, out=torch.empty(8, 6, dtype=torch.complex64,
+                                                                            device=DEVICE).conj().imag)):
+        with pytest.raises(coda.LaunchError, match="is a lazily negated view"):
+            prog(a, b, backend="triton", **bad)
+
+
+def test_bfloat16_beside_a_float_a_is_not_run_by_the_interpreter():
+    """backend="auto" looked at A's dtype alone, so a float32 A with a bfloat16 output (out_dtype,
+    out=, dtypes=) or operand ran through the interpreter, which truncates where a GPU rounds:
+    half the elements differed from the reference. It takes the reference now, and
+    backend="triton" refuses it."""
+    if DEVICE == "cuda":
+        pytest.skip("the interpreter's case")
+    prog = coda.compile("EPILOGUE(t: tile) { output = input + t; s = row_sum(input); }")
+    a, b, _ = _launch_inputs()
+    t = torch.randn(8, 6)
+    exact = (a.double() @ b.double() + t.double())
+    for options in (dict(out_dtype=torch.bfloat16), dict(out=torch.empty(8, 6, dtype=torch.bfloat16)),
+                    dict(dtypes={"s": torch.bfloat16}), dict(t=t.bfloat16())):
+        options = {"t": t} | options
+        got = prog(a, b, **options)
+        want = prog.reference(a, b, **options)
+        assert all(torch.equal(got[k], want[k]) for k in want), options
+        if "out_dtype" in options:
+            assert torch.equal(got["output"], exact.to(torch.bfloat16))   # rounded to nearest
+        with pytest.raises(coda.LaunchError, match="bfloat16, which the interpreter does not support"):
+            prog(a, b, backend="triton", **options)
+
+
+def test_a_col_sums_with_no_columns_meets_the_triton_backends_refusals():
+    """With N = 0 the column sums of A come from the reference; an explicit backend="triton" went
+    there before its own checks, so float64 was accepted at N = 0 and refused at N > 0."""
+    prog = coda.compile("EPILOGUE f() { output = input; }")
+    a = torch.randn(5, 3, dtype=torch.float64, device=DEVICE)
+    for n in (0, 4):
+        with pytest.raises(coda.LaunchError, match=r"A has dtype torch\.float64"):
+            prog(a, torch.randn(3, n, dtype=torch.float64, device=DEVICE), backend="triton", a_col_sums=True)
+    sums = prog(a.float(), torch.randn(3, 0, device=DEVICE), backend="triton", a_col_sums=True)["a_col_sums"]
+    torch.testing.assert_close(sums, a.float().sum(0))

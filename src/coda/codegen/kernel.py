@@ -92,7 +92,7 @@ class TritonProgram:
         deep (the epilogue's tile operands are staged beside the ring: a SwiGLU gradient at
         K = 768 fits either way, 220.6 and 241.9 us on an H100 against 337.8 in the first
         candidate, the Triton kernel's 128x256 tiles; benchmarks/results/session56)."""
-        _check_dtypes(launch)
+        check_dtypes(launch)
         _check_offsets(launch)
         kernel = self.kernel(launch)
         chosen = config or self.config(launch, kernel)
@@ -680,7 +680,8 @@ def _reuse(launch: Launch, tma: set[str], packed: set[str]) -> tuple[tuple[str, 
     return tuple(pairs)
 
 
-def _check_dtypes(launch: Launch) -> None:
+def check_dtypes(launch: Launch) -> None:
+    """The dtypes the Triton backend takes (A, B, tile outputs): a LaunchError otherwise."""
     if launch.b is None:
         if launch.a.dtype not in _TRITON_DTYPES:
             raise LaunchError(f"X has dtype {launch.a.dtype}: the Triton backend takes float16, "

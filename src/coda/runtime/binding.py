@@ -500,7 +500,9 @@ def _overlaps(x: torch.Tensor, start: int, end: int) -> bool:
 
 
 def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
-    return x.data_ptr() == y.data_ptr() and x.shape == y.shape and x.stride() == y.stride()
+    """x and y are the same elements (an element of another size at the same place is not)."""
+    return (x.data_ptr() == y.data_ptr() and x.shape == y.shape and x.stride() == y.stride()
+            and x.element_size() == y.element_size())
 
 
 def _byte_range(x: torch.Tensor) -> tuple[int, int]:

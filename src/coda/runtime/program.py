@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -34,11 +35,12 @@ MAX_PLANS = 256
 def _meta(x) -> tuple | type:
     """What a launch plan depends on: a tensor's layout (and 16-byte alignment, on which Triton
     specializes pointers), a Concat's pieces' and axis, Partials' partials, or a non-tensor's
-    type."""
+    type. A lazily negated view's key differs from its plain twin's, so that it goes through
+    `bind`, which refuses it."""
     if isinstance(x, torch.Tensor):
         if x.layout != torch.strided:   # sparse: no strides; bind refuses it, so no plan has it
             return (x.layout,)
-        return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0)
+        return (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0, x.is_neg())
     if isinstance(x, Concat):
         return (x.dim, *map(_meta, x.pieces))
     if isinstance(x, Partials):
@@ -69,7 +71,7 @@ def flatten_leading(a: torch.Tensor, b, operands: dict, out) -> tuple[torch.Size
                 raise LaunchError(f"operand {name!r} has shape {list(value.shape)}: with A's leading "
                                   f"dimensions {list(lead)}, a tile is [{_dims(lead)}, M, N] and a "
                                   f"row vector [{_dims(lead)}, M]")
-            value = value.reshape(-1, *value.shape[len(lead) + 1:])
+            value = value.reshape(math.prod(value.shape[:len(lead) + 1]), *value.shape[len(lead) + 1:])
         flat[name] = value
     if out is not None:
         if not isinstance(out, torch.Tensor) or out.shape[:-1] != a.shape[:-1]:
@@ -77,11 +79,12 @@ def flatten_leading(a: torch.Tensor, b, operands: dict, out) -> tuple[torch.Size
             raise LaunchError(f"out=: with A of shape {list(a.shape)}, expected [{_dims(a.shape[:-1])}, "
                               f"N], got {shape}")
         try:
-            out = out.view(-1, out.shape[-1])
+            out = out.view(math.prod(out.shape[:-1]), out.shape[-1])
         except RuntimeError:
             raise LaunchError(f"out= (strides {list(out.stride())}) cannot be viewed as [rows, N]: "
                               f"give a tensor whose leading dimensions flatten in place") from None
-    return lead, (a.reshape(-1, a.shape[-1]), b, flat, out)
+    # rows counted, not inferred (-1): with a last dimension of 0 there is nothing to infer from
+    return lead, (a.reshape(math.prod(a.shape[:-1]), a.shape[-1]), b, flat, out)
 
 
 def _dims(shape) -> str:
@@ -120,6 +123,16 @@ def triton_runs_on(a: torch.Tensor) -> bool:
     """Whether Triton kernels can run on `a`'s device: a GPU, or the CPU under the interpreter
     (not in bfloat16, which the interpreter does not support: its results are garbage)."""
     return a.is_cuda or (a.device.type == "cpu" and interpreter_enabled() and a.dtype != torch.bfloat16)
+
+
+def _bf16_in_interpreter(launch) -> bool:
+    """A CPU launch that reads or writes bfloat16 beside a float A (operands, out=, output
+    dtypes): the interpreter would compute it, truncating where the GPU rounds."""
+    if launch.a.device.type != "cpu":
+        return False
+    tensors = [launch.b, launch.out, *launch.values.values(), *launch.a_pieces]
+    dtypes = [t.dtype for t in tensors if isinstance(t, torch.Tensor)] + [o.dtype for o in launch.outputs]
+    return torch.bfloat16 in dtypes
 
 
 def default_backend(a: torch.Tensor) -> str:
@@ -249,8 +262,13 @@ class Program:
                       outputs=outputs, dtypes=dtypes, m_limit=limits[0], k_limit=limits[1],
                       a_col_sums=a_col_sums, unfinished=unfinished)
         # A's column sums come from the column tiles, and with N = 0 there are none: the
-        # reference backend sums them (and launches no kernel the others would need)
-        if self._pick_backend(backend, launch.a) == "reference" or (a_col_sums and launch.n == 0):
+        # reference backend sums them (and launches no kernel the others would need), after the
+        # Triton backend's refusals, which a launch with N > 0 would meet
+        chosen = self._pick_backend(backend, launch)
+        if chosen == "triton" and a_col_sums and launch.n == 0:
+            from ..codegen.kernel import check_dtypes
+            check_dtypes(launch)
+        if chosen == "reference" or (a_col_sums and launch.n == 0):
             return run_reference(launch)
         plan, outputs = self.triton.start(launch)
         # a plan made while a CUDA graph is captured may run an untuned configuration (kernels
@@ -314,13 +332,16 @@ class Program:
             lines += ["", self.triton.explain(launch)]
         return "\n".join(lines)
 
-    def _pick_backend(self, backend: str, a: torch.Tensor) -> str:
+    def _pick_backend(self, backend: str, launch) -> str:
         if backend not in BACKENDS:
             raise LaunchError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+        a = launch.a
         if backend == "auto":
-            return default_backend(a)
-        if backend == "triton" and not triton_runs_on(a):
-            bf16 = ", in bfloat16 (not supported by the interpreter)" if a.dtype == torch.bfloat16 else ""
+            return "reference" if _bf16_in_interpreter(launch) else default_backend(a)
+        if backend == "triton" and (not triton_runs_on(a) or _bf16_in_interpreter(launch)):
+            bf16 = (", in bfloat16 (not supported by the interpreter)" if a.dtype == torch.bfloat16 else
+                    "; it would read or write bfloat16, which the interpreter does not support"
+                    if _bf16_in_interpreter(launch) else "")
             raise LaunchError(f"backend='triton' needs CUDA tensors, or CPU tensors with "
                               f"TRITON_INTERPRET=1 to run the kernels on the CPU; A is on {a.device}{bf16}")
         return backend

@@ -52,7 +52,8 @@ def _limited(launch: Launch) -> tuple[Launch, int]:
     a = launch.whole_a()[:m, :k] if launch.b is not None else launch.whole_a()[:m]
     b = None if launch.b is None else launch.b[:k]
     values = {name: (value.rows(m) if isinstance(value, Partials) else value[:m])
-              if launch.kinds[name] in ("row", "tile") else value for name, value in launch.values.items()}
+              if launch.kinds[name] in ("row", "tile", "head") else value
+              for name, value in launch.values.items()}
     outputs = tuple(dataclasses.replace(s, shape=(m, *s.shape[1:])) if s.reduction is None or
                     s.reduction.startswith("row") else s for s in launch.outputs)
     out = None if launch.out is None else launch.out[:m]
