@@ -109,7 +109,8 @@ un-normalized hidden state h, x̂ = rstd ⊙ h ⊙ g with rstd = rsqrt(mean(h²)
   forward   hg, ss      = NORM_INPUT.map(h): output = h ⊙ g, ss = row_sum(h²) (one pass over h);
                           rstd = rsqrt(ss / H + eps) is O(T); hg is the GEMMs' A operand, and
                           every epilogue above multiplies by the row operand rstd.
-  gradient G' = dz ⊙ rstd (dL/d(hg @ w.T)) from GRAD; dw = G'.T @ hg; in the row blocks GRAD
+  gradient G' = dz ⊙ rstd (dL/d(hg @ w.T)) from GRAD (in float16 dz itself, rstd then applied
+            to q below and to hg's rows for dw: `Blocks.unscaled`); dw = G'.T @ hg; in the row blocks GRAD
             also gives r = row_sum(G' ⊙ (hg @ w.T)) (complete: the block spans the vocabulary),
             and with q = G'_b @ w (= rstd·dx̂) the epilogue of the dx GEMM (DX_NORM) writes
             dh = g ⊙ q - (rstd² r / H) ⊙ h and dg_b = col_sum(q ⊙ h), summed over blocks.
@@ -238,7 +239,8 @@ def forward_program(bias: bool, norm: bool, softcap: bool, rounding: str | None)
 
 
 @functools.cache
-def grad_program(bias: bool, norm: bool, softcap: bool, rounding: str | None) -> Program:
+def grad_program(bias: bool, norm: bool, softcap: bool, rounding: str | None,
+                 unscaled: bool = False) -> Program:
     """The logits' gradient of one block, from the GEMM or, as a map, from its stored result
     (already rounded: rounding it again changes nothing): `hit` = 1 - ε, `smooth` = ε / V,
     `alpha` the rows' loss weights, `lse` from `forward_program` with the same `rounding`. For
@@ -252,6 +254,8 @@ def grad_program(bias: bool, norm: bool, softcap: bool, rounding: str | None) ->
           output = dz * rstd;
           r = row_sum(output * zr);
         }
+    With `unscaled` (float16 with a norm: `Blocks.unscaled`) the stored gradient is dz itself
+    and `r = row_sum(dz * rstd * zr)`.
     """
     params = [*_params(bias, norm, softcap), "lse: row", "alpha: row", "hit: scalar",
               "smooth: scalar"]
@@ -259,8 +263,8 @@ def grad_program(bias: bool, norm: bool, softcap: bool, rounding: str | None) ->
     body = [*_logit(bias, norm, softcap, rounding),
             f"dz = {dlogit} * (1.0 - th * th);" if softcap else f"dz = {dlogit};",
             "db = col_sum(dz);" * bias,
-            "output = dz * rstd;" if norm else "output = dz;",
-            "r = row_sum(output * zr);" * norm]
+            "output = dz * rstd;" if norm and not unscaled else "output = dz;",
+            ("r = row_sum(output * rstd * zr);" if unscaled else "r = row_sum(output * zr);") * norm]
     return compile_program(f"EPILOGUE ce_grad({', '.join(params)}) {{ {' '.join(body)} }}")
 
 
@@ -271,6 +275,9 @@ SCALE = compile_program("EPILOGUE ce_scale(s: scalar) { output = input * s; }")
 # k = rstd² r / H, and dg_b = col_sum(q ⊙ h). Without the norm dx_b is a plain GEMM (cuBLAS).
 DX_NORM = compile_program("EPILOGUE ce_dx_norm(g: col, k: row, h: tile) {"
                           " q = input; output = g * q - k * h; dg = col_sum(q * h); }")
+# The same where G_b is stored without rstd (Blocks.unscaled): q = rstd ⊙_row (G_b @ w).
+DX_NORM_UNSCALED = compile_program("EPILOGUE ce_dx_norm_unscaled(g: col, k: row, h: tile, rstd: row) {"
+                                   " q = input * rstd; output = g * q - k * h; dg = col_sum(q * h); }")
 
 
 @functools.cache
@@ -418,8 +425,24 @@ class Blocks:
         self.rounding = ROUNDING.get(a.dtype)
         # what forward_program and grad_program are made for: bias, norm, cap, rounding
         self.variant = (bias is not None, self.norm, softcap is not None, self.rounding)
+        # float16 with a norm stores dz, not G' = dz ⊙ rstd: rms(h) times smaller than eager's
+        # logit gradient, G' put its low bits in float16's subnormals where rms(h) is in the tens
+        # to hundreds (docs/ops.md). rstd then scales q in the dx GEMM's epilogue and hg's rows in
+        # dw's operand (`dw_operand`: one more [T, H] pass). bfloat16 has float32's exponent range.
+        self.unscaled = self.norm and a.dtype == torch.float16
+        self.grad_variant = (*self.variant, True) if self.unscaled else self.variant   # grad_program's
+        self._dw_operand: torch.Tensor | None = None
         self.exp_wanted = exponential
         self.buf: torch.Tensor | None = None
+
+    def dw_operand(self) -> torch.Tensor:
+        """The A rows dw's GEMMs read against the stored gradient: hg (x without a norm), or
+        with `unscaled` rstd ⊙_row hg, made once."""
+        if not self.unscaled:
+            return self.a
+        if self._dw_operand is None:
+            self._dw_operand = SCALE_ROWS.map(self.a, c=self.rstd)["output"]
+        return self._dw_operand
 
     def _limit(self, r0: int, r1: int) -> torch.Tensor | None:
         """How many of rows [r0, r1) count (the `m_limit` of the block's launches), or None."""
@@ -476,7 +499,7 @@ class Blocks:
         dw stays a float32 sum (scaled and rounded once by the backward)."""
         a, w = self.a, self.w
         vocab = w.shape[0]
-        stats_prog, grad_prog = forward_program(*self.variant), grad_program(*self.variant)
+        stats_prog, grad_prog = forward_program(*self.variant), grad_program(*self.grad_variant)
         names = ["output", "lse", "t"] + ["s"] * (self.label_smoothing > 0)
         stats = {name: [] for name in names[1:]}
         self._reserve((self.rows, vocab))
@@ -537,7 +560,7 @@ class Blocks:
         `low_memory`, dw and db come from chunks of vocabulary columns (complete per chunk)."""
         a, w = self.a, self.w
         vocab = w.shape[0]
-        prog = grad_program(*self.variant)
+        prog = grad_program(*self.grad_variant)
 
         def grad_block(r0: int, r1: int, names: list[str], limit: torch.Tensor | None = None,
                        c0: int = 0, c1: int = vocab):
@@ -554,7 +577,7 @@ class Blocks:
             for c0, c1 in _spans(vocab, self.chunk):
                 outs = grad_block(0, a.shape[0], ["output"] + ["db"] * need[2], None, c0, c1)
                 if need[1]:   # a plain GEMM into contiguous rows of dw: cuBLAS (ops/common.py)
-                    torch.matmul(outs["output"].T, a, out=dw[c0:c1])
+                    torch.matmul(outs["output"].T, self.dw_operand(), out=dw[c0:c1])
                 db_parts.append(outs.get("db"))
             db = torch.cat(db_parts) if need[2] else None
         dx, dw_rows, db_rows, dg = self._row_pass(grad_block, need, w.dtype, by_chunk)
@@ -586,7 +609,7 @@ class Blocks:
             limit = self._limit(r0, r1)
             outs = grad_block(r0, r1, ["output"] + ["r"] * (self.norm and (need_x or need_g))
                               + ["db"] * db_here, limit)
-            g_b, a_b = outs["output"], a[r0:r1]
+            g_b, a_b = outs["output"], self.dw_operand()[r0:r1] if dw_here else None
             scale = outs.get("scale")   # the exponential path: G_b = scale ⊙_row g_b
             if scale is not None and dw_here:
                 a_b = SCALE_ROWS.map(a_b, m_limit=limit, c=scale)["output"]
@@ -612,8 +635,10 @@ class Blocks:
                 continue
             if self.norm:
                 k = rstd[r0:r1] * rstd[r0:r1] * outs["r"] / hidden
-                final = DX_NORM(g_b, w, out=None if dx is None else dx[r0:r1], m_limit=limit,
-                                outputs=["output"] * need_x + ["dg"] * need_g, g=g, k=k, h=h[r0:r1])
+                unscaled = dict(rstd=rstd[r0:r1]) if self.unscaled else {}
+                final = (DX_NORM_UNSCALED if self.unscaled else DX_NORM)(
+                    g_b, w, out=None if dx is None else dx[r0:r1], m_limit=limit,
+                    outputs=["output"] * need_x + ["dg"] * need_g, g=g, k=k, h=h[r0:r1], **unscaled)
                 if need_g:
                     dg = final["dg"] if dg is None else dg + final["dg"]
                 continue
