@@ -151,3 +151,24 @@ def launch_count_cases():
         name = f"{'rmsnorm_' * norm}lm_head_cross_entropy_v{vocab}"
         cases.append((name, fwd_bwd(coda_fn), fwd_bwd(formula)))
     return cases
+
+
+@pytest.mark.parametrize("low_memory", [False, True])
+def test_float16_folded_norm_with_a_large_hidden_state(low_memory):
+    """float16 with the final norm folded and a hidden state of rms 100 (massive activations
+    before the last RMSNorm): the logits' gradient is stored unscaled (Blocks.unscaled), or
+    dw's and dnorm_weight's low bits would fall into float16's subnormals."""
+    torch.manual_seed(6)
+    tokens, hidden, vocab = 2048, 2048, 32000
+    x = (torch.randn(tokens, hidden, device="cuda") * 100).half()
+    w = (torch.randn(vocab, hidden, device="cuda") / hidden**0.5).half()
+    nw = (torch.rand(hidden, device="cuda") + 0.5).half()
+    target = torch.randint(0, vocab, (tokens,), device="cuda")
+    target[torch.rand(tokens, device="cuda") < 0.1] = -100
+    upstream = torch.tensor(0.125, device="cuda")
+    inputs = [x, w, None, nw]
+    ours = run(coda_fn, inputs, target, upstream, low_memory=low_memory)
+    eager = run(formula, inputs, target, upstream)
+    exact = run(formula, [None if t is None else t.double() for t in inputs], target, upstream.double())
+    for name, a, e, r in zip(["loss", "dx", "dw", "dnorm_weight"], ours, eager, exact, strict=True):
+        assert_within_eager(f"cross_entropy float16 norm rms 100 {name}", a, e, r)
