@@ -155,12 +155,12 @@ def launch_count_cases():
 
 @pytest.mark.parametrize("low_memory", [False, True])
 def test_float16_folded_norm_with_a_large_hidden_state(low_memory):
-    """float16 with the final norm folded and a hidden state of rms 100 (massive activations
-    before the last RMSNorm): the logits' gradient is stored unscaled (Blocks.unscaled), or
-    dw's and dnorm_weight's low bits would fall into float16's subnormals."""
+    """float16 with the final norm folded and a large hidden state (rms 30; at 100 eager's x * x
+    overflows float16): the path that stores the logits' gradient unscaled (Blocks.unscaled), on
+    the GPU's kernels (the interpreter's test, tests/ops, holds it to eager at rms 300)."""
     torch.manual_seed(6)
     tokens, hidden, vocab = 2048, 2048, 32000
-    x = (torch.randn(tokens, hidden, device="cuda") * 100).half()
+    x = (torch.randn(tokens, hidden, device="cuda") * 30).half()
     w = (torch.randn(vocab, hidden, device="cuda") / hidden**0.5).half()
     nw = (torch.rand(hidden, device="cuda") + 0.5).half()
     target = torch.randint(0, vocab, (tokens,), device="cuda")
@@ -171,4 +171,4 @@ def test_float16_folded_norm_with_a_large_hidden_state(low_memory):
     eager = run(formula, inputs, target, upstream)
     exact = run(formula, [None if t is None else t.double() for t in inputs], target, upstream.double())
     for name, a, e, r in zip(["loss", "dx", "dw", "dnorm_weight"], ours, eager, exact, strict=True):
-        assert_within_eager(f"cross_entropy float16 norm rms 100 {name}", a, e, r)
+        assert_within_eager(f"cross_entropy float16 norm rms 30 {name}", a, e, r)
