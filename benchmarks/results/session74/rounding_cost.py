@@ -1,6 +1,6 @@
 """What summing a producer's output as stored costs: the residual epilogue with its norm's row
 sums of the float32 values (before this session) against the same sums of the values rounded to
-bf16 (`coda.ops.common.stored_sums`), and the plain GEMM, at the GEMMs that carry them in GPT-2
+bf16 (`coda.ops.common.as_stored`), and the plain GEMM, at the GEMMs that carry them in GPT-2
 (attention out 16384x768x768, fc2 16384x768x3072) and LLaMA (down 16384x2048x8192, 8192x4096x11008).
 One process, the three kernels' timings interleaved over rounds (each round a rotated order);
 medians of triton.testing.do_bench medians. Writes JSON to the path given."""

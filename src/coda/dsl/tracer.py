@@ -240,12 +240,15 @@ def _check_own_values(fn: Callable, name: str, names: list[str], outputs) -> Non
     """The outputs are built from this function's parameters only: a value kept from another
     traced function (a global, a closure's dict) reads operands this one does not have."""
     for node in toposort(o.value for o in outputs):
-        own = node.arg in names[1:] if node.op == "operand" else "output" in names[1:]
-        if node.op in ("operand", "prior") and not own:
-            what = f"operand {node.arg!r}" if node.op == "operand" else "the prior output (`output`)"
-            raise DslError(f"{name}: the result reads {what}, which is not a parameter of this "
-                           f"function: a value kept from another traced epilogue? Build every value "
-                           f"from this function's own parameters", *_user_line(fn, None))
+        if node.op == "operand" and node.arg not in names[1:]:
+            what = f"operand {node.arg!r}"
+        elif node.op == "prior" and "output" not in names[1:]:
+            what = "the prior output (`output`)"
+        else:
+            continue
+        raise DslError(f"{name}: the result reads {what}, which is not a parameter of this "
+                       f"function: a value kept from another traced epilogue? Build every value "
+                       f"from this function's own parameters", *_user_line(fn, None))
 
 
 def _operands(fn: Callable, name: str, parameters: list[inspect.Parameter]) -> dict[str, Param]:

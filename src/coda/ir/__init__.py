@@ -135,9 +135,10 @@ class Epilogue:
         places in the list: a node's own pickling recurses down its arguments, which a chain of
         a few hundred statements takes past Python's recursion limit."""
         nodes = self.nodes()
-        place = {id(n): i for i, n in enumerate(nodes)}
-        flat = tuple((n.op, tuple(place[id(a)] for a in n.args), n.arg, n.loc) for n in nodes)
-        outputs = tuple(replace(o, value=place[id(o.value)]) for o in self.outputs)
+        place = {n: i for i, n in enumerate(nodes)}   # by structure, as nodes() lists them: an
+        # argument equal to a listed node but not that object is that node's place
+        flat = tuple((n.op, tuple(place[a] for a in n.args), n.arg, n.loc) for n in nodes)
+        outputs = tuple(replace(o, value=place[o.value]) for o in self.outputs)
         return _unflatten, (self.name, self.params, flat, outputs, self.source)
 
     @cached_property

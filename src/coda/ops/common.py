@@ -35,7 +35,7 @@ SCALE_ROWS = compile_program("EPILOGUE scale_rows(c: row) { output = input * c; 
 ROUNDING: dict[torch.dtype, str] = {torch.bfloat16: "round_bf16", torch.float16: "round_fp16"}
 
 
-def stored_sums(y: str, dtype: torch.dtype) -> str:
+def as_stored(y: str, dtype: torch.dtype) -> str:
     """The DSL expression `y` rounded as an output of `dtype` stores it, for an epilogue whose
     row sums feed the next norm: that norm normalizes the stored values, so its statistics must
     sum those, not the float32 ones (the difference, Σ 2 y δ for rounding errors δ, is not small

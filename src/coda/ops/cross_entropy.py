@@ -112,7 +112,7 @@ un-normalized hidden state h, x̂ = rstd ⊙ h ⊙ g with rstd = rsqrt(mean(h²)
   gradient G' = dz ⊙ rstd (dL/d(hg @ w.T)) from GRAD (in float16 dz itself, rstd then applied
             to q below and to hg's rows for dw: `Blocks.unscaled`); dw = G'.T @ hg; in the row blocks GRAD
             also gives r = row_sum(G' ⊙ (hg @ w.T)) (complete: the block spans the vocabulary),
-            and with q = G'_b @ w (= rstd·dx̂) the epilogue of the dx GEMM (DX_NORM) writes
+            and with q = G'_b @ w (= rstd·dx̂) the epilogue of the dx GEMM (dx_norm_program) writes
             dh = g ⊙ q - (rstd² r / H) ⊙ h and dg_b = col_sum(q ⊙ h), summed over blocks.
 
 Targets ride as float row operands (exact below 2**24, so V must be smaller); an ignored row gets
@@ -271,13 +271,16 @@ def grad_program(bias: bool, norm: bool, softcap: bool, rounding: str | None,
 # The gradients formed in the forward for an upstream gradient of 1, times the real one.
 SCALE = compile_program("EPILOGUE ce_scale(s: scalar) { output = input * s; }")
 
-# The dx GEMM's epilogue with a folded RMSNorm: q = G'_b @ w, dh = g ⊙ q - k ⊙ h with the row
-# k = rstd² r / H, and dg_b = col_sum(q ⊙ h). Without the norm dx_b is a plain GEMM (cuBLAS).
-DX_NORM = compile_program("EPILOGUE ce_dx_norm(g: col, k: row, h: tile) {"
-                          " q = input; output = g * q - k * h; dg = col_sum(q * h); }")
-# The same where G_b is stored without rstd (Blocks.unscaled): q = rstd ⊙_row (G_b @ w).
-DX_NORM_UNSCALED = compile_program("EPILOGUE ce_dx_norm_unscaled(g: col, k: row, h: tile, rstd: row) {"
-                                   " q = input * rstd; output = g * q - k * h; dg = col_sum(q * h); }")
+@functools.cache
+def dx_norm_program(unscaled: bool) -> Program:
+    """The dx GEMM's epilogue with a folded RMSNorm: q = G'_b @ w (with `unscaled`, where G_b is
+    stored without rstd: Blocks.unscaled, q = rstd ⊙_row (G_b @ w)), dh = g ⊙ q - k ⊙ h with the
+    row k = rstd² r / H, and dg_b = col_sum(q ⊙ h). Without the norm dx_b is a plain GEMM
+    (cuBLAS)."""
+    params, q = ("g: col, k: row, h: tile, rstd: row", "input * rstd") if unscaled else (
+        "g: col, k: row, h: tile", "input")
+    return compile_program(f"EPILOGUE ce_dx_norm({params}) {{"
+                           f" q = {q}; output = g * q - k * h; dg = col_sum(q * h); }}")
 
 
 @functools.cache
@@ -430,7 +433,9 @@ class Blocks:
         # to hundreds (docs/ops.md). rstd then scales q in the dx GEMM's epilogue and hg's rows in
         # dw's operand (`dw_operand`: one more [T, H] pass). bfloat16 has float32's exponent range.
         self.unscaled = self.norm and a.dtype == torch.float16
-        self.grad_variant = (*self.variant, True) if self.unscaled else self.variant   # grad_program's
+        # (grad_program's arguments: `unscaled` only when set, so that every other head finds
+        # the program cached under the four arguments the forward's variant has)
+        self.grad_variant = (*self.variant, True) if self.unscaled else self.variant
         self._dw_operand: torch.Tensor | None = None
         self.exp_wanted = exponential
         self.buf: torch.Tensor | None = None
@@ -636,7 +641,7 @@ class Blocks:
             if self.norm:
                 k = rstd[r0:r1] * rstd[r0:r1] * outs["r"] / hidden
                 unscaled = dict(rstd=rstd[r0:r1]) if self.unscaled else {}
-                final = (DX_NORM_UNSCALED if self.unscaled else DX_NORM)(
+                final = dx_norm_program(self.unscaled)(
                     g_b, w, out=None if dx is None else dx[r0:r1], m_limit=limit,
                     outputs=["output"] * need_x + ["dg"] * need_g, g=g, k=k, h=h[r0:r1], **unscaled)
                 if need_g:

@@ -50,11 +50,11 @@ from . import checks
 from .common import (
     PLAIN,
     as_rows,
+    as_stored,
     follows_autocast,
     matmul,
     op_function,
     present,
-    stored_sums,
     weight_grad,
 )
 from .norms import FOLD, NORM_DW, RMS_ROW, RMS_ROW_PARAMS
@@ -94,11 +94,11 @@ def up_program(activation: str, norm: str | None, save: bool) -> Program:
 def down_program(residual: bool, stats: torch.dtype | None) -> Program:
     """GEMM h @ w_down.T; epilogue: `output = input + residual; ss = row_sum(output * output);`
     (either part only when asked; with `stats`, the output's dtype, the sum is of the output as
-    stored: `stored_sums`)."""
+    stored: `as_stored`)."""
     if not residual and stats is None:
         return PLAIN
     y = "input + residual" if residual else "input"
-    body = [f"output = {y if stats is None else stored_sums(y, stats)};",
+    body = [f"output = {y if stats is None else as_stored(y, stats)};",
             "ss = row_sum(output * output);" * (stats is not None)]
     return compile_program(f"EPILOGUE gated_down({'residual: tile' * residual}) {{ {' '.join(body)} }}")
 

@@ -54,6 +54,7 @@ from . import checks
 from .common import (
     STATS,
     as_rows,
+    as_stored,
     column_sum,
     follows_autocast,
     input_and_bias_grad,
@@ -63,7 +64,6 @@ from .common import (
     op_function,
     present,
     stored,
-    stored_sums,
     weight_grad,
     with_stats,
 )
@@ -87,7 +87,7 @@ def forward_program(activation: str | None, bias: bool, dropout: bool, residual:
     """`output = dropout(f(input + bias), p) + residual`, with `save slope = f'(input + bias)` if
     asked, and with `stats` (the output's dtype) the row sums a following norm needs,
     `ss = Σ output²` and `s = Σ output` (launched with outputs= naming those wanted) of the
-    output as stored (`stored_sums`).
+    output as stored (`as_stored`).
 
     For example ("gelu", True, True, False, True) is
         EPILOGUE linear_gelu(bias: col, p: scalar) {
@@ -99,7 +99,7 @@ def forward_program(activation: str | None, bias: bool, dropout: bool, residual:
     y = f"dropout({f}, p)" if dropout else f
     y = f"{y} + residual" if residual else y
     if stats is not None:
-        y = stored_sums(y, stats)
+        y = as_stored(y, stats)
     params = ["bias: col"] * bias + ["p: scalar"] * dropout + ["residual: tile"] * residual
     body = ["h = input + bias;" if bias else "h = input;"]
     if save_slope:

@@ -335,13 +335,13 @@ class Program:
     def _pick_backend(self, backend: str, launch) -> str:
         if backend not in BACKENDS:
             raise LaunchError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
-        a = launch.a
+        a, bf16 = launch.a, _bf16_in_interpreter(launch)
         if backend == "auto":
-            return "reference" if _bf16_in_interpreter(launch) else default_backend(a)
-        if backend == "triton" and (not triton_runs_on(a) or _bf16_in_interpreter(launch)):
+            return "reference" if bf16 else default_backend(a)
+        if backend == "triton" and (bf16 or not triton_runs_on(a)):
             bf16 = (", in bfloat16 (not supported by the interpreter)" if a.dtype == torch.bfloat16 else
                     "; it would read or write bfloat16, which the interpreter does not support"
-                    if _bf16_in_interpreter(launch) else "")
+                    if bf16 else "")
             raise LaunchError(f"backend='triton' needs CUDA tensors, or CPU tensors with "
                               f"TRITON_INTERPRET=1 to run the kernels on the CPU; A is on {a.device}{bf16}")
         return backend
